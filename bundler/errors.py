@@ -1,0 +1,51 @@
+"""One exception root for everything ort-bundler reports to a user.
+
+Each class carries the process exit code for its failure class, so `cli.main` can catch
+`BundleError` once and exit with the documented code (README "Exit codes").
+"""
+
+from __future__ import annotations
+
+
+class BundleError(Exception):
+    """A failure the user can act on; the message is one sentence naming what and where."""
+
+    return_code = 1
+
+
+class UsageError(BundleError):
+    return_code = 2
+
+
+class ManifestError(BundleError):
+    return_code = 3
+
+    def __init__(self, problems: list[str] | str) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class InputUnavailableError(BundleError):
+    return_code = 4
+
+
+class HashMismatchError(BundleError):
+    return_code = 5
+
+
+class UnsafeArchiveError(BundleError):
+    return_code = 6
+
+
+class BuildError(BundleError):
+    return_code = 7
+
+
+class VerificationError(BundleError):
+    return_code = 8
+
+
+class UnsupportedError(BundleError):
+    """Raised for a capability the tool does not have yet, instead of pretending to succeed."""
+
+    return_code = 9
