@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PureWindowsPath
 
@@ -61,13 +62,31 @@ class Wine:
         merged = self.env
         if env:
             merged.update(env)
-        return subprocess.run([self.exe, *args], env=merged, cwd=cwd, capture_output=True, text=True,
-                              errors="replace", timeout=timeout, stdin=subprocess.DEVNULL)
+        # Output goes to files, not pipes: Wine's background services inherit the handles and would
+        # keep a pipe open long after the program exited.
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            proc = subprocess.run([self.exe, *args], env=merged, cwd=cwd, stdout=out, stderr=err,
+                                  timeout=timeout, stdin=subprocess.DEVNULL)
+            out.seek(0)
+            err.seek(0)
+            return subprocess.CompletedProcess(proc.args, proc.returncode,
+                                               out.read().decode("utf-8", "replace"),
+                                               err.read().decode("utf-8", "replace"))
 
     def cmd(self, script: Path, *args: str, env: dict[str, str] | None = None,
             cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-        """`cmd /c script args…`: the exit code is the script's `exit /b` code."""
-        return self.run(["cmd", "/c", self.to_windows(script), *args], env=env, cwd=cwd)
+        """Run `script` as a user would type it in a console: `"script" args…` on one line.
+
+        `args` are raw command-line text (quote them as a user would). Passing them through argv would
+        let Wine re-quote them with the C runtime's rules, which cmd.exe does not read, so the line goes
+        into a caller batch file instead. The caller hands over to the script without `call` (so `%` and
+        `^` are not expanded twice), and the script's `exit /b` code becomes the process exit code.
+        """
+        line = " ".join([f'"{self.to_windows(script)}"', *args])
+        with tempfile.TemporaryDirectory() as tmp:
+            caller = Path(tmp) / "caller.cmd"
+            caller.write_bytes(b"@echo off\r\n" + line.encode("ascii") + b"\r\n")
+            return self.run(["cmd", "/c", self.to_windows(caller)], env=env, cwd=cwd)
 
 
 @pytest.fixture(scope="session")
