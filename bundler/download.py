@@ -1,0 +1,99 @@
+"""HTTP download that hashes as it writes, resumes with Range, and retries with backoff.
+
+The caller owns the partial file and the verdict on the hash; this module only moves bytes and reports
+the sha256 of what it wrote. Client errors (4xx) are final: retrying a 404 only delays the message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+from .errors import InputUnavailableError
+from .hashing import CHUNK
+
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryPolicy:
+    attempts: int = 5
+    backoff: float = 0.5  # seconds before the second attempt; doubles each time
+    max_backoff: float = 8.0
+    timeout: float = 60.0  # seconds without a byte before a connection counts as dropped
+
+
+class _Transient(Exception):
+    """A failure worth another attempt: 5xx, 429, a dropped or stalled connection."""
+
+
+def _hash_existing(path: Path) -> tuple["hashlib._Hash", int]:
+    digest = hashlib.sha256()
+    size = 0
+    if path.exists():
+        with path.open("rb") as fh:
+            while chunk := fh.read(CHUNK):
+                digest.update(chunk)
+                size += len(chunk)
+    return digest, size
+
+
+def download(url: str, partial: Path, *, label: str, session: requests.Session,
+             progress: Progress | None = None, policy: RetryPolicy = RetryPolicy()) -> str:
+    """Complete `partial` from `url` and return the sha256 of the whole file.
+
+    Bytes already in `partial` (from an interrupted run) are kept and hashed once; the rest is asked for
+    with `Range: bytes=N-`. A server that ignores the range (200 instead of 206) restarts the file.
+    """
+    digest, offset = _hash_existing(partial)
+    if progress and offset:
+        progress(offset)
+    failures = 0
+    while True:
+        try:
+            digest, offset = _attempt(url, partial, label=label, session=session, digest=digest,
+                                      offset=offset, progress=progress, timeout=policy.timeout)
+            return digest.hexdigest()
+        except _Transient as exc:
+            failures += 1
+            if failures >= policy.attempts:
+                msg = f"{label}: download of {url} failed after {failures} attempts: {exc}"
+                raise InputUnavailableError(msg) from None
+            time.sleep(min(policy.backoff * 2 ** (failures - 1), policy.max_backoff))
+            digest, offset = _hash_existing(partial)
+
+
+def _attempt(url: str, partial: Path, *, label: str, session: requests.Session, digest: "hashlib._Hash",
+             offset: int, progress: Progress | None, timeout: float) -> tuple["hashlib._Hash", int]:
+    headers = {"Range": f"bytes={offset}-", "Accept-Encoding": "identity"} if offset else {"Accept-Encoding": "identity"}
+    try:
+        with session.get(url, stream=True, timeout=timeout, headers=headers) as resp:
+            status = resp.status_code
+            if status == 416 and offset:
+                return digest, offset  # nothing left to fetch: the caller checks the hash
+            if status == 429 or status >= 500:
+                raise _Transient(f"HTTP {status} {resp.reason}")
+            if status >= 400:
+                msg = f"{label}: {url} answered HTTP {status} {resp.reason}; check the URL in the manifest"
+                raise InputUnavailableError(msg)
+            if offset and status != 206:
+                digest, offset = hashlib.sha256(), 0  # the server ignored Range: start over
+            with partial.open("ab" if offset else "wb") as fh:
+                for chunk in resp.raw.stream(CHUNK, decode_content=False):
+                    fh.write(chunk)
+                    digest.update(chunk)
+                    offset += len(chunk)
+                    if progress:
+                        progress(len(chunk))
+            return digest, offset
+    except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
+        raise _Transient(str(exc) or type(exc).__name__) from None
+    except Exception as exc:  # urllib3 errors surface raw from resp.raw.stream
+        if type(exc).__module__.startswith("urllib3"):
+            raise _Transient(f"{type(exc).__name__}: {exc}") from None
+        raise

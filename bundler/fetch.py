@@ -1,0 +1,230 @@
+"""Bring every pinned input into the cache: from the cache itself, a mirror, the network or pip.
+
+Order of preference per input: already cached (by hash) → `--mirror DIR` (by file name, then by hash;
+never the network) → its source. `--offline` stops after the cache. Inputs are fetched in parallel; each
+hash is locked while it is fetched, so processes sharing a cache do the work once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+from urllib.request import url2pathname
+
+import requests
+from tqdm import tqdm
+
+from .cache import Cache
+from .download import RetryPolicy, download
+from .errors import BundleError, HashMismatchError, InputUnavailableError
+from .hashing import CHUNK, file_sha256, mismatch_message
+from .lock import Target
+from .manifest import Input
+from .runner import Runner, run
+
+
+@dataclass(frozen=True, kw_only=True)
+class FetchOptions:
+    offline: bool = False
+    mirror: Path | None = None
+    jobs: int = 4
+    quiet: bool = False
+    retry: RetryPolicy = RetryPolicy()
+
+
+def cached_inputs(inputs: Sequence[Input], cache: Cache) -> dict[str, Path]:
+    """The cached file of every input, or one error listing all that are missing."""
+    found: dict[str, Path] = {}
+    missing: list[str] = []
+    for item in inputs:
+        path = cache.find_any(item.sha256, item.filename)
+        if path is None:
+            missing.append(item.display)
+        else:
+            found[item.key] = path
+    if missing:
+        msg = f"not in the cache ({cache.root}), run `ort-bundler fetch` first: " + "; ".join(missing)
+        raise InputUnavailableError(msg)
+    return found
+
+
+def fetch_inputs(inputs: Sequence[Input], *, cache: Cache, target: Target, options: FetchOptions = FetchOptions(),
+                 runner: Runner = run) -> dict[str, Path]:
+    """Fetch every input (in parallel) and return key → cached file; all failures are reported together."""
+    fetcher = _Fetcher(cache=cache, target=target, options=options, runner=runner)
+    overall = tqdm(total=len(inputs), desc="inputs", unit="file", disable=options.quiet, position=0, leave=False)
+    results: dict[str, Path] = {}
+    errors: list[BundleError] = []
+    with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
+        futures = {pool.submit(fetcher.fetch, item): item for item in inputs}
+        for future, item in futures.items():
+            try:
+                results[item.key] = future.result()
+            except BundleError as exc:
+                errors.append(exc)
+            overall.update(1)
+    overall.close()
+    if errors:
+        kind = type(errors[0]) if all(type(e) is type(errors[0]) for e in errors) else InputUnavailableError
+        raise kind("\n".join(str(e) for e in errors))
+    return results
+
+
+class _Fetcher:
+    def __init__(self, *, cache: Cache, target: Target, options: FetchOptions, runner: Runner) -> None:
+        self.cache = cache
+        self.target = target
+        self.options = options
+        self.runner = runner
+        self._slots = list(range(options.jobs, 0, -1))
+        self._slot_lock = threading.Lock()
+        self._mirror_index: dict[str, Path] | None = None
+        self._local = threading.local()
+
+    def fetch(self, item: Input) -> Path:
+        found = self.cache.find_any(item.sha256, item.filename)
+        if found:
+            return found
+        if self.options.offline:
+            msg = f"{item.display}: not in the cache ({self.cache.root}) and --offline forbids the network"
+            raise InputUnavailableError(msg)
+        with self.cache.lock(item.sha256[0]):
+            found = self.cache.find_any(item.sha256, item.filename)  # another process may have finished it
+            if found:
+                return found
+            if self.options.mirror is not None:
+                return self._from_mirror(item)
+            if item.kind == "requirement":
+                return self._from_pip(item)
+            parsed = urlparse(item.location)
+            if item.kind == "path" or parsed.scheme == "file":
+                local = Path(item.location) if item.kind == "path" else Path(url2pathname(unquote(parsed.path)))
+                return self._copy(item, local)
+            return self._download(item)
+
+    # -- sources ----------------------------------------------------------------------------------
+
+    def _copy(self, item: Input, source: Path) -> Path:
+        if not source.is_file():
+            msg = f"{item.display}: file not found"
+            raise InputUnavailableError(msg)
+        with self.cache.temporary() as tmp:
+            digest = hashlib.sha256()
+            with source.open("rb") as src, tmp.open("wb") as dst:
+                while chunk := src.read(CHUNK):
+                    digest.update(chunk)
+                    dst.write(chunk)
+            return self._adopt(item, tmp, digest.hexdigest(), item.filename or source.name)
+
+    def _download(self, item: Input) -> Path:
+        partial = self.cache.partial(item.sha256[0])
+        with self._bar(item) as bar:
+            actual = download(item.location, partial, label=item.key, session=self._session(),
+                              progress=bar.update, policy=self.options.retry)
+        if actual not in item.sha256:
+            partial.unlink(missing_ok=True)
+            raise HashMismatchError(mismatch_message(item.key, item.location, item.sha256, actual))
+        with self.cache.temporary() as tmp:
+            partial.replace(tmp)
+            return self.cache.adopt(tmp, sha256=actual, filename=item.filename or "download")
+
+    def _from_pip(self, item: Input) -> Path:
+        """pip download through the user's own pip configuration (index, proxy, certificates)."""
+        with tempfile.TemporaryDirectory(dir=self.cache.work_dir("tmp")) as tmp:
+            dest = Path(tmp) / "out"
+            reqs = Path(tmp) / "requirements.txt"
+            hashes = " ".join(f"--hash=sha256:{h}" for h in item.sha256)
+            reqs.write_text(f"{item.location} {hashes}\n", encoding="utf-8")
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--require-hashes",
+                   "--disable-pip-version-check", "--no-input", "--progress-bar", "off", "-d", str(dest),
+                   *_target_args(self.target), "-r", str(reqs)]
+            try:
+                self.runner(cmd)
+            except BundleError as exc:
+                msg = f"{item.display}: pip could not download it for {self.target.platform} / Python {self.target.python}: {exc}"
+                raise InputUnavailableError(msg) from None
+            files = sorted(dest.iterdir())
+            if len(files) != 1:
+                msg = f"{item.display}: pip produced {len(files)} files, expected exactly one wheel"
+                raise InputUnavailableError(msg)
+            staged = self.cache.work_dir("tmp") / (Path(tmp).name + ".whl")
+            shutil.move(files[0], staged)
+            try:
+                return self._adopt(item, staged, file_sha256(staged), files[0].name)
+            finally:
+                staged.unlink(missing_ok=True)
+
+    def _from_mirror(self, item: Input) -> Path:
+        mirror = self.options.mirror
+        assert mirror is not None
+        candidates = [mirror / item.filename] if item.filename else []
+        candidates += [mirror / h for h in item.sha256]
+        for candidate in candidates:
+            if candidate.is_file():
+                return self._copy(item, candidate)
+        for sha256 in item.sha256:
+            hit = self._mirror_by_hash().get(sha256)
+            if hit:
+                return self._copy(item, hit)
+        msg = f"{item.display}: not found in the mirror {mirror} (by file name or sha256), and --mirror never uses the network"
+        raise InputUnavailableError(msg)
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _adopt(self, item: Input, tmp: Path, actual: str, filename: str) -> Path:
+        if actual not in item.sha256:
+            raise HashMismatchError(mismatch_message(item.key, item.location, item.sha256, actual))
+        return self.cache.adopt(tmp, sha256=actual, filename=filename)
+
+    def _mirror_by_hash(self) -> dict[str, Path]:
+        """Hash every file of the mirror once, for inputs whose file name differs there."""
+        with self._slot_lock:
+            if self._mirror_index is None:
+                assert self.options.mirror is not None
+                files = sorted(p for p in self.options.mirror.rglob("*") if p.is_file())
+                self._mirror_index = {file_sha256(p): p for p in files}
+            return self._mirror_index
+
+    def _session(self) -> requests.Session:
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = requests.Session()
+        return session
+
+    def _bar(self, item: Input) -> "_Bar":
+        return _Bar(self, item)
+
+
+class _Bar:
+    """A per-file byte progress bar on its own line while the file downloads."""
+
+    def __init__(self, fetcher: _Fetcher, item: Input) -> None:
+        self.fetcher = fetcher
+        self.item = item
+
+    def __enter__(self) -> tqdm:
+        with self.fetcher._slot_lock:
+            self.slot = self.fetcher._slots.pop() if self.fetcher._slots else 1
+        name = self.item.filename or self.item.key
+        self.bar = tqdm(desc=name[:40], unit="B", unit_scale=True, unit_divisor=1024, leave=False,
+                        position=self.slot, disable=self.fetcher.options.quiet)
+        return self.bar
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.close()
+        with self.fetcher._slot_lock:
+            self.fetcher._slots.append(self.slot)
+
+
+
+def _target_args(target: Target) -> list[str]:
+    args = [arg for tag in target.pip_platforms() for arg in ("--platform", tag)]
+    return [*args, "--python-version", target.python, "--implementation", "cp"]

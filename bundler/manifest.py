@@ -1,0 +1,497 @@
+"""The manifest: one TOML file that pins every input of a bundle.
+
+It is parsed once into frozen dataclasses; everything downstream reads those, never the TOML. Validation
+collects every problem before raising, so a user fixes a manifest in one round instead of ten, and each
+problem names the file, the key path, what was found and what was expected.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+from urllib.parse import unquote, urlparse
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from .errors import ManifestError
+
+PLATFORMS = ("win_amd64", "linux_x86_64")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}$")
+PYTHON_RE = re.compile(r"^3\.(\d{1,2})$")
+# 1980-01-01, the earliest time a zip entry can carry.
+ZIP_EPOCH = 315532800
+DEFAULT_SOURCE_DATE_EPOCH = ZIP_EPOCH
+
+InputKind = Literal["url", "path", "requirement"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Input:
+    """One external input: where it comes from and the hash(es) it must have."""
+
+    key: str  # key path in the manifest, e.g. "ort.capi" or "models[1]"
+    kind: InputKind
+    location: str  # the URL, the absolute path, or the requirement "name==version"
+    sha256: tuple[str, ...]  # one for url/path; one or more (one per candidate wheel) for requirement
+    filename: str | None  # the file name, when the source names it (a requirement's wheel name is found by pip)
+
+    @property
+    def display(self) -> str:
+        return f"{self.key} ({self.location})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bundle:
+    name: str
+    version: str
+    platform: str
+    python: str
+    source_date_epoch: int
+
+    @property
+    def python_tag(self) -> str:
+        return "cp" + self.python.replace(".", "")
+
+    @property
+    def stem(self) -> str:
+        return f"{self.name}-{self.version}-{self.platform}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ort:
+    version: str
+    archive: Input | None
+    wheel: Input | None
+    capi: Input | None
+    dependencies: tuple[str, ...] | None
+
+    @property
+    def python_source(self) -> Input | None:
+        return self.wheel or self.capi
+
+
+@dataclass(frozen=True, kw_only=True)
+class Python:
+    lock: Path | None
+    requirements: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class VcRedist:
+    source: Input
+    min_version: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuSource:
+    source: Input
+    include: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gpu:
+    cuda: str
+    cudnn: str
+    sources: tuple[GpuSource, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Model:
+    name: str
+    source: Input
+    shapes: Mapping[str, tuple[int, ...]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Launch:
+    module: str | None
+    script: Input | None
+    cache_dir: str | None
+    env: Mapping[str, str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Manifest:
+    path: Path
+    bundle: Bundle
+    ort: Ort
+    python: Python
+    vc_redist: VcRedist | None
+    gpu: Gpu | None
+    models: tuple[Model, ...]
+    launch: Launch
+    raw: Mapping[str, Any] = field(repr=False)  # the parsed TOML, recorded in bundle.json
+
+    def inputs(self) -> list[Input]:
+        """Every file input, in manifest order (the lock's wheels come from `lock.py`)."""
+        found = [self.ort.archive, self.ort.wheel, self.ort.capi]
+        if self.vc_redist:
+            found.append(self.vc_redist.source)
+        if self.gpu:
+            found.extend(s.source for s in self.gpu.sources)
+        found.extend(m.source for m in self.models)
+        found.append(self.launch.script)
+        return [i for i in found if i is not None]
+
+
+# -- the schema ------------------------------------------------------------------------------------
+
+SECTIONS = {"bundle", "ort", "python", "vc_redist", "gpu", "models", "launch"}
+INPUT_KEYS = {"url", "path", "requirement", "sha256"}
+KEYS = {
+    "bundle": {"name", "version", "platform", "python", "source_date_epoch"},
+    "ort": {"version", "archive", "wheel", "capi", "dependencies"},
+    "python": {"lock", "requirements"},
+    "vc_redist": INPUT_KEYS | {"min_version"},
+    "gpu": {"cuda", "cudnn", "sources"},
+    "gpu.sources": INPUT_KEYS | {"include"},
+    "models": INPUT_KEYS | {"name", "shapes"},
+    "launch": {"module", "script", "cache_dir", "env"},
+}
+
+
+class _Problems:
+    """Collects every problem in one manifest, each phrased the same way."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.items: list[str] = []
+
+    def add(self, key: str, message: str) -> None:
+        self.items.append(f"{self.path.name}: {key}: {message}")
+
+    def found(self, key: str, value: object, expected: str) -> None:
+        self.add(key, f"found {_show(value)}, expected {expected}")
+
+    def unknown_keys(self, key: str, table: Mapping[str, Any], allowed: set[str]) -> None:
+        for name in table:
+            if name in allowed:
+                continue
+            close = difflib.get_close_matches(name, sorted(allowed), n=1, cutoff=0.6)
+            hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(sorted(allowed))}"
+            where = f"{key}.{name}" if key else name
+            self.add(where, f"unknown key{hint}")
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def load(path: Path) -> Manifest:
+    """Read and validate a manifest; raise ManifestError listing every problem."""
+    path = path.resolve()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        msg = f"{path}: manifest not found"
+        raise ManifestError(msg) from None
+    except UnicodeDecodeError as exc:
+        msg = f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); a manifest is a UTF-8 TOML file"
+        raise ManifestError(msg) from None
+    except tomllib.TOMLDecodeError as exc:
+        msg = f"{path}: not valid TOML: {exc}"
+        raise ManifestError(msg) from None
+    return parse(data, path=path)
+
+
+def parse(data: Mapping[str, Any], *, path: Path) -> Manifest:
+    problems = _Problems(path)
+    problems.unknown_keys("", data, SECTIONS)
+    base = path.parent
+    bundle = _bundle(_table(data, "bundle", problems, required=True), problems)
+    ort = _ort(_table(data, "ort", problems, required=True), base, problems)
+    python = _python(_table(data, "python", problems), base, problems)
+    vc_redist = _vc_redist(data, base, problems)
+    gpu = _gpu(data, base, problems)
+    models = _models(data, base, problems)
+    launch = _launch(_table(data, "launch", problems), base, problems)
+    if bundle and vc_redist and bundle.platform != "win_amd64":
+        problems.add("vc_redist", f"found a VC++ redistributable for platform '{bundle.platform}', expected it only for win_amd64")
+    if bundle and gpu and bundle.platform != "win_amd64":
+        problems.add("gpu", f"found a [gpu] component for platform '{bundle.platform}'; the GPU component is supported for win_amd64 only")
+    if problems.items:
+        raise ManifestError(problems.items)
+    assert bundle and ort  # no problems means both parsed
+    return Manifest(path=path, bundle=bundle, ort=ort, python=python, vc_redist=vc_redist, gpu=gpu,
+                    models=tuple(models), launch=launch, raw=data)
+
+
+def _table(data: Mapping[str, Any], key: str, problems: _Problems, *, required: bool = False) -> Mapping[str, Any] | None:
+    value = data.get(key)
+    if value is None:
+        if required:
+            problems.add(key, f"missing section [{key}]")
+        return {} if not required else None
+    if not isinstance(value, dict):
+        problems.found(key, value, "a table")
+        return None
+    problems.unknown_keys(key, value, KEYS[key])
+    return value
+
+
+def _string(table: Mapping[str, Any], key: str, where: str, problems: _Problems, *,
+            pattern: re.Pattern[str] | None = None, expected: str = "a string",
+            required: bool = True) -> str | None:
+    if key not in table:
+        if required:
+            problems.add(f"{where}.{key}", f"missing, expected {expected}")
+        return None
+    value = table[key]
+    if not isinstance(value, str) or (pattern and not pattern.match(value)):
+        problems.found(f"{where}.{key}", value, expected)
+        return None
+    return value
+
+
+def _bundle(table: Mapping[str, Any] | None, problems: _Problems) -> Bundle | None:
+    if table is None:
+        return None
+    name = _string(table, "name", "bundle", problems, pattern=NAME_RE,
+                   expected="a name of letters, digits, '.', '_' or '-' (at most 64)")
+    version = _string(table, "version", "bundle", problems, pattern=VERSION_RE, expected="a version such as '1.0.0'")
+    platform = table.get("platform")
+    if platform not in PLATFORMS:
+        problems.found("bundle.platform", platform, f"one of {', '.join(PLATFORMS)}")
+        platform = None
+    python = _string(table, "python", "bundle", problems, pattern=PYTHON_RE, expected="a Python version such as '3.11'")
+    if python and not 8 <= int(PYTHON_RE.match(python).group(1)) <= 14:
+        problems.found("bundle.python", python, "a Python from 3.8 to 3.14")
+        python = None
+    epoch = table.get("source_date_epoch", DEFAULT_SOURCE_DATE_EPOCH)
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or not ZIP_EPOCH <= epoch <= 4102444800:
+        problems.found("bundle.source_date_epoch", epoch, "whole seconds since 1970 between 1980 and 2100")
+        epoch = None
+    if None in (name, version, platform, python, epoch):
+        return None
+    return Bundle(name=name, version=version, platform=platform, python=python, source_date_epoch=epoch)
+
+
+def _ort(table: Mapping[str, Any] | None, base: Path, problems: _Problems) -> Ort | None:
+    if table is None:
+        return None
+    version = _string(table, "version", "ort", problems, pattern=re.compile(r"^\d+\.\d+\.\d+$"),
+                      expected="an ONNX Runtime version such as '1.23.1'")
+    archive = _input(table.get("archive"), "ort.archive", base, problems, required=False)
+    wheel = _input(table.get("wheel"), "ort.wheel", base, problems, required=False)
+    capi = _input(table.get("capi"), "ort.capi", base, problems, required=False)
+    if "wheel" in table and "capi" in table:
+        problems.add("ort", "found both 'wheel' and 'capi', expected one Python binding source")
+    if not {"archive", "wheel", "capi"} & table.keys():
+        problems.add("ort", "missing 'wheel', 'capi' or 'archive', expected at least one ONNX Runtime source")
+    dependencies = table.get("dependencies")
+    if dependencies is not None:
+        dependencies = _requirements(dependencies, "ort.dependencies", problems)
+    for key, source in (("wheel", wheel), ("capi", capi)):
+        if version and source and source.kind == "requirement":
+            req = Requirement(source.location)
+            if not req.name.lower().replace("_", "-").startswith("onnxruntime"):
+                problems.found(f"ort.{key}.requirement", source.location, "an onnxruntime distribution")
+            elif str(req.specifier) != f"=={version}":
+                problems.found(f"ort.{key}.requirement", source.location, f"'{req.name}=={version}' to match ort.version")
+    if version is None:
+        return None
+    return Ort(version=version, archive=archive, wheel=wheel, capi=capi, dependencies=dependencies)
+
+
+def _python(table: Mapping[str, Any] | None, base: Path, problems: _Problems) -> Python:
+    table = table or {}
+    lock = _string(table, "lock", "python", problems, required=False, expected="a path to the lock file")
+    requirements = _requirements(table.get("requirements", []), "python.requirements", problems) or ()
+    return Python(lock=(base / lock).resolve() if lock else None, requirements=requirements)
+
+
+def _requirements(value: Any, where: str, problems: _Problems) -> tuple[str, ...] | None:
+    if not isinstance(value, list):
+        problems.found(where, value, "a list of requirement strings")
+        return None
+    good = []
+    for i, item in enumerate(value):
+        try:
+            good.append(str(Requirement(item)))
+        except (InvalidRequirement, TypeError):
+            problems.found(f"{where}[{i}]", item, "a requirement such as 'numpy>=1.21'")
+    return tuple(good)
+
+
+def _vc_redist(data: Mapping[str, Any], base: Path, problems: _Problems) -> VcRedist | None:
+    table = _table(data, "vc_redist", problems)
+    if not table:
+        return None
+    source = _input(table, "vc_redist", base, problems, embedded=True)
+    min_version = _string(table, "min_version", "vc_redist", problems, required=False,
+                          pattern=re.compile(r"^14\.\d+\.\d+(\.\d+)?$"), expected="a version such as '14.40.33810'")
+    return VcRedist(source=source, min_version=min_version) if source else None
+
+
+def _gpu(data: Mapping[str, Any], base: Path, problems: _Problems) -> Gpu | None:
+    table = _table(data, "gpu", problems)
+    if not table:
+        return None
+    cuda = _string(table, "cuda", "gpu", problems, pattern=re.compile(r"^\d+\.\d+$"), expected="a CUDA version such as '11.8'")
+    cudnn = _string(table, "cudnn", "gpu", problems, pattern=re.compile(r"^\d+(\.\d+)*$"), expected="a cuDNN version such as '8.6'")
+    entries = table.get("sources", [])
+    if not isinstance(entries, list) or not entries:
+        problems.found("gpu.sources", entries, "a non-empty array of tables [[gpu.sources]]")
+        entries = []
+    sources = []
+    for i, entry in enumerate(entries):
+        where = f"gpu.sources[{i}]"
+        if not isinstance(entry, dict):
+            problems.found(where, entry, "a table")
+            continue
+        problems.unknown_keys(where, entry, KEYS["gpu.sources"])
+        source = _input(entry, where, base, problems, embedded=True)
+        include = entry.get("include", [])
+        if not isinstance(include, list) or not all(isinstance(p, str) and p for p in include):
+            problems.found(f"{where}.include", include, "a list of glob patterns such as '*/bin/*.dll'")
+            include = []
+        if source:
+            sources.append(GpuSource(source=source, include=tuple(include)))
+    if cuda is None or cudnn is None:
+        return None
+    return Gpu(cuda=cuda, cudnn=cudnn, sources=tuple(sources))
+
+
+def _models(data: Mapping[str, Any], base: Path, problems: _Problems) -> list[Model]:
+    entries = data.get("models", [])
+    if not isinstance(entries, list):
+        problems.found("models", entries, "an array of tables [[models]]")
+        return []
+    models: list[Model] = []
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(entries):
+        where = f"models[{i}]"
+        if not isinstance(entry, dict):
+            problems.found(where, entry, "a table")
+            continue
+        problems.unknown_keys(where, entry, KEYS["models"])
+        name = _string(entry, "name", where, problems, pattern=NAME_RE,
+                       expected="a model name of letters, digits, '.', '_' or '-'")
+        if name is not None:
+            if name.lower() in seen:
+                problems.add(f"{where}.name", f"found '{name}' again (also models[{seen[name.lower()]}]), expected unique model names")
+            seen.setdefault(name.lower(), i)
+        source = _input(entry, where, base, problems, embedded=True)
+        shapes = _shapes(entry.get("shapes", {}), f"{where}.shapes", problems)
+        if name and source and shapes is not None:
+            models.append(Model(name=name, source=source, shapes=shapes))
+    return models
+
+
+def _shapes(value: Any, where: str, problems: _Problems) -> dict[str, tuple[int, ...]] | None:
+    if not isinstance(value, dict):
+        problems.found(where, value, "a table of input name = [dimensions]")
+        return None
+    shapes = {}
+    for name, dims in value.items():
+        if not isinstance(dims, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
+            problems.found(f"{where}.{name}", dims, "a list of positive integers such as [1, 3, 224, 224]")
+            continue
+        shapes[name] = tuple(dims)
+    return shapes
+
+
+def _launch(table: Mapping[str, Any] | None, base: Path, problems: _Problems) -> Launch:
+    table = table or {}
+    module = _string(table, "module", "launch", problems, required=False,
+                     pattern=re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"),
+                     expected="a dotted Python module name such as 'myapp.main'")
+    script = _input(table.get("script"), "launch.script", base, problems, required=False)
+    if "module" in table and "script" in table:
+        problems.add("launch", "found both 'module' and 'script', expected one entry point")
+    cache_dir = _string(table, "cache_dir", "launch", problems, required=False, expected="a directory path")
+    env = table.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        problems.found("launch.env", env, "a table of NAME = \"value\" strings")
+        env = {}
+    for name in env:
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            problems.found(f"launch.env.{name}", name, "an environment variable name of letters, digits and '_'")
+    return Launch(module=module, script=script, cache_dir=cache_dir, env=dict(env))
+
+
+def _input(table: Any, where: str, base: Path, problems: _Problems, *, required: bool = True,
+           embedded: bool = False) -> Input | None:
+    """An input table: exactly one of url / path / requirement, and its sha256.
+
+    `embedded` tables (a [[models]] entry, [vc_redist]) carry keys of their own, checked by their section.
+    """
+    if table is None:
+        if required:
+            problems.add(where, "missing, expected a table with 'url', 'path' or 'requirement' and 'sha256'")
+        return None
+    if not isinstance(table, dict):
+        problems.found(where, table, "a table with 'url', 'path' or 'requirement' and 'sha256'")
+        return None
+    if not embedded:
+        problems.unknown_keys(where, table, INPUT_KEYS)
+    sources = [k for k in ("url", "path", "requirement") if k in table]
+    if len(sources) != 1:
+        found = " and ".join(f"'{s}'" for s in sources) or "none"
+        problems.add(where, f"found {found}, expected exactly one of 'url', 'path' or 'requirement'")
+        return None
+    kind: InputKind = sources[0]  # type: ignore[assignment]
+    hashes = _hashes(table.get("sha256"), f"{where}.sha256", problems, many=kind == "requirement")
+    location, filename = _location(kind, table[kind], f"{where}.{kind}", base, problems)
+    if hashes is None or location is None:
+        return None
+    return Input(key=where, kind=kind, location=location, sha256=hashes, filename=filename)
+
+
+def _hashes(value: Any, where: str, problems: _Problems, *, many: bool) -> tuple[str, ...] | None:
+    if value is None:
+        problems.add(where, "missing; every input must be pinned by its sha256 (run `sha256sum FILE`)")
+        return None
+    values = value if many and isinstance(value, list) else [value]
+    if not values or not all(isinstance(v, str) and SHA256_RE.match(v) for v in values):
+        expected = "64 lowercase hex digits" + (" (or a list of them)" if many else "")
+        problems.found(where, value, expected)
+        return None
+    return tuple(values)
+
+
+def _location(kind: InputKind, value: Any, where: str, base: Path, problems: _Problems) -> tuple[str | None, str | None]:
+    if not isinstance(value, str) or not value:
+        problems.found(where, value, "a non-empty string")
+        return None, None
+    checks: dict[str, Callable[[str, str, Path, _Problems], tuple[str | None, str | None]]] = {
+        "url": _url_location, "path": _path_location, "requirement": _requirement_location,
+    }
+    return checks[kind](value, where, base, problems)
+
+
+def _url_location(value: str, where: str, base: Path, problems: _Problems) -> tuple[str | None, str | None]:
+    parsed = urlparse(value)
+    if parsed.scheme not in ("https", "http", "file") or (parsed.scheme != "file" and not parsed.netloc):
+        problems.found(where, value, "an https, http or file URL")
+        return None, None
+    name = PurePosixPath(unquote(parsed.path)).name
+    if not name:
+        problems.found(where, value, "a URL that ends in a file name")
+        return None, None
+    return value, name
+
+
+def _path_location(value: str, where: str, base: Path, problems: _Problems) -> tuple[str | None, str | None]:
+    path = (base / value).resolve()
+    return str(path), path.name
+
+
+def _requirement_location(value: str, where: str, base: Path, problems: _Problems) -> tuple[str | None, str | None]:
+    try:
+        req = Requirement(value)
+    except InvalidRequirement:
+        req = None
+    specs = list(req.specifier) if req else []
+    if req is None or len(specs) != 1 or specs[0].operator != "==" or "*" in specs[0].version or req.url or req.marker:
+        problems.found(where, value, "an exact pin 'name==version'")
+        return None, None
+    return f"{req.name}=={specs[0].version}", None
