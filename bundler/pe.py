@@ -1,0 +1,146 @@
+"""What a Windows binary needs and claims, read once with pefile.
+
+The build decides the DLL closure, the wheel's Python tag and the minimum VC++ runtime from these
+facts, so they are read from the file itself rather than trusted from names or metadata. Parsing is
+`fast_load` followed by only the import, delay-import and resource directories: a full parse of a
+19 MB `.pyd` costs seconds, these three cost milliseconds.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pefile
+
+from bundler.errors import BuildError, InputUnavailableError
+
+MACHINE_NAMES = {0x8664: "x64", 0x014C: "x86", 0xAA64: "arm64"}
+
+_DIRECTORIES = [
+    pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_IMPORT"],
+    pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_DELAY_IMPORT"],
+    pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_RESOURCE"],
+]
+_SECURITY = pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_SECURITY"]
+
+# Searching for the ".dll" suffix first and walking back over name characters is ~50x faster on a
+# 19 MB binary than one regex with a leading character class.
+_NAME_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+_ASCII_SUFFIX = re.compile(rb"\.dll(?![A-Za-z0-9_])", re.IGNORECASE)
+_UTF16_SUFFIX = re.compile(rb"\.\x00[dD]\x00[lL]\x00[lL]\x00")
+_MAX_NAME = 100
+
+
+@dataclass(frozen=True, kw_only=True)
+class PeInfo:
+    """The facts about one PE file that deployment decisions depend on."""
+
+    machine: int
+    is_dll: bool
+    linker_version: tuple[int, int]
+    file_version: str | None
+    product_version: str | None
+    imports: tuple[str, ...]
+    delay_imports: tuple[str, ...]
+    runtime_names: tuple[str, ...]
+    has_signature: bool
+
+    @property
+    def machine_name(self) -> str:
+        return MACHINE_NAMES.get(self.machine, f"0x{self.machine:04x}")
+
+
+def is_pe(path: Path) -> bool:
+    """Cheap header check, so callers can pick out binaries without a full parse."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(64)
+            if len(head) < 64 or head[:2] != b"MZ":
+                return False
+            f.seek(int.from_bytes(head[60:64], "little"))
+            return f.read(4) == b"PE\0\0"
+    except OSError:
+        return False
+
+
+def inspect_pe(path: Path, *, label: str | None = None) -> PeInfo:
+    """Read one PE file; `label` names it in errors (e.g. its path inside a wheel)."""
+    name = label or str(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        msg = f"{name} cannot be read ({exc.strerror}); expected a readable DLL or PYD file."
+        raise InputUnavailableError(msg) from exc
+    try:
+        pe = pefile.PE(data=data, fast_load=True)
+        pe.parse_data_directories(directories=_DIRECTORIES)
+    except pefile.PEFormatError as exc:
+        msg = f"{name} is not a valid PE file ({exc.value}); expected a Windows DLL, PYD or EXE."
+        raise BuildError(msg) from None
+    with pe:
+        imports = _dll_names(getattr(pe, "DIRECTORY_ENTRY_IMPORT", ()))
+        delay_imports = _dll_names(getattr(pe, "DIRECTORY_ENTRY_DELAY_IMPORT", ()))
+        strings = _version_strings(pe)
+        security = pe.OPTIONAL_HEADER.DATA_DIRECTORY[_SECURITY]
+        excluded = {n.lower() for n in (*imports, *delay_imports, Path(name).name)}
+        return PeInfo(
+            machine=pe.FILE_HEADER.Machine,
+            is_dll=pe.is_dll(),
+            linker_version=(pe.OPTIONAL_HEADER.MajorLinkerVersion, pe.OPTIONAL_HEADER.MinorLinkerVersion),
+            file_version=strings.get("FileVersion"),
+            product_version=strings.get("ProductVersion"),
+            imports=imports,
+            delay_imports=delay_imports,
+            runtime_names=runtime_dll_names(data, exclude=excluded),
+            has_signature=security.VirtualAddress > 0 and security.Size > 0,
+        )
+
+
+def runtime_dll_names(data: bytes, *, exclude: set[str]) -> tuple[str, ...]:
+    """DLL names in the file's strings: what it may LoadLibrary by name, invisible in imports.
+
+    cuDNN 8 loads its sub-libraries and zlibwapi.dll this way (FACTS.md §3). `exclude` holds
+    lower-case names to leave out. Order: first occurrence, ASCII before UTF-16, one spelling each.
+    """
+    found: dict[str, str] = {}
+    candidates = [*_names_before(data, _ASCII_SUFFIX, width=1), *_names_before(data, _UTF16_SUFFIX, width=2)]
+    for candidate in candidates:
+        key = candidate.lower()
+        if key not in exclude and key not in found:
+            found[key] = candidate
+    return tuple(found.values())
+
+
+def _names_before(data: bytes, suffix: re.Pattern[bytes], *, width: int) -> list[str]:
+    """The name ending at each `suffix` match, read backwards one character of `width` bytes at a time."""
+    names = []
+    for match in suffix.finditer(data):
+        start = match.start()
+        limit = max(0, start - _MAX_NAME * width)
+        while start - width >= limit and _is_name_char(data, start - width, width=width):
+            start -= width
+        while start < match.start() and data[start] in b".-":
+            start += width
+        if start < match.start():
+            names.append(data[start:match.end()].decode("ascii" if width == 1 else "utf-16-le"))
+    return names
+
+
+def _is_name_char(data: bytes, offset: int, *, width: int) -> bool:
+    return data[offset] in _NAME_CHARS and not any(data[offset + 1:offset + width])
+
+
+def _dll_names(entries) -> tuple[str, ...]:
+    return tuple(entry.dll.decode("ascii", "replace") for entry in entries)
+
+
+def _version_strings(pe: pefile.PE) -> dict[str, str]:
+    strings: dict[str, str] = {}
+    for file_info in getattr(pe, "FileInfo", ()):
+        for entry in file_info:
+            for table in getattr(entry, "StringTable", ()):
+                for key, value in table.entries.items():
+                    strings.setdefault(key.decode("utf-8", "replace"), value.decode("utf-8", "replace"))
+    return strings
