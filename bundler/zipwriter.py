@@ -1,0 +1,336 @@
+"""A reproducible, parallel zip writer.
+
+Why not `zipfile`: it compresses on the writing thread and cannot take an already-deflated stream, so it
+can neither compress members in parallel nor reuse members compressed by an earlier build. Here workers
+deflate members concurrently (zlib releases the GIL) into a member cache keyed by (sha256, level), hashing
+each input in the same pass; the writing thread then lays the members down in sorted order.
+
+Everything that could vary between machines is fixed: entry order (sorted by name), timestamps (one
+`date_time`), permissions (0644, 0755 for executables and directories), "made by" Unix, UTF-8 names, no
+extra fields except ZIP64 when a size or offset needs it. The output goes to a temporary file beside the
+destination and is renamed into place only when complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import tempfile
+import time
+import zlib
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO
+
+from .errors import BuildError, HashMismatchError
+from .hashing import CHUNK
+
+STORED, DEFLATED = 0, 8
+ALREADY_COMPRESSED = (".whl", ".zip", ".gz", ".tgz", ".xz", ".bz2", ".zst", ".7z", ".jar", ".png", ".jpg", ".jpeg")
+TRIAL_BYTES = 256 * 1024
+MAX32 = 0xFFFFFFFF
+MADE_BY_UNIX = 3 << 8
+
+
+@dataclass(frozen=True, kw_only=True)
+class Member:
+    """One file of the archive: from a file (whose sha256 the build knows) or from bytes."""
+
+    name: str
+    source: Path | None = None
+    data: bytes | None = None
+    sha256: str | None = None
+    executable: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.source is None) == (self.data is None):
+            msg = f"zip member {self.name}: exactly one of source and data is needed"
+            raise BuildError(msg)
+        if self.source is not None and self.sha256 is None:
+            msg = f"zip member {self.name}: a file member needs its expected sha256"
+            raise BuildError(msg)
+
+    @property
+    def digest(self) -> str:
+        if self.sha256 is not None:
+            return self.sha256
+        assert self.data is not None
+        return hashlib.sha256(self.data).hexdigest()
+
+    @property
+    def size(self) -> int:
+        return len(self.data) if self.data is not None else self.source.stat().st_size  # type: ignore[union-attr]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Prepared:
+    """A member ready to be laid down: its compressed bytes live in `path` or `data`."""
+
+    method: int
+    crc: int
+    usize: int
+    csize: int
+    path: Path | None = None
+    data: bytes | None = None
+
+
+def dos_date_time(epoch: int) -> tuple[int, int]:
+    """(time, date) in DOS format, in UTC: the zip format has no time zone, so we pick one."""
+    t = time.gmtime(max(epoch, 315532800))
+    dos_time = (t.tm_hour << 11) | (t.tm_min << 5) | (t.tm_sec // 2)
+    dos_date = ((t.tm_year - 1980) << 9) | (t.tm_mon << 5) | t.tm_mday
+    return dos_time, dos_date
+
+
+def choose_method(member: Member) -> int:
+    """Store what is already compressed; deflate the rest. Decided from content, so deterministic."""
+    if member.name.lower().endswith(ALREADY_COMPRESSED):
+        return STORED
+    if member.data is not None:
+        sample = member.data[:TRIAL_BYTES]
+    else:
+        with member.source.open("rb") as fh:  # type: ignore[union-attr]
+            sample = fh.read(TRIAL_BYTES)
+    if len(sample) < 64:
+        return DEFLATED
+    return STORED if len(zlib.compress(sample, 1)) > 0.95 * len(sample) else DEFLATED
+
+
+class MemberCache:
+    """Deflated members kept by (sha256, level), so a rebuild with unchanged inputs skips compression."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _folder(self, level: int) -> Path:
+        return self.root / f"deflate-{level}"
+
+    def find(self, sha256: str, level: int) -> _Prepared | None:
+        folder = self._folder(level)
+        for path in folder.glob(f"{sha256}.*.*"):
+            _, crc, usize = path.name.split(".")
+            return _Prepared(method=DEFLATED, crc=int(crc, 16), usize=int(usize), csize=path.stat().st_size, path=path)
+        return None
+
+    @contextmanager
+    def writer(self, sha256: str, level: int) -> Iterator[tuple[BinaryIO, "list[_Prepared]"]]:
+        """Yield a temporary file; the caller appends the result, which is then renamed into place."""
+        folder = self._folder(level)
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+        result: list[_Prepared] = []
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                yield fh, result
+            prepared = result[0]
+            final = folder / f"{sha256}.{prepared.crc:08x}.{prepared.usize}"
+            os.replace(name, final)
+            result[0] = _Prepared(method=DEFLATED, crc=prepared.crc, usize=prepared.usize, csize=prepared.csize, path=final)
+        finally:
+            Path(name).unlink(missing_ok=True)
+
+
+def _deflate_file(member: Member, level: int, cache: MemberCache) -> _Prepared:
+    """Hash, CRC and deflate one file in a single read; refuse it if its hash is not the expected one."""
+    cached = cache.find(member.digest, level)
+    if cached is not None:
+        return cached
+    assert member.source is not None
+    digest = hashlib.sha256()
+    crc = usize = csize = 0
+    compressor = zlib.compressobj(level, zlib.DEFLATED, -15)
+    with cache.writer(member.digest, level) as (out, result), member.source.open("rb") as fh:
+        while chunk := fh.read(CHUNK):
+            digest.update(chunk)
+            crc = zlib.crc32(chunk, crc)
+            usize += len(chunk)
+            block = compressor.compress(chunk)
+            csize += len(block)
+            out.write(block)
+        block = compressor.flush()
+        csize += len(block)
+        out.write(block)
+        actual = digest.hexdigest()
+        if actual != member.sha256:
+            msg = (f"{member.source}: sha256 is {actual}, expected {member.sha256} (for {member.name}); "
+                   "the cache is corrupt: delete that file and run `ort-bundler fetch` again")
+            raise HashMismatchError(msg)
+        result.append(_Prepared(method=DEFLATED, crc=crc, usize=usize, csize=csize))
+    return result[0]
+
+
+def _deflate_bytes(data: bytes, level: int) -> _Prepared:
+    compressor = zlib.compressobj(level, zlib.DEFLATED, -15)
+    packed = compressor.compress(data) + compressor.flush()
+    return _Prepared(method=DEFLATED, crc=zlib.crc32(data), usize=len(data), csize=len(packed), data=packed)
+
+
+def _directories(names: Sequence[str]) -> list[str]:
+    dirs = set()
+    for name in names:
+        for parent in PurePosixPath(name).parents:
+            if str(parent) != ".":
+                dirs.add(str(parent) + "/")
+    return sorted(dirs)
+
+
+@dataclass
+class _Central:
+    name: bytes
+    flags: int
+    method: int
+    crc: int
+    usize: int
+    csize: int
+    offset: int
+    mode: int
+    is_dir: bool
+
+
+class _Writer:
+    def __init__(self, fh: BinaryIO, epoch: int) -> None:
+        self.fh = fh
+        self.time, self.date = dos_date_time(epoch)
+        self.central: list[_Central] = []
+
+    def _local_header(self, name: bytes, flags: int, method: int, crc: int, usize: int, csize: int) -> int:
+        offset = self.fh.tell()
+        zip64 = usize >= MAX32 or csize >= MAX32
+        extra = struct.pack("<HHQQ", 1, 16, usize, csize) if zip64 else b""
+        self.fh.write(struct.pack("<IHHHHHIIIHH", 0x04034B50, 45 if zip64 else 20, flags, method, self.time,
+                                  self.date, crc, MAX32 if zip64 else csize, MAX32 if zip64 else usize,
+                                  len(name), len(extra)))
+        self.fh.write(name)
+        self.fh.write(extra)
+        return offset
+
+    def add_directory(self, name: str) -> None:
+        raw, flags = _encode(name)
+        offset = self._local_header(raw, flags, STORED, 0, 0, 0)
+        self.central.append(_Central(raw, flags, STORED, 0, 0, 0, offset, 0o40755, True))
+
+    def add_prepared(self, name: str, prepared: _Prepared, mode: int) -> None:
+        raw, flags = _encode(name)
+        offset = self._local_header(raw, flags, prepared.method, prepared.crc, prepared.usize, prepared.csize)
+        if prepared.data is not None:
+            self.fh.write(prepared.data)
+        else:
+            with prepared.path.open("rb") as src:  # type: ignore[union-attr]
+                while chunk := src.read(CHUNK):
+                    self.fh.write(chunk)
+        self.central.append(_Central(raw, flags, prepared.method, prepared.crc, prepared.usize, prepared.csize,
+                                     offset, mode, False))
+
+    def add_stored_file(self, name: str, member: Member, mode: int) -> None:
+        """Copy a file as is, hashing and CRC-ing on the way, then patch the CRC into its header."""
+        raw, flags = _encode(name)
+        size = member.size
+        offset = self._local_header(raw, flags, STORED, 0, size, size)
+        digest = hashlib.sha256()
+        crc = written = 0
+        with member.source.open("rb") as src:  # type: ignore[union-attr]
+            while chunk := src.read(CHUNK):
+                digest.update(chunk)
+                crc = zlib.crc32(chunk, crc)
+                written += len(chunk)
+                self.fh.write(chunk)
+        if written != size or digest.hexdigest() != member.sha256:
+            msg = (f"{member.source}: sha256 is {digest.hexdigest()}, expected {member.sha256} (for {member.name}); "
+                   "the cache is corrupt: delete that file and run `ort-bundler fetch` again")
+            raise HashMismatchError(msg)
+        end = self.fh.tell()
+        self.fh.seek(offset + 14)
+        self.fh.write(struct.pack("<I", crc))
+        self.fh.seek(end)
+        self.central.append(_Central(raw, flags, STORED, crc, size, size, offset, mode, False))
+
+    def finish(self) -> None:
+        start = self.fh.tell()
+        for entry in self.central:
+            self.fh.write(_central_record(entry, self.time, self.date))
+        size = self.fh.tell() - start
+        count = len(self.central)
+        if count >= 0xFFFF or size >= MAX32 or start >= MAX32:
+            eocd64 = self.fh.tell()
+            self.fh.write(struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, MADE_BY_UNIX | 45, 45, 0, 0, count, count, size, start))
+            self.fh.write(struct.pack("<IIQI", 0x07064B50, 0, eocd64, 1))
+            self.fh.write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 0xFFFF, 0xFFFF, MAX32, MAX32, 0))
+        else:
+            self.fh.write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, count, count, size, start, 0))
+
+
+def _central_record(e: _Central, dos_time: int, dos_date: int) -> bytes:
+    fields = []
+    usize, csize, offset = e.usize, e.csize, e.offset
+    if usize >= MAX32 or csize >= MAX32:
+        fields += [usize, csize]
+        usize = csize = MAX32
+    if offset >= MAX32:
+        fields.append(offset)
+        offset = MAX32
+    extra = struct.pack("<HH", 1, 8 * len(fields)) + struct.pack(f"<{len(fields)}Q", *fields) if fields else b""
+    version = 45 if extra else 20
+    external = (e.mode << 16) | (0x10 if e.is_dir else 0)
+    header = struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, MADE_BY_UNIX | version, version, e.flags, e.method,
+                         dos_time, dos_date, e.crc, csize, usize, len(e.name), len(extra), 0, 0, 0, external, offset)
+    return header + e.name + extra
+
+
+def _encode(name: str) -> tuple[bytes, int]:
+    try:
+        return name.encode("ascii"), 0
+    except UnicodeEncodeError:
+        return name.encode("utf-8"), 0x800
+
+
+def write_zip(members: Sequence[Member], dest: Path, *, epoch: int, member_cache: MemberCache, level: int = 6,
+              jobs: int | None = None) -> None:
+    """Write `members` (plus their parent directories) to `dest` atomically and reproducibly."""
+    by_name: dict[str, Member] = {}
+    for member in members:
+        if member.name in by_name or member.name.startswith("/") or "\\" in member.name:
+            msg = f"zip member {member.name!r}: duplicate or not a relative POSIX path"
+            raise BuildError(msg)
+        by_name[member.name] = member
+    names = sorted(by_name)
+    entries = sorted(set(names) | set(_directories(names)))
+    methods = {name: choose_method(by_name[name]) for name in names}
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    try:
+        with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool, os.fdopen(fd, "wb") as fh:
+            futures: dict[str, Future[_Prepared]] = {}
+            for name in names:
+                member = by_name[name]
+                if methods[name] == DEFLATED and member.source is not None:
+                    futures[name] = pool.submit(_deflate_file, member, level, member_cache)
+            writer = _Writer(fh, epoch)
+            for name in entries:
+                if name.endswith("/"):
+                    writer.add_directory(name)
+                    continue
+                member = by_name[name]
+                mode = 0o100755 if member.executable else 0o100644
+                if name in futures:
+                    writer.add_prepared(name, futures[name].result(), mode)
+                elif member.data is not None:
+                    prepared = _deflate_bytes(member.data, level) if methods[name] == DEFLATED else _Prepared(
+                        method=STORED, crc=zlib.crc32(member.data), usize=len(member.data), csize=len(member.data),
+                        data=member.data)
+                    writer.add_prepared(name, prepared, mode)
+                else:
+                    writer.add_stored_file(name, member, mode)
+            writer.finish()
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp_name, 0o644)
+        os.replace(tmp_name, dest)
+    except BaseException:
+        for future in locals().get("futures", {}).values():
+            future.cancel()
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
