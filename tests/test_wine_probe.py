@@ -1,0 +1,177 @@
+"""The native probe under Wine, against the real ONNX Runtime Windows DLLs (issue 7 §1 and the probe side of §4).
+
+These tests prove the probe itself: that it reports the DLL the search order really found, runs models
+through the C API with digests that match the Linux onnxruntime of the same version, and fails with
+distinct exit codes. The launcher tests build on it by making `run.cmd` the caller instead of the small
+`.cmd` written here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from conftest import ORT_VERSION, make_identity_model
+from native_fixtures import (  # noqa: F401
+    DECOY_ORT_VERSION,
+    ProbeExit,
+    ProbeReport,
+    ort_win_capi,
+    ortprobe_exe,
+    reference_outputs,
+    reference_run,
+    write_path_cmd,
+)
+from onnx import TensorProto, helper
+from wine import wine, mingw_gcc  # noqa: F401
+
+pytestmark = [pytest.mark.wine, pytest.mark.integration]
+
+
+def _save(model: onnx.ModelProto, path: Path) -> Path:
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def make_affine_model(path: Path) -> Path:
+    """Two float inputs (one with a dynamic batch dim), two outputs: x*3+y and x*y."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])
+    scaled = helper.make_tensor_value_info("scaled", TensorProto.FLOAT, ["batch", 3])
+    product = helper.make_tensor_value_info("product", TensorProto.FLOAT, ["batch", 3])
+    three = helper.make_tensor("three", TensorProto.FLOAT, [], [3.0])
+    nodes = [
+        helper.make_node("Mul", ["x", "three"], ["x3"]),
+        helper.make_node("Add", ["x3", "y"], ["scaled"]),
+        helper.make_node("Mul", ["x", "y"], ["product"]),
+    ]
+    graph = helper.make_graph(nodes, "affine", [x, y], [scaled, product], initializer=[three])
+    return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def make_reshape_model(path: Path) -> Path:
+    """Valid, but fails at run time: the probe feeds a dynamic dim as 1, and 1 element cannot become [2, 2]."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [2, 2])
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"])], "reshape", [x], [y],
+                              initializer=[shape])
+    return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def make_int64_input_model(path: Path) -> Path:
+    x = helper.make_tensor_value_info("x", TensorProto.INT64, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.INT64, [2])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "int64", [x], [y])
+    return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("probe models")
+    corrupt = folder / "corrupt.onnx"
+    corrupt.write_bytes(b"this is not a protobuf model\x00\xff" * 8)
+    return {
+        "identity": make_identity_model(folder / "identity.onnx", opset=13),
+        "affine": make_affine_model(folder / "affine.onnx"),
+        "reshape": make_reshape_model(folder / "reshape.onnx"),
+        "int64": make_int64_input_model(folder / "int64.onnx"),
+        "corrupt": corrupt,
+    }
+
+
+@pytest.fixture(scope="module")
+def ort_capi(ort_win_capi) -> Path:  # noqa: F811
+    return ort_win_capi(ORT_VERSION)
+
+
+@pytest.fixture(scope="module")
+def with_ort_on_path(tmp_path_factory, wine, ortprobe_exe, ort_capi) -> Path:  # noqa: F811
+    return write_path_cmd(tmp_path_factory.mktemp("caller") / "probe.cmd", wine=wine, probe=ortprobe_exe,
+                          path_first=[ort_capi])
+
+
+def _same_windows_path(reported: str | None, expected: str) -> bool:
+    return reported is not None and reported.lower() == expected.lower()
+
+
+def test_probe_loads_the_dll_on_path_and_identity_is_exact(wine, with_ort_on_path, ort_capi, models):  # noqa: F811
+    model = wine.to_windows(models["identity"])
+    result = wine.cmd(with_ort_on_path, "--expect-version", ORT_VERSION, "--check-identity", f'"{model}"')
+    report = ProbeReport.parse(result.stdout)
+
+    assert result.returncode == ProbeExit.OK, result.stdout + result.stderr
+    assert _same_windows_path(report.module, wine.to_windows(ort_capi / "onnxruntime.dll"))
+    assert report.version == ORT_VERSION
+    [run] = report.models
+    assert _same_windows_path(run.path, model)
+    assert run.identity == "exact"
+    assert run.outputs == reference_outputs(models["identity"])
+
+
+def test_probe_digests_match_linux_onnxruntime(wine, with_ort_on_path, models, tmp_path):  # noqa: F811
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    result = wine.cmd(with_ort_on_path, "--dump", f'"{wine.to_windows(dump)}"',
+                      f'"{wine.to_windows(models["affine"])}"', f'"{wine.to_windows(models["identity"])}"')
+
+    assert result.returncode == ProbeExit.OK, result.stdout + result.stderr
+    affine, identity = ProbeReport.parse(result.stdout).models
+    expected = reference_outputs(models["affine"])
+    assert [o.name for o in expected] == ["scaled", "product"]
+    assert all(o.shape == (1, 3) for o in expected), "the dynamic batch dim must be fed as 1"
+    assert affine.outputs == expected
+    assert identity.outputs == reference_outputs(models["identity"])
+    # The raw dumps allow a comparison within tolerance where bit-exactness cannot be expected.
+    reference = reference_run(models["affine"])
+    for index, name in enumerate(["scaled", "product"]):
+        windows = np.fromfile(dump / f"0_{index}.bin", dtype="<f4").reshape(reference[name].shape)
+        np.testing.assert_allclose(windows, reference[name], rtol=1e-6)
+
+
+def test_probe_without_the_dll_on_path_fails_to_load_with_126(wine, ortprobe_exe, models):  # noqa: F811
+    result = wine.run([wine.to_windows(ortprobe_exe), wine.to_windows(models["identity"])], cwd=ortprobe_exe.parent)
+
+    assert result.returncode == ProbeExit.LOAD, result.stdout + result.stderr
+    assert "LoadLibraryW(onnxruntime.dll) failed: GetLastError 126" in result.stderr
+    assert ProbeReport.parse(result.stdout).module is None
+
+
+def test_decoy_first_on_path_shadows_the_real_dll_without_a_launcher(  # noqa: F811
+        wine, ortprobe_exe, ort_win_capi, ort_capi, models, tmp_path):  # noqa: F811
+    decoy = ort_win_capi(DECOY_ORT_VERSION)
+    caller = write_path_cmd(tmp_path / "shadowed.cmd", wine=wine, probe=ortprobe_exe, path_first=[decoy, ort_capi])
+    result = wine.cmd(caller, "--expect-version", ORT_VERSION, f'"{wine.to_windows(models["identity"])}"')
+    report = ProbeReport.parse(result.stdout)
+
+    assert result.returncode == ProbeExit.VERSION, result.stdout + result.stderr
+    assert _same_windows_path(report.module, wine.to_windows(decoy / "onnxruntime.dll"))
+    assert report.version == DECOY_ORT_VERSION
+    assert f"loaded ONNX Runtime {DECOY_ORT_VERSION}, expected {ORT_VERSION}" in result.stderr
+    assert report.models == ()
+
+
+@pytest.mark.parametrize(("model", "code", "message"), [
+    ("corrupt", ProbeExit.SESSION, "error: CreateSessionFromArray failed: "),
+    ("reshape", ProbeExit.RUN, "error: Run failed: "),
+    ("int64", ProbeExit.UNSUPPORTED, "error: input x has element type 7"),
+])
+def test_probe_failures_have_distinct_exit_codes(wine, with_ort_on_path, models, model, code, message):  # noqa: F811
+    result = wine.cmd(with_ort_on_path, f'"{wine.to_windows(models[model])}"')
+
+    assert result.returncode == code, result.stdout + result.stderr
+    error_line = next(line for line in result.stderr.splitlines() if line.startswith("error: "))
+    assert error_line.startswith(message)
+    assert len(error_line) > len(message) + 10, "ORT's own message must follow"
+
+
+def test_probe_echoes_arguments_and_returns_the_requested_exit_code(wine, ortprobe_exe, tmp_path):  # noqa: F811
+    caller = write_path_cmd(tmp_path / "echo.cmd", wine=wine, probe=ortprobe_exe, path_first=[])
+    result = wine.cmd(caller, "--echo-args", "--exit", "42", '"two words"', '"say \\"hi\\""', "plain")
+
+    assert result.returncode == 42, result.stdout + result.stderr
+    assert ProbeReport.parse(result.stdout).args == ("--echo-args", "--exit", "42", "two words", 'say "hi"', "plain")
