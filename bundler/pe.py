@@ -8,6 +8,7 @@ facts, so they are read from the file itself rather than trusted from names or m
 
 from __future__ import annotations
 
+import mmap
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,39 +67,49 @@ def is_pe(path: Path) -> bool:
 
 
 def inspect_pe(path: Path, *, label: str | None = None) -> PeInfo:
-    """Read one PE file; `label` names it in errors (e.g. its path inside a wheel)."""
+    """Read one PE file; `label` names it in errors (e.g. its path inside a wheel).
+
+    The file is memory-mapped, not read: a CUDA provider DLL is over 400 MB.
+    """
     name = label or str(path)
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return _inspect(data, name=name)
+    except ValueError:
+        msg = f"{name} is empty; expected a Windows DLL, PYD or EXE."
+        raise BuildError(msg) from None
     except OSError as exc:
         msg = f"{name} cannot be read ({exc.strerror}); expected a readable DLL or PYD file."
         raise InputUnavailableError(msg) from exc
+
+
+def _inspect(data: mmap.mmap, *, name: str) -> PeInfo:
     try:
         pe = pefile.PE(data=data, fast_load=True)
         pe.parse_data_directories(directories=_DIRECTORIES)
     except pefile.PEFormatError as exc:
         msg = f"{name} is not a valid PE file ({exc.value}); expected a Windows DLL, PYD or EXE."
         raise BuildError(msg) from None
-    with pe:
-        imports = _dll_names(getattr(pe, "DIRECTORY_ENTRY_IMPORT", ()))
-        delay_imports = _dll_names(getattr(pe, "DIRECTORY_ENTRY_DELAY_IMPORT", ()))
-        strings = _version_strings(pe)
-        security = pe.OPTIONAL_HEADER.DATA_DIRECTORY[_SECURITY]
-        excluded = {n.lower() for n in (*imports, *delay_imports, Path(name).name)}
-        return PeInfo(
-            machine=pe.FILE_HEADER.Machine,
-            is_dll=pe.is_dll(),
-            linker_version=(pe.OPTIONAL_HEADER.MajorLinkerVersion, pe.OPTIONAL_HEADER.MinorLinkerVersion),
-            file_version=strings.get("FileVersion"),
-            product_version=strings.get("ProductVersion"),
-            imports=imports,
-            delay_imports=delay_imports,
-            runtime_names=runtime_dll_names(data, exclude=excluded),
-            has_signature=security.VirtualAddress > 0 and security.Size > 0,
-        )
+    imports = _dll_names(getattr(pe, "DIRECTORY_ENTRY_IMPORT", ()))
+    delay_imports = _dll_names(getattr(pe, "DIRECTORY_ENTRY_DELAY_IMPORT", ()))
+    strings = _version_strings(pe)
+    # The file's own names (cudart64_110.dll calls itself CUDART64_118_89.DLL) are not dependencies.
+    own_names = (Path(name).name, strings.get("OriginalFilename", ""), strings.get("InternalName", ""))
+    security = pe.OPTIONAL_HEADER.DATA_DIRECTORY[_SECURITY]
+    return PeInfo(
+        machine=pe.FILE_HEADER.Machine,
+        is_dll=pe.is_dll(),
+        linker_version=(pe.OPTIONAL_HEADER.MajorLinkerVersion, pe.OPTIONAL_HEADER.MinorLinkerVersion),
+        file_version=strings.get("FileVersion"),
+        product_version=strings.get("ProductVersion"),
+        imports=imports,
+        delay_imports=delay_imports,
+        runtime_names=runtime_dll_names(data, exclude={n.lower() for n in (*imports, *delay_imports, *own_names)}),
+        has_signature=security.VirtualAddress > 0 and security.Size > 0,
+    )
 
 
-def runtime_dll_names(data: bytes, *, exclude: set[str]) -> tuple[str, ...]:
+def runtime_dll_names(data: bytes | mmap.mmap, *, exclude: set[str]) -> tuple[str, ...]:
     """DLL names in the file's strings: what it may LoadLibrary by name, invisible in imports.
 
     cuDNN 8 loads its sub-libraries and zlibwapi.dll this way (FACTS.md §3). `exclude` holds
@@ -113,7 +124,7 @@ def runtime_dll_names(data: bytes, *, exclude: set[str]) -> tuple[str, ...]:
     return tuple(found.values())
 
 
-def _names_before(data: bytes, suffix: re.Pattern[bytes], *, width: int) -> list[str]:
+def _names_before(data: bytes | mmap.mmap, suffix: re.Pattern[bytes], *, width: int) -> list[str]:
     """The name ending at each `suffix` match, read backwards one character of `width` bytes at a time."""
     names = []
     for match in suffix.finditer(data):
@@ -128,7 +139,7 @@ def _names_before(data: bytes, suffix: re.Pattern[bytes], *, width: int) -> list
     return names
 
 
-def _is_name_char(data: bytes, offset: int, *, width: int) -> bool:
+def _is_name_char(data: bytes | mmap.mmap, offset: int, *, width: int) -> bool:
     return data[offset] in _NAME_CHARS and not any(data[offset + 1:offset + width])
 
 
