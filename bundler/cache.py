@@ -27,6 +27,11 @@ def default_cache_dir() -> Path:
     return Path(env) if env else Path(platformdirs.user_cache_dir("ort-bundler", appauthor=False))
 
 
+def cached_sha256(path: Path) -> str:
+    """The hash of a file found in the cache, which its folder is named after (verified on entry)."""
+    return path.parent.name
+
+
 @dataclass(frozen=True)
 class Cache:
     root: Path

@@ -143,9 +143,9 @@ class _Fetcher:
             reqs = Path(tmp) / "requirements.txt"
             hashes = " ".join(f"--hash=sha256:{h}" for h in item.sha256)
             reqs.write_text(f"{item.location} {hashes}\n", encoding="utf-8")
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--require-hashes",
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes",
                    "--disable-pip-version-check", "--no-input", "--progress-bar", "off", "-d", str(dest),
-                   *_target_args(self.target), "-r", str(reqs)]
+                   *self.target.pip_target_args(), "-r", str(reqs)]
             try:
                 self.runner(cmd)
             except BundleError as exc:
@@ -224,7 +224,3 @@ class _Bar:
             self.fetcher._slots.append(self.slot)
 
 
-
-def _target_args(target: Target) -> list[str]:
-    args = [arg for tag in target.pip_platforms() for arg in ("--platform", tag)]
-    return [*args, "--python-version", target.python, "--implementation", "cp"]

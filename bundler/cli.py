@@ -1,0 +1,213 @@
+"""The command line: parse arguments, call one action, turn a `BundleError` into its exit code.
+
+`main(argv)` returns the exit code instead of exiting, so tests call it directly. Errors print as one
+sentence (every problem of a manifest, one per line); the traceback only with `--verbose`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from . import __version__
+from .cache import CACHE_ENV, Cache, default_cache_dir
+from .errors import BundleError, UsageError
+from .fetch import FetchOptions
+
+EXIT_CODES = """exit codes:
+  0  success
+  1  unexpected internal error (please report it, with --verbose output)
+  2  usage error (bad arguments)
+  3  invalid manifest or lock file
+  4  an input is unavailable (not in the cache, not found, network failure)
+  5  hash mismatch
+  6  unsafe or unreadable archive
+  7  build failure (an inspection or check failed)
+  8  verification failure (bundle altered, missing or extra files)
+  9  not supported (a capability ort-bundler does not have)"""
+
+EXAMPLES = {
+    "init": "examples:\n  ort-bundler init\n  ort-bundler init --from onnxruntime-1.23.1-cp311-cp311-win_amd64.whl model.onnx -o app.toml",
+    "lock": "examples:\n  ort-bundler lock manifests/quickstart-win.toml",
+    "fetch": "examples:\n  ort-bundler fetch manifests/quickstart-linux.toml\n  ort-bundler fetch app.toml --offline\n"
+             "  ort-bundler fetch app.toml --mirror /media/usb/inputs",
+    "build": "examples:\n  ort-bundler build manifests/quickstart-linux.toml\n  ort-bundler build app.toml -o out/",
+    "verify": "examples:\n  ort-bundler verify dist/quickstart-linux-1.0.0-linux_x86_64.zip --json",
+    "inspect": "examples:\n  ort-bundler inspect onnxruntime.dll\n  ort-bundler inspect model.onnx --json",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ort-bundler", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Turn one pinned manifest into a verified, reproducible, offline ONNX Runtime bundle.",
+        epilog=EXIT_CODES)
+    parser.add_argument("--version", action="version", version=f"ort-bundler {__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="store_true", help="log every step; show tracebacks")
+    common.add_argument("-q", "--quiet", action="store_true", help="print only errors; no progress bars")
+    common.add_argument("--cache", type=Path, default=None,
+                        help=f"the content-addressed cache (default: ${CACHE_ENV} or {default_cache_dir()})")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], help=help_text, description=help_text, epilog=EXAMPLES[name],
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    p = command("init", "write a commented starter manifest, pinning local files with --from")
+    p.add_argument("--from", dest="from_files", nargs="+", type=Path, default=[], metavar="FILE",
+                   help="local files to pin: an ORT wheel, ORT release archive, VC_redist.x64.exe, .onnx models")
+    p.add_argument("-o", "--output", type=Path, default=Path("ort-bundle.toml"), help="manifest to write")
+    p.add_argument("--force", action="store_true", help="overwrite an existing manifest")
+    p.set_defaults(action=_init)
+
+    p = command("lock", "resolve the Python dependency closure for the target platform into a lock file")
+    p.add_argument("manifest", type=Path)
+    p.set_defaults(action=_lock)
+
+    p = command("fetch", "download every pinned input into the cache, verifying hashes as they stream")
+    p.add_argument("manifest", type=Path)
+    p.add_argument("--offline", action="store_true", help="use only the cache; never the network")
+    p.add_argument("--mirror", type=Path, help="look for inputs in DIR (by file name or sha256), never the network")
+    p.add_argument("-j", "--jobs", type=int, default=4, help="parallel downloads (default 4)")
+    p.add_argument("--json", action="store_true", help="print what was fetched as JSON")
+    p.set_defaults(action=_fetch)
+
+    p = command("build", "build the bundle zip from the cache only")
+    p.add_argument("manifest", type=Path)
+    p.add_argument("-o", "--output", type=Path, default=Path("dist"), help="output folder (default: dist)")
+    p.add_argument("-j", "--jobs", type=int, default=None, help="compression threads (default: CPU count)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(action=_build)
+
+    p = command("verify", "check a finished bundle: structure, bundle.json, every SHA256SUMS entry")
+    p.add_argument("bundle", type=Path)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(action=_verify)
+
+    p = command("inspect", "explain one artifact: ORT archive, wheel, DLL/PYD, or ONNX model")
+    p.add_argument("path", type=Path)
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.set_defaults(action=_inspect)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors and 0 for --help
+        return int(exc.code or 0)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(message)s")
+    action: Callable[[argparse.Namespace], int] = args.action
+    try:
+        return action(args)
+    except BundleError as exc:
+        if args.verbose:
+            traceback.print_exc()
+        print(f"ort-bundler {args.command}: error: {exc}", file=sys.stderr)
+        return exc.return_code
+    except KeyboardInterrupt:
+        print(f"ort-bundler {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug: say so plainly, and how to get the details
+        if args.verbose:
+            traceback.print_exc()
+        print(f"ort-bundler {args.command}: internal error: {type(exc).__name__}: {exc} (run with --verbose for the "
+              "traceback)", file=sys.stderr)
+        return 1
+
+
+# -- actions -------------------------------------------------------------------------------------------
+
+
+def _cache(args: argparse.Namespace) -> Cache:
+    return Cache(args.cache if args.cache else default_cache_dir())
+
+
+def _say(args: argparse.Namespace, text: str) -> None:
+    if not args.quiet:
+        print(text)
+
+
+def _manifest(args: argparse.Namespace):
+    from .manifest import load
+
+    return load(args.manifest)
+
+
+def _init(args: argparse.Namespace) -> int:
+    from .starter import write_starter
+
+    path = write_starter(args.output, args.from_files, force=args.force)
+    _say(args, f"wrote {path}; edit it, then run `ort-bundler lock {path}` and `ort-bundler fetch {path}`")
+    return 0
+
+
+def _lock(args: argparse.Namespace) -> int:
+    from .pipeline import lock_manifest
+
+    manifest = _manifest(args)
+    lock, path = lock_manifest(manifest, cache=_cache(args), options=FetchOptions(quiet=args.quiet))
+    _say(args, f"locked {len(lock.wheels)} wheels for {lock.target.platform} / Python {lock.target.python} in {path}")
+    if manifest.python.lock is None:
+        _say(args, f"add this to {manifest.path.name} so build uses it:\n[python]\nlock = \"{path.name}\"")
+    return 0
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    from .pipeline import fetch_manifest
+
+    if args.jobs < 1:
+        raise UsageError(f"--jobs: found {args.jobs}, expected a positive number")
+    if args.offline and args.mirror:
+        raise UsageError("--offline and --mirror: choose one (both never use the network)")
+    if args.mirror and not args.mirror.is_dir():
+        raise UsageError(f"--mirror: {args.mirror} is not a directory")
+    options = FetchOptions(offline=args.offline, mirror=args.mirror, jobs=args.jobs, quiet=args.quiet or args.json)
+    files = fetch_manifest(_manifest(args), cache=_cache(args), options=options)
+    if args.json:
+        print(json.dumps({key: str(path) for key, path in sorted(files.items())}, indent=2))
+    else:
+        _say(args, f"{len(files)} inputs in the cache {_cache(args).root}")
+    return 0
+
+
+def _build(args: argparse.Namespace) -> int:
+    from .build import build
+
+    result = build(_manifest(args), cache=_cache(args), out_dir=args.output, jobs=args.jobs)
+    if args.json:
+        print(json.dumps({"zip": str(result.zip_path), "sha256": result.sha256, "size": result.size}, indent=2))
+    else:
+        _say(args, f"wrote {result.zip_path} ({result.size:,} bytes)\nsha256 {result.sha256}")
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from .errors import VerificationError
+    from .verify import verify_bundle
+
+    report = verify_bundle(args.bundle)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    elif not report.ok or not args.quiet:
+        print(report.summary(), file=sys.stdout if report.ok else sys.stderr)
+    return 0 if report.ok else VerificationError.return_code
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from .inspect import describe, inspect_path
+
+    findings = inspect_path(args.path)
+    print(json.dumps(findings, indent=2, sort_keys=True) if args.json else describe(findings))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""`ort-bundler init`: a commented starter manifest, with local files pinned for you.
+
+Each `--from` file is recognised by its name (an ORT wheel or release archive, the VC++ redistributable,
+an ONNX model) and pinned with its sha256 and a path relative to the manifest; anything else is refused,
+so a typo does not silently become a model.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import tomli_w
+
+from .errors import InputUnavailableError, UsageError
+from .hashing import file_sha256
+
+ORT_WHEEL = re.compile(r"^onnxruntime(_gpu)?-(\d+\.\d+\.\d+)-.*\.whl$", re.IGNORECASE)
+ORT_ARCHIVE = re.compile(r"^onnxruntime-(win|linux)-x64(-gpu)?-(\d+\.\d+\.\d+)\.(zip|tgz)$", re.IGNORECASE)
+VC_REDIST = re.compile(r"^vc_redist\.x64.*\.exe$", re.IGNORECASE)
+DEFAULT_ORT = "1.23.1"
+
+
+def toml_value(value: Any) -> str:
+    return tomli_w.dumps({"v": value})[len("v = "):].strip()
+
+
+def toml_inline(table: dict[str, Any]) -> str:
+    return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in table.items()) + " }"
+
+
+def toml_table(table: dict[str, Any]) -> str:
+    return "\n".join(f"{k} = {toml_value(v)}" for k, v in table.items())
+
+
+@dataclass
+class _Pins:
+    platform: str = "win_amd64"
+    ort_version: str = DEFAULT_ORT
+    ort_python: dict[str, Any] | None = None
+    ort_archive: dict[str, Any] | None = None
+    vc_redist: dict[str, Any] | None = None
+    models: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _pin(path: Path, base: Path) -> dict[str, str]:
+    if not path.is_file():
+        msg = f"--from {path}: file not found"
+        raise InputUnavailableError(msg)
+    return {"path": os.path.relpath(path.resolve(), base.resolve()).replace(os.sep, "/"), "sha256": file_sha256(path)}
+
+
+def _classify(files: Sequence[Path], base: Path) -> _Pins:
+    pins = _Pins()
+    for path in files:
+        name = path.name
+        if match := ORT_WHEEL.match(name):
+            pins.ort_version = match.group(2)
+            pins.platform = "win_amd64" if "win_amd64" in name else "linux_x86_64"
+            pins.ort_python = {"key": "capi", "value": _pin(path, base)}
+        elif match := ORT_ARCHIVE.match(name):
+            pins.ort_version = match.group(3)
+            pins.platform = "win_amd64" if match.group(1).lower() == "win" else "linux_x86_64"
+            pins.ort_archive = _pin(path, base)
+        elif VC_REDIST.match(name):
+            pins.vc_redist = _pin(path, base)
+        elif name.lower().endswith(".onnx"):
+            stem = re.sub(r"[^A-Za-z0-9._-]", "-", path.stem)
+            pins.models.append({"name": stem, **_pin(path, base)})
+        else:
+            msg = (f"--from {path}: cannot tell what this file is; expected an onnxruntime wheel, an "
+                   "onnxruntime-<os>-x64-<version>.zip/.tgz, a VC_redist.x64.exe or an .onnx model")
+            raise UsageError(msg)
+    return pins
+
+
+def render_starter(output: Path, files: Sequence[Path]) -> str:
+    pins = _classify(files, output.parent)
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    env.filters.update(toml=toml_value, toml_inline=toml_inline, toml_table=toml_table)
+    source = resources.files("bundler.templates").joinpath("manifest.toml.j2").read_text(encoding="utf-8")
+    return env.from_string(source).render(
+        filename=output.name, name=re.sub(r"[^A-Za-z0-9._-]", "-", output.stem) or "bundle",
+        lock=output.stem + ".lock.toml", platform=pins.platform, ort_version=pins.ort_version,
+        ort_python=pins.ort_python, ort_archive=pins.ort_archive, vc_redist=pins.vc_redist, models=pins.models)
+
+
+def write_starter(output: Path, files: Sequence[Path], *, force: bool = False) -> Path:
+    if output.exists() and not force:
+        msg = f"{output}: already exists; pass --force to overwrite it"
+        raise UsageError(msg)
+    text = render_starter(output, files)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, output)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return output
