@@ -1,0 +1,618 @@
+"""ort-bundler self-check: proves on the target machine that this installation works, or says what to fix.
+
+    <install>/venv/bin/python <install>/selfcheck/selfcheck.py [--json] [--allow-cpu-fallback] [--root DIR]
+
+It runs where only the installed environment exists, so it is one standard-library file (the build
+inlines bundler/target/synth.py into the shipped copy). onnxruntime and numpy are imported inside the
+checks: a broken environment must become a failed check with advice, not a traceback.
+Exit 0 only when no check failed; warnings do not fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from bundler.target.synth import compare_output, describe_io, output_digest, probe_model, synthesize_inputs
+
+CUDA = "CUDAExecutionProvider"
+CPU = "CPUExecutionProvider"
+MIN_FREE_BYTES = 1 << 30
+LATENCY_RUNS = 5
+LATENCY_BUDGET_SECONDS = 5.0
+# Loaded libraries worth reporting, by family; the driver's own library is never bundled.
+LIBRARY_FAMILIES = (
+    ("onnxruntime", re.compile(r"^(lib)?onnxruntime", re.IGNORECASE)),
+    ("msvcp140", re.compile(r"^msvcp140", re.IGNORECASE)),
+    ("vcruntime140", re.compile(r"^vcruntime140", re.IGNORECASE)),
+    ("driver", re.compile(r"^(nvcuda\.dll|libcuda\.so)", re.IGNORECASE)),
+    ("cudnn", re.compile(r"^(lib)?cudnn", re.IGNORECASE)),
+    ("cuda", re.compile(r"^(lib)?(cudart|cublas|cufft|curand|cusparse|cusolver|nvrtc|nvinfer|nvonnxparser)",
+                        re.IGNORECASE)),
+)
+MISSING_LIBRARY = (
+    re.compile(r'depends on "([^"]+)" which is missing'),
+    re.compile(r"([\w.+-]+\.so[\w.]*): cannot open shared object file"),
+    re.compile(r"([\w.+-]+\.dll)\b[^.]*?(?:not found|missing|could not be found)", re.IGNORECASE),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Check:
+    """One line of the report: what was checked, the verdict, and what to do about a failure."""
+
+    id: str
+    status: str  # pass | fail | warn | skip
+    message: str
+    fix: str = ""
+    details: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Context:
+    root: Path
+    bundle: dict
+    allow_cpu_fallback: bool
+
+    @property
+    def gpu(self) -> dict:
+        return self.bundle.get("gpu") or {}
+
+    def reinstall(self) -> str:
+        return f"Re-run the bundle's installer with -Force (--force on Linux) to restore {self.root}."
+
+
+# ---------------------------------------------------------------- checks without onnxruntime
+
+
+def check_path(ctx: Context) -> Check:
+    """Non-ASCII install paths break provider loading (onnxruntime #14063, #19062)."""
+    text = str(ctx.root)
+    if not text.isascii():
+        return Check(id="path", status="fail", message=f"the install path {text} contains non-ASCII characters",
+                     fix="Install into a path with only ASCII characters, e.g. C:\\ort\\<name>.")
+    if sys.platform == "win32" and len(text) > 120:
+        return Check(id="path", status="warn", message=f"the install path is {len(text)} characters long",
+                     fix="Files deep below it may exceed MAX_PATH (260); install into a shorter path.")
+    return Check(id="path", status="pass", message=f"install path {text} is ASCII")
+
+
+def check_python(ctx: Context) -> Check:
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    wanted = ctx.bundle.get("python", running)
+    if running != wanted:
+        return Check(id="python", status="fail", message=f"{sys.executable} is Python {running}, the bundle targets {wanted}",
+                     fix="Run the self-check through the installation's launcher (run --self-check).")
+    return Check(id="python", status="pass", message=f"Python {running} at {sys.executable}")
+
+
+def check_cpu(ctx: Context) -> Check:
+    """ORT runs without AVX2, but several times slower: worth knowing when latency disappoints."""
+    if sys.platform == "win32":
+        import ctypes
+
+        has_avx2 = bool(ctypes.windll.kernel32.IsProcessorFeaturePresent(40))  # PF_AVX2_INSTRUCTIONS_AVAILABLE
+    else:
+        try:
+            flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").split()
+        except OSError as exc:
+            return Check(id="cpu", status="skip", message=f"cannot read /proc/cpuinfo: {exc}")
+        has_avx2 = "avx2" in flags
+    if not has_avx2:
+        return Check(id="cpu", status="warn", message="this CPU does not offer AVX2",
+                     fix="Expect slower inference: ORT falls back to its SSE kernels on this CPU.")
+    return Check(id="cpu", status="pass", message="CPU offers AVX2")
+
+
+def cache_dir() -> Path:
+    configured = os.environ.get("ORT_BUNDLER_CACHE_DIR") or os.environ.get("TEMP") or os.environ.get("TMP")
+    return Path(configured or tempfile.gettempdir())
+
+
+def check_cache_space(ctx: Context) -> Check:
+    directory = cache_dir()
+    existing = next((path for path in (directory, *directory.parents) if path.exists()), directory.anchor)
+    free = shutil.disk_usage(existing).free
+    details = {"cache_dir": str(directory), "free_bytes": free}
+    message = f"{free / (1 << 30):.1f} GB free for the cache directory {directory}"
+    if free < MIN_FREE_BYTES:
+        return Check(id="cache", status="warn", message=message, details=details,
+                     fix="Free space there or point ORT_BUNDLER_CACHE_DIR at a larger drive: "
+                         "CUDA's kernel cache and temporary files need room.")
+    return Check(id="cache", status="pass", message=message, details=details)
+
+
+# ---------------------------------------------------------------- onnxruntime itself
+
+
+def import_onnxruntime(ctx: Context):
+    """The import check and the imported module (None when the import failed)."""
+    try:
+        import onnxruntime
+    except Exception as exc:  # ImportError, or OSError when a DLL fails to initialise
+        reason = " ".join(str(exc).split())
+        fix = ctx.reinstall()
+        if "DLL" in reason:
+            fix = (f"A library the binding needs did not load: install the VC++ x64 runtime "
+                   f"{ctx.bundle.get('vc_runtime_min') or ''} or newer (payload/vc_redist in the bundle) and remove "
+                   "older msvcp140.dll copies from folders on PATH; then re-run.")
+        return Check(id="onnxruntime", status="fail", message=f"import onnxruntime failed: {reason}", fix=fix), None
+    pinned = ctx.bundle["ort"]["version"]
+    location = Path(onnxruntime.__file__).resolve().parent
+    venv = (ctx.root / "venv").resolve()
+    details = {"version": onnxruntime.__version__, "location": str(location)}
+    if not location.is_relative_to(venv):
+        return Check(id="onnxruntime", status="fail", details=details,
+                     message=f"onnxruntime was imported from {location}, not from this installation's environment {venv}",
+                     fix="Run the self-check through the installation's launcher (run --self-check) and remove "
+                         "PYTHONPATH entries or other onnxruntime copies that shadow it."), onnxruntime
+    if onnxruntime.__version__ != pinned:
+        return Check(id="onnxruntime", status="fail", details=details,
+                     message=f"onnxruntime {onnxruntime.__version__} is installed in {location}, the bundle pins {pinned}",
+                     fix=ctx.reinstall()), onnxruntime
+    return Check(id="onnxruntime", status="pass", details=details,
+                 message=f"onnxruntime {onnxruntime.__version__} from {location}"), onnxruntime
+
+
+def check_providers(ctx: Context, ort) -> Check:
+    """CUDA has its own check with a diagnosis; every other expected provider must simply be there."""
+    available = ort.get_available_providers()
+    missing = [name for name in ctx.bundle.get("expected_providers", [CPU]) if name != CUDA and name not in available]
+    details = {"available": available}
+    if missing:
+        return Check(id="providers", status="fail", details=details,
+                     message=f"expected providers {missing} are not available; onnxruntime offers {available}",
+                     fix=ctx.reinstall())
+    return Check(id="providers", status="pass", details=details, message=f"available providers: {', '.join(available)}")
+
+
+def session_options(ort, *, log_level: int = 3):
+    options = ort.SessionOptions()
+    options.log_severity_level = log_level
+    return options
+
+
+@contextlib.contextmanager
+def native_stderr(sink: list[str]):
+    """Capture what native code writes to stderr: ORT names a provider's missing library only in its log."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            sink.append(capture.read().decode("utf-8", errors="replace"))
+
+
+def cuda_session_problem(ctx: Context, ort) -> tuple[str | None, str]:
+    """Why a session asking for CUDA alone does not run on CUDA (None when it does), and ORT's evidence."""
+    available = ort.get_available_providers()
+    if CUDA not in available:
+        return f"the installed onnxruntime offers only {available}", ""
+    identity = ctx.root / ctx.bundle["selfcheck"]["identity_model"]
+    captured: list[str] = []
+    with warnings.catch_warnings(record=True) as caught, native_stderr(captured):
+        warnings.simplefilter("always")
+        try:
+            session = ort.InferenceSession(str(identity), session_options(ort, log_level=2), providers=[CUDA])
+        except Exception as exc:  # ORT's pybind error classes carry the reason as text
+            evidence = " ".join([str(exc), *captured, *(str(w.message) for w in caught)])
+            return "a session requesting only CUDA failed", evidence
+    evidence = " ".join([*captured, *(str(w.message) for w in caught)])
+    if CUDA not in session.get_providers():
+        return f"a session requesting only CUDA fell back to {session.get_providers()}", evidence
+    return None, evidence
+
+
+def load_library(name: str):
+    import ctypes
+
+    loader = ctypes.WinDLL if sys.platform == "win32" else ctypes.CDLL
+    return loader(name)
+
+
+def driver_cuda_version(driver) -> tuple[int, int] | None:
+    """The newest CUDA the installed driver supports, from cuDriverGetVersion (e.g. 11080 is 11.8)."""
+    import ctypes
+
+    version = ctypes.c_int(0)
+    try:
+        if driver.cuDriverGetVersion(ctypes.byref(version)) != 0:
+            return None
+    except AttributeError:
+        return None
+    return version.value // 1000, (version.value % 1000) // 10
+
+
+def bundled_cudnn_major(ctx: Context) -> int | None:
+    """cudnnGetVersion of the bundle's cuDNN: 8600 is 8.6.0 (cuDNN 8), 90100 is 9.1.0 (cuDNN 9)."""
+    import ctypes
+
+    for relative in ctx.gpu.get("dlls", []):
+        if re.match(r"^(lib)?cudnn(64_\d+\.dll|\.so)", Path(relative).name):
+            try:
+                library = load_library(str(ctx.root / relative))
+            except OSError:
+                return None
+            library.cudnnGetVersion.restype = ctypes.c_size_t
+            version = library.cudnnGetVersion()
+            return version // 10000 if version >= 10000 else version // 1000
+    return None
+
+
+def missing_library(evidence: str) -> str | None:
+    for pattern in MISSING_LIBRARY:
+        found = pattern.search(evidence)
+        if found:
+            return Path(found.group(1)).name
+    return None
+
+
+def diagnose_cuda(ctx: Context, problem: str, evidence: str) -> tuple[str, str]:
+    """The cause, most fundamental first: no driver, an old driver, a CPU-only wheel, a missing DLL, cuDNN."""
+    min_driver = ctx.gpu.get("min_driver") or "the version the bundle's CUDA requires"
+    driver_name = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
+    try:
+        driver = load_library(driver_name)
+    except OSError as exc:
+        return (f"no NVIDIA driver: {driver_name} cannot be loaded ({exc})",
+                f"Install the NVIDIA driver {min_driver} or newer on this machine (it is never bundled).")
+    needed = tuple(int(part) for part in str(ctx.gpu.get("cuda", "0.0")).split(".")[:2])
+    supported = driver_cuda_version(driver)
+    if supported is not None and supported < needed:
+        return (f"driver too old: it supports CUDA {supported[0]}.{supported[1]}, the bundle needs CUDA "
+                f"{'.'.join(map(str, needed))}", f"Update the NVIDIA driver to {min_driver} or newer.")
+    if problem.startswith("the installed onnxruntime offers only"):
+        return ("the installed onnxruntime is a build without the CUDA provider",
+                "Rebuild the bundle with the GPU build of onnxruntime, or install the CPU bundle.")
+    missing = missing_library(evidence)
+    if missing:
+        return (f"{missing} not found",
+                f"Check that {ctx.root / 'gpu'} holds {missing} and run through the installation's launcher, "
+                "which puts the bundle's GPU folders on the DLL search path.")
+    cudnn = bundled_cudnn_major(ctx)
+    wanted_cudnn = int(str(ctx.gpu.get("cudnn", "0")).split(".")[0])
+    if cudnn is not None and wanted_cudnn and cudnn != wanted_cudnn:
+        return (f"wrong cuDNN: the bundled cuDNN is major version {cudnn}, this onnxruntime needs cuDNN {wanted_cudnn}",
+                "Rebuild the bundle with the cuDNN major version the GPU provider was built against.")
+    return (f"ORT says: {' '.join(evidence.split())[:600] or 'nothing'}",
+            "Run with --json and compare the loaded CUDA libraries below with the bundle's gpu folder.")
+
+
+def check_cuda(ctx: Context, ort) -> Check:
+    """A GPU bundle must not quietly run on the CPU: ask for CUDA alone and explain any refusal."""
+    problem, evidence = cuda_session_problem(ctx, ort)
+    if problem is None:
+        return Check(id="cuda", status="pass", message="a session requesting only CUDA runs on CUDAExecutionProvider")
+    cause, fix = diagnose_cuda(ctx, problem, evidence)
+    details = {"problem": problem, "evidence": " ".join(evidence.split())[:2000]}
+    if ctx.allow_cpu_fallback:
+        return Check(id="cuda", status="warn", details=details, fix=fix,
+                     message=f"CUDA is unavailable ({problem}): {cause}; running on the CPU (--allow-cpu-fallback)")
+    return Check(id="cuda", status="fail", details=details, fix=fix,
+                 message=f"CUDA is expected but unavailable ({problem}): {cause}")
+
+
+def session_providers(ctx: Context, ort, *, cuda_ok: bool) -> list[str]:
+    expected = ctx.bundle.get("expected_providers", [CPU])
+    available = ort.get_available_providers()
+    chosen = [name for name in expected if name in available and (name != CUDA or cuda_ok)]
+    return chosen if CPU in chosen else [*chosen, CPU]
+
+
+def check_identity(ctx: Context, ort) -> Check:
+    import numpy as np
+
+    path = ctx.root / ctx.bundle["selfcheck"]["identity_model"]
+    if not path.is_file():
+        return Check(id="identity", status="fail", message=f"the identity model {path} is missing", fix=ctx.reinstall())
+    try:
+        session = ort.InferenceSession(str(path), session_options(ort), providers=[CPU])
+        feeds = synthesize_inputs(describe_io(session.get_inputs()))
+        (result,) = session.run(None, feeds)
+    except Exception as exc:  # whatever ORT raises here is the finding
+        return Check(id="identity", status="fail", message=f"the identity model {path} did not run: {exc}",
+                     fix=ctx.reinstall())
+    (given,) = feeds.values()
+    if result.dtype != given.dtype or not np.array_equal(result, given):
+        return Check(id="identity", status="fail", fix=ctx.reinstall(),
+                     message=f"the identity model {path} returned {result.dtype}{list(result.shape)} that differs from its input")
+    return Check(id="identity", status="pass", message=f"identity model returned its {given.dtype}{list(given.shape)} input exactly")
+
+
+def file_sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def model_file_problem(ctx: Context, record: dict) -> str | None:
+    path = ctx.root / record["file"]
+    if not path.is_file():
+        return f"model '{record['name']}' file {record['file']} is missing from {ctx.root}"
+    actual = file_sha256(path)
+    if actual != record["sha256"]:
+        return f"model '{record['name']}' file {path} has sha256 {actual}, the bundle recorded {record['sha256']}"
+    return None
+
+
+def timed_runs(session, feeds) -> tuple[list, list[float]]:
+    """The first run's outputs and the durations of up to LATENCY_RUNS runs within the time budget."""
+    durations = []
+    results = None
+    while len(durations) < LATENCY_RUNS and sum(durations) < LATENCY_BUDGET_SECONDS:
+        started = time.perf_counter()
+        outputs = session.run(None, feeds)
+        durations.append(time.perf_counter() - started)
+        results = outputs if results is None else results
+    return results, durations
+
+
+def check_model(ctx: Context, ort, record: dict, providers: list[str]) -> Check:
+    check_id = f"model:{record['name']}"
+    problem = model_file_problem(ctx, record)
+    if problem:
+        return Check(id=check_id, status="fail", message=problem, fix=ctx.reinstall())
+    reference = record.get("reference") or {}
+    try:
+        feeds = synthesize_inputs(record["inputs"], record.get("shapes"))
+    except ValueError as exc:
+        return Check(id=check_id, status="fail", message=f"model '{record['name']}': {exc}", fix=ctx.reinstall())
+    drifted = [name for name, digest in reference.get("inputs", {}).items() if output_digest(feeds[name]) != digest]
+    if drifted:
+        return Check(id=check_id, status="fail", fix="Rebuild the bundle: its self-check and its references disagree.",
+                     message=f"model '{record['name']}': the synthesised inputs {drifted} differ from the ones the build used")
+    try:
+        session = ort.InferenceSession(str(ctx.root / record["file"]), session_options(ort), providers=providers)
+        results, durations = timed_runs(session, feeds)
+    except Exception as exc:  # ORT's reason is the finding
+        return Check(id=check_id, status="fail", fix=ctx.reinstall(),
+                     message=f"model '{record['name']}' ({record['file']}) did not run: {' '.join(str(exc).split())}")
+    latency = statistics.median(durations) * 1000
+    details = {"latency_ms": round(latency, 3), "runs": len(durations), "providers": session.get_providers()}
+    mismatches = [
+        mismatch for spec, value in zip(record["outputs"], results)
+        if spec["name"] in reference.get("outputs", {})
+        and (mismatch := compare_output(spec["name"], value, reference["outputs"][spec["name"]],
+                                        rtol=reference["rtol"], atol=reference["atol"]))
+    ]
+    if mismatches:
+        return Check(id=check_id, status="fail", details=details,
+                     message=f"model '{record['name']}' ran but differs from the build's reference: {'; '.join(mismatches)}",
+                     fix="Compare this machine's onnxruntime and libraries below with the bundle; re-run the installer "
+                         "with -Force if files were changed.")
+    compared = "matches the reference" if reference.get("outputs") else "ran (no reference recorded)"
+    return Check(id=check_id, status="pass", details=details,
+                 message=f"model '{record['name']}' {compared}; median latency {latency:.2f} ms on {session.get_providers()[0]}")
+
+
+# ---------------------------------------------------------------- loaded libraries
+
+
+def loaded_library_paths() -> list[str]:
+    if sys.platform == "win32":
+        return windows_module_paths()
+    paths = set()
+    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+        for line in maps:
+            parts = line.split(maxsplit=5)
+            if len(parts) == 6 and parts[5].startswith("/"):
+                paths.add(parts[5].strip())
+    return sorted(paths)
+
+
+def windows_module_paths() -> list[str]:
+    """Every module the Windows loader has mapped into this process (EnumProcessModules)."""
+    import ctypes
+    from ctypes import wintypes
+
+    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
+    kernel32.GetCurrentProcess.restype = wintypes.HANDLE
+    kernel32.K32EnumProcessModules.argtypes = [wintypes.HANDLE, ctypes.POINTER(wintypes.HMODULE), wintypes.DWORD,
+                                               ctypes.POINTER(wintypes.DWORD)]
+    kernel32.K32EnumProcessModules.restype = wintypes.BOOL
+    kernel32.GetModuleFileNameW.argtypes = [wintypes.HMODULE, wintypes.LPWSTR, wintypes.DWORD]
+    kernel32.GetModuleFileNameW.restype = wintypes.DWORD
+    process = kernel32.GetCurrentProcess()
+    count = 512
+    while True:
+        modules = (wintypes.HMODULE * count)()
+        needed = wintypes.DWORD(0)
+        if not kernel32.K32EnumProcessModules(process, modules, ctypes.sizeof(modules), ctypes.byref(needed)):
+            raise ctypes.WinError(ctypes.get_last_error())
+        if needed.value <= ctypes.sizeof(modules):
+            break
+        count = needed.value // ctypes.sizeof(wintypes.HMODULE) + 64
+    buffer = ctypes.create_unicode_buffer(32768)
+    paths = []
+    for handle in modules[: needed.value // ctypes.sizeof(wintypes.HMODULE)]:
+        length = kernel32.GetModuleFileNameW(handle, buffer, len(buffer))
+        if length:
+            paths.append(buffer.value)
+    return sorted(paths)
+
+
+def windows_file_version(path: str) -> str | None:
+    """FileVersion from the version resource's VS_FIXEDFILEINFO, as a.b.c.d."""
+    import ctypes
+    from ctypes import wintypes
+
+    version = ctypes.WinDLL("version", use_last_error=True)
+    version.GetFileVersionInfoSizeW.argtypes = [wintypes.LPCWSTR, ctypes.POINTER(wintypes.DWORD)]
+    version.GetFileVersionInfoW.argtypes = [wintypes.LPCWSTR, wintypes.DWORD, wintypes.DWORD, ctypes.c_void_p]
+    version.VerQueryValueW.argtypes = [ctypes.c_void_p, wintypes.LPCWSTR, ctypes.POINTER(ctypes.c_void_p),
+                                       ctypes.POINTER(wintypes.UINT)]
+    size = version.GetFileVersionInfoSizeW(path, None)
+    if not size:
+        return None
+    data = ctypes.create_string_buffer(size)
+    if not version.GetFileVersionInfoW(path, 0, size, data):
+        return None
+    pointer = ctypes.c_void_p()
+    length = wintypes.UINT()
+    if not version.VerQueryValueW(data, "\\", ctypes.byref(pointer), ctypes.byref(length)) or length.value < 52:
+        return None
+    fixed = ctypes.cast(pointer, ctypes.POINTER(wintypes.DWORD * 13)).contents  # VS_FIXEDFILEINFO
+    high, low = fixed[2], fixed[3]  # dwFileVersionMS, dwFileVersionLS
+    return f"{high >> 16}.{high & 0xFFFF}.{low >> 16}.{low & 0xFFFF}"
+
+
+def library_version(path: str) -> str | None:
+    if sys.platform == "win32":
+        return windows_file_version(path)
+    found = re.search(r"\.so\.([\d.]+)$", path)
+    return found.group(1) if found else None
+
+
+def library_family(path: str) -> str | None:
+    name = Path(path).name
+    return next((family for family, pattern in LIBRARY_FAMILIES if pattern.match(name)), None)
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
+def library_problem(ctx: Context, library: dict) -> str | None:
+    """An old msvcp140 or a runtime library from outside the install when the bundle ships its own."""
+    family, path, version = library["family"], library["path"], library["version"]
+    minimum = ctx.bundle.get("vc_runtime_min")
+    if family == "msvcp140" and minimum and version and version_tuple(version) < version_tuple(minimum):
+        return f"{path} is version {version}, older than the VC++ runtime {minimum} the bundle needs"
+    bundled = family == "onnxruntime" or (family in ("cuda", "cudnn") and ctx.gpu.get("dlls"))
+    if bundled and not Path(path).resolve().is_relative_to(ctx.root.resolve()):
+        return f"{path} was loaded from outside the installation, which ships its own {family} libraries"
+    return None
+
+
+def check_libraries(ctx: Context) -> Check:
+    try:
+        paths = loaded_library_paths()
+    except OSError as exc:
+        return Check(id="libraries", status="skip", message=f"cannot list the loaded libraries: {exc}")
+    libraries = [{"family": family, "path": path, "version": library_version(path)}
+                 for path in paths if (family := library_family(path))]
+    problems = [problem for library in libraries if (problem := library_problem(ctx, library))]
+    details = {"libraries": libraries}
+    if problems:
+        return Check(id="libraries", status="fail", details=details, message="; ".join(problems),
+                     fix="Remove or rename the stray copies (or take their folders off PATH), install the VC++ runtime "
+                         "from the bundle's payload/vc_redist, and start through the installation's launcher.")
+    return Check(id="libraries", status="pass", details=details,
+                 message=f"{len(libraries)} runtime libraries loaded, all from the expected places")
+
+
+# ---------------------------------------------------------------- driver
+
+
+def load_bundle(root: Path) -> tuple[dict | None, Check | None]:
+    path = root / "bundle.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8")), None
+    except (OSError, ValueError) as exc:
+        return None, Check(id="bundle", status="fail", message=f"cannot read {path}: {exc}",
+                           fix="Point --root at the installation folder that holds bundle.json, or reinstall.")
+
+
+def onnxruntime_checks(ctx: Context, ort) -> list[Check]:
+    checks = [check_providers(ctx, ort)]
+    cuda_ok = False
+    if CUDA in ctx.bundle.get("expected_providers", []):
+        checks.append(check_cuda(ctx, ort))
+        cuda_ok = checks[-1].status == "pass"
+    checks.append(check_identity(ctx, ort))
+    providers = session_providers(ctx, ort, cuda_ok=cuda_ok)
+    checks.extend(check_model(ctx, ort, record, providers) for record in ctx.bundle.get("models", []))
+    return checks
+
+
+def run_checks(ctx: Context) -> list[Check]:
+    checks = [check_path(ctx), check_python(ctx)]
+    imported, ort = import_onnxruntime(ctx)
+    checks.append(imported)
+    if ort is None:
+        skipped = ["providers", "identity", *(f"model:{record['name']}" for record in ctx.bundle.get("models", []))]
+        checks.extend(Check(id=name, status="skip", message="skipped: onnxruntime did not import") for name in skipped)
+    else:
+        checks.extend(onnxruntime_checks(ctx, ort))
+    checks.extend([check_libraries(ctx), check_cpu(ctx), check_cache_space(ctx)])
+    return checks
+
+
+def render_human(root: Path, bundle: dict, checks: list[Check]) -> str:
+    lines = [f"ort-bundler self-check: {bundle.get('name', '?')} {bundle.get('version', '?')} "
+             f"({bundle.get('platform', '?')}) in {root}"]
+    for check in checks:
+        lines.append(f"{check.status.upper():5} {check.id}: {check.message}")
+        if check.status in ("fail", "warn") and check.fix:
+            lines.append(f"      fix: {check.fix}")
+        lines.extend(f"      {lib['path']} ({lib['version'] or 'version unknown'})"
+                     for lib in check.details.get("libraries", []))
+    failed = sum(check.status == "fail" for check in checks)
+    warned = sum(check.status == "warn" for check in checks)
+    lines.append(f"Result: {'FAILED' if failed else 'PASSED'} ({failed} failed, {warned} warnings)")
+    return "\n".join(lines)
+
+
+def reference_report(request_path: Path) -> dict:
+    """The build's model gate: the same probe the build would run in-process, in this interpreter's ORT."""
+    import onnxruntime
+
+    request = json.loads(request_path.read_text(encoding="utf-8"))
+    return {"ort_version": onnxruntime.__version__,
+            "models": {item["name"]: probe_model(onnxruntime, item["path"], item.get("shapes")) for item in request}}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Check that this ONNX Runtime installation works.")
+    parser.add_argument("--json", action="store_true", help="print a machine-readable report")
+    parser.add_argument("--allow-cpu-fallback", action="store_true",
+                        help="report an unusable CUDA provider as a warning instead of a failure")
+    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent,
+                        help="the installation folder holding bundle.json (default: the folder above selfcheck/)")
+    parser.add_argument("--reference", type=Path, metavar="REQUEST",
+                        help="(used by ort-bundler's build) record reference outputs for the models in REQUEST")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.reference:
+        print(json.dumps(reference_report(args.reference)))
+        return 0
+    root = args.root.resolve()
+    bundle, problem = load_bundle(root)
+    if bundle is None:
+        checks = [problem]
+    else:
+        checks = run_checks(Context(root=root, bundle=bundle, allow_cpu_fallback=args.allow_cpu_fallback))
+    ok = not any(check.status == "fail" for check in checks)
+    if args.json:
+        print(json.dumps({"format": 1, "ok": ok, "root": str(root), "checks": [asdict(check) for check in checks]},
+                         indent=2))
+    else:
+        print(render_human(root, bundle or {}, checks))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""Deterministic model inputs and output fingerprints, shared by the build and the self-check.
+
+The build records a reference output for every model; the self-check on the target recomputes it
+and compares. Both must feed the model byte-identical inputs, so both use this one module: the build
+imports it, and the shipped self-check carries it inlined (`modelgate.selfcheck_script_bytes`).
+It runs on the target, so it uses only the standard library and numpy, and imports numpy inside the
+functions: a missing numpy must become a failed check in the self-check's report, not a traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+
+# ONNX element types as ORT's NodeArg.type spells them, mapped to numpy dtype names.
+ELEMENT_DTYPES = {
+    "tensor(float)": "float32",
+    "tensor(double)": "float64",
+    "tensor(float16)": "float16",
+    "tensor(int8)": "int8",
+    "tensor(int16)": "int16",
+    "tensor(int32)": "int32",
+    "tensor(int64)": "int64",
+    "tensor(uint8)": "uint8",
+    "tensor(uint16)": "uint16",
+    "tensor(uint32)": "uint32",
+    "tensor(uint64)": "uint64",
+    "tensor(bool)": "bool",
+}
+
+# How many leading output values a reference keeps: all of a small output, a sample of a large one.
+REFERENCE_VALUES = 1024
+DEFAULT_RTOL = 1e-4
+DEFAULT_ATOL = 1e-5
+
+
+def is_dynamic(dim: object) -> bool:
+    """ORT reports a symbolic dimension as its name and an unknown one as None (or -1)."""
+    return not isinstance(dim, int) or dim < 0
+
+
+def resolve_shape(spec: Mapping, shapes: Mapping[str, Sequence[int]] | None) -> list[int]:
+    """The concrete shape for one input: a `[[models]]` shape where given, else dynamic dims become 1."""
+    declared = list(spec["shape"] or [])
+    given = (shapes or {}).get(spec["name"])
+    if given is None:
+        return [1 if is_dynamic(dim) else dim for dim in declared]
+    given = [int(dim) for dim in given]
+    if len(given) != len(declared):
+        msg = f"input '{spec['name']}' has shape {declared} but the given shape {given} has rank {len(given)}"
+        raise ValueError(msg)
+    for declared_dim, given_dim in zip(declared, given):
+        if given_dim < 1 or (not is_dynamic(declared_dim) and declared_dim != given_dim):
+            msg = f"input '{spec['name']}' has shape {declared} but the given shape is {given}"
+            raise ValueError(msg)
+    return given
+
+
+def synthesize_inputs(inputs: list[dict], shapes: Mapping[str, Sequence[int]] | None = None) -> dict:
+    """Inputs that are the same bytes on every machine and exercise signs and fractions.
+
+    float: element i = ((i % 251) - 125) / 16.0 (exact in every float type);
+    ints: (i % 251) - 125 clipped to the type; bool: i % 2.
+    """
+    import numpy as np
+
+    unknown = sorted(set(shapes or {}) - {spec["name"] for spec in inputs})
+    if unknown:
+        msg = f"shapes are given for {unknown}, which are not inputs of the model"
+        raise ValueError(msg)
+    feeds = {}
+    for spec in inputs:
+        dtype_name = ELEMENT_DTYPES.get(spec["type"])
+        if dtype_name is None:
+            msg = f"input '{spec['name']}' has type {spec['type']}, for which no input can be synthesised"
+            raise ValueError(msg)
+        shape = resolve_shape(spec, shapes)
+        index = np.arange(math.prod(shape), dtype=np.int64)
+        ramp = (index % 251) - 125
+        dtype = np.dtype(dtype_name)
+        if dtype.kind == "f":
+            values = (ramp / 16.0).astype(dtype)
+        elif dtype.kind == "b":
+            values = index % 2 == 1
+        else:
+            limits = np.iinfo(dtype)
+            values = np.clip(ramp, limits.min, limits.max).astype(dtype)
+        feeds[spec["name"]] = values.reshape(shape)
+    return feeds
+
+
+def output_digest(array) -> str:
+    """sha256 of the C-contiguous little-endian bytes, so the digest does not depend on the host's byte order."""
+    import numpy as np
+
+    array = np.asarray(array)
+    little = array.astype(array.dtype.newbyteorder("<"), copy=False)
+    return hashlib.sha256(np.ascontiguousarray(little).tobytes()).hexdigest()
+
+
+def describe_io(args) -> list[dict]:
+    """The signature of ORT NodeArgs as bundle.json records it."""
+    return [{"name": arg.name, "type": arg.type, "shape": list(arg.shape or [])} for arg in args]
+
+
+def summarize_output(value) -> dict:
+    """What a reference keeps of one output; a non-tensor output (a map, a sequence) is recorded as such."""
+    import numpy as np
+
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
+        return {"kind": type(value).__name__, "digest": None}
+    return {
+        "shape": list(value.shape),
+        "dtype": str(value.dtype),
+        "digest": output_digest(value),
+        "values": value.ravel()[:REFERENCE_VALUES].tolist(),
+    }
+
+
+def reference_record(feeds: Mapping, outputs: list[dict], results: Sequence) -> dict:
+    """The reference the self-check compares with: input digests prove both sides fed the same bytes."""
+    return {
+        "inputs": {name: output_digest(array) for name, array in feeds.items()},
+        "outputs": {spec["name"]: summarize_output(value) for spec, value in zip(outputs, results)},
+        "rtol": DEFAULT_RTOL,
+        "atol": DEFAULT_ATOL,
+    }
+
+
+def compare_output(name: str, value, recorded: Mapping, *, rtol: float, atol: float) -> str | None:
+    """None when an output matches its reference, else one sentence saying how it differs.
+
+    Equal digests are a bit-exact match. Otherwise the recorded values decide within the tolerance
+    (another CPU may round differently); but when they hold the whole output and equal it bit for bit,
+    a differing digest means the record itself was altered.
+    """
+    import numpy as np
+
+    if recorded.get("digest") is None:
+        return None
+    if not isinstance(value, np.ndarray):
+        return f"output '{name}' is a {type(value).__name__}, but the build recorded a tensor"
+    if list(value.shape) != list(recorded["shape"]) or str(value.dtype) != recorded["dtype"]:
+        return (f"output '{name}' is {value.dtype}{list(value.shape)}, "
+                f"but the build recorded {recorded['dtype']}{list(recorded['shape'])}")
+    if output_digest(value) == recorded["digest"]:
+        return None
+    expected = np.asarray(recorded["values"], dtype=value.dtype)
+    actual = value.ravel()[: expected.size]
+    close = np.isclose(actual.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True)
+    if not close.all():
+        first = int(np.argmin(close))
+        return (f"output '{name}' element {first} is {actual[first].item()!r}, the build recorded "
+                f"{expected[first].item()!r} (rtol {rtol}, atol {atol})")
+    if expected.size == value.size and np.array_equal(actual, expected, equal_nan=True):
+        return (f"output '{name}' equals the recorded values bit for bit but not the recorded digest "
+                f"{recorded['digest'][:12]}…: the reference in bundle.json was altered")
+    return None
+
+
+def probe_model(onnxruntime, path: str, shapes: Mapping[str, Sequence[int]] | None = None) -> dict:
+    """Load and run one model in the given onnxruntime module, turning ORT's failure into data.
+
+    The build calls this in-process, or through the shipped self-check's `--reference` mode in an
+    isolated environment holding the pinned ORT; either way the same code records the reference.
+    """
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 4  # ORT's reason arrives in the exception; its log would only repeat it.
+    try:
+        session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # ORT raises a family of pybind classes; each carries its reason as text
+        return {"ok": False, "stage": "load", "reason": " ".join(str(exc).split())}
+    inputs = describe_io(session.get_inputs())
+    outputs = describe_io(session.get_outputs())
+    try:
+        feeds = synthesize_inputs(inputs, shapes)
+    except ValueError as exc:
+        return {"ok": False, "stage": "inputs", "reason": str(exc)}
+    try:
+        results = session.run(None, feeds)
+    except Exception as exc:
+        return {"ok": False, "stage": "run", "reason": " ".join(str(exc).split())}
+    return {"ok": True, "inputs": inputs, "outputs": outputs, "reference": reference_record(feeds, outputs, results)}
