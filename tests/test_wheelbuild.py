@@ -1,0 +1,354 @@
+"""The ORT wheel: built from a capi tree, and official wheels verified.
+
+Fast tests build small capi trees around a real extension module of the host's own Python (its
+`lib-dynload` holds `*.cpython-3XY-x86_64-linux-gnu.so` files); integration tests use the real
+onnxruntime 1.23.1 wheels from conftest, both as capi sources and as official wheels.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+import pytest
+from installer.sources import WheelFile as InstallerWheelFile
+from wheel.wheelfile import WheelFile
+
+from bundler.errors import BuildError, UnsafeArchiveError
+from bundler.wheelbuild import CapiTree, build_wheel, derive_tag, read_capi, verify_official_wheel
+from conftest import make_identity_model
+
+REPO = Path(__file__).resolve().parents[1]
+EPOCH = 1700000000
+ORT_REQUIRES = ("coloredlogs", "flatbuffers", "numpy>=1.21.6", "packaging", "protobuf", "sympy")
+HOST_TAG = f"cp3{sys.version_info.minor}"
+LINUX_MANYLINUX_TAG = "cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64"
+
+# A second build in a fresh interpreter with another umask and time zone: both must not leak into the wheel.
+BUILD_SCRIPT = """
+import os, sys
+from pathlib import Path
+os.umask(0o077)
+from bundler.wheelbuild import build_wheel, read_capi
+source, work, platform, epoch = sys.argv[1:5]
+tree = read_capi(Path(source), work_dir=Path(work), platform=platform, label="ort.capi")
+print(build_wheel(tree, expected_version="1.23.1", out_dir=Path(work) / "out", source_date_epoch=int(epoch)))
+"""
+
+
+@pytest.fixture(scope="session")
+def host_extension() -> Path:
+    """A real CPython extension module of the interpreter running the tests."""
+    found = sorted(Path(sysconfig.get_path("platstdlib"), "lib-dynload").glob("_json.cpython-3*-x86_64-linux-gnu.so"))
+    if not found:
+        pytest.skip("the host Python has no _json extension module in lib-dynload (not CPython on Linux x86_64)")
+    return found[0]
+
+
+def make_tree(root: Path, *, version: str = "1.23.1", extensions: dict[str, Path] | None = None,
+              capi_files: dict[str, str] | None = None) -> Path:
+    """A small capi tree: onnxruntime/__init__.py with a version, capi/ with the given files."""
+    capi = root / "onnxruntime" / "capi"
+    capi.mkdir(parents=True)
+    (root / "onnxruntime" / "__init__.py").write_text(f'"""ORT."""\n__version__ = "{version}"\n', encoding="utf-8")
+    (capi / "__init__.py").write_text("", encoding="utf-8")
+    for name, text in (capi_files or {}).items():
+        (capi / name).write_text(text, encoding="utf-8")
+    for name, source in (extensions or {}).items():
+        shutil.copyfile(source, capi / name)
+    return root
+
+
+def zip_folder(folder: Path, dest: Path, *, prefix: str = "") -> Path:
+    with zipfile.ZipFile(dest, "w") as archive:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                archive.write(path, prefix + path.relative_to(folder).as_posix())
+    return dest
+
+
+def state_module_name(host_extension: Path) -> str:
+    """ORT's extension module name with the host's ABI suffix: the host module stands in for it."""
+    return "onnxruntime_pybind11_state" + host_extension.name.removeprefix("_json")
+
+
+def host_tree(root: Path, host_extension: Path, **kwargs) -> Path:
+    return make_tree(root, extensions={state_module_name(host_extension): host_extension}, **kwargs)
+
+
+def unpack(wheel: Path, dest: Path) -> Path:
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(dest)
+    return dest
+
+
+# --- fast: capi trees around the host's extension module ----------------------------------------
+
+
+def test_folder_source_without_dist_info_gets_plain_linux_tag(tmp_path: Path, host_extension: Path) -> None:
+    root = host_tree(tmp_path / "src", host_extension)
+    tree = read_capi(root, work_dir=tmp_path / "work", platform="linux_x86_64", label="ort.capi")
+    assert tree == CapiTree(root=root, package="onnxruntime", version="1.23.1", requires=(),
+                            tag=f"{HOST_TAG}-{HOST_TAG}-linux_x86_64")
+
+
+def test_zip_source_nested_in_a_build_folder_reads_like_the_folder(tmp_path: Path, host_extension: Path) -> None:
+    root = host_tree(tmp_path / "src", host_extension)
+    source = zip_folder(root, tmp_path / "build-output.zip", prefix="build/Release/")
+    tree = read_capi(source, work_dir=tmp_path / "work", platform="linux_x86_64", label="ort.capi")
+    assert tree.root == tmp_path / "work" / "build-output.zip.capi" / "build" / "Release"
+    assert (tree.package, tree.version, tree.tag) == ("onnxruntime", "1.23.1", f"{HOST_TAG}-{HOST_TAG}-linux_x86_64")
+
+
+def test_package_name_comes_from_build_info_then_from_use_cuda(tmp_path: Path, host_extension: Path) -> None:
+    declared = host_tree(tmp_path / "declared", host_extension,
+                         capi_files={"build_and_package_info.py": "package_name = 'onnxruntime-directml'\n"})
+    cuda = host_tree(tmp_path / "cuda", host_extension, capi_files={"version_info.py": "use_cuda = True\n"})
+    cpu = host_tree(tmp_path / "cpu", host_extension, capi_files={"version_info.py": "use_cuda = False\n"})
+    names = [read_capi(root, work_dir=tmp_path, platform="linux_x86_64", label="ort.capi").package
+             for root in (declared, cuda, cpu)]
+    assert names == ["onnxruntime_directml", "onnxruntime_gpu", "onnxruntime"]
+
+
+def test_tree_disagreeing_about_its_version_is_refused(tmp_path: Path, host_extension: Path) -> None:
+    root = host_tree(tmp_path / "src", host_extension,
+                     capi_files={"build_and_package_info.py": "__version__ = '1.23.2'\n"})
+    with pytest.raises(BuildError, match=r"1\.23\.1.*1\.23\.2"):
+        read_capi(root, work_dir=tmp_path, platform="linux_x86_64", label="ort.capi")
+
+
+def test_tree_without_extension_module_is_refused(tmp_path: Path) -> None:
+    root = make_tree(tmp_path / "src", capi_files={"onnxruntime_inference_collection.py": "x = 1\n"})
+    with pytest.raises(BuildError, match="no Python extension module for linux_x86_64.*py3-none"):
+        read_capi(root, work_dir=tmp_path, platform="linux_x86_64", label="ort.capi")
+
+
+def test_linux_tree_for_a_windows_target_is_refused(tmp_path: Path, host_extension: Path) -> None:
+    root = host_tree(tmp_path / "src", host_extension)
+    with pytest.raises(BuildError, match="no Python extension module for win_amd64"):
+        derive_tag(root, platform="win_amd64")
+
+
+def test_extension_modules_for_two_pythons_are_refused(tmp_path: Path, host_extension: Path) -> None:
+    # A stand-in: the host module copied under a second Python's name; the tag only reads the name on Linux.
+    root = make_tree(tmp_path / "src", extensions={"a.cpython-311-x86_64-linux-gnu.so": host_extension,
+                                                   "b.cpython-310-x86_64-linux-gnu.so": host_extension})
+    with pytest.raises(BuildError, match=r"disagree about the Python version.*(cp310.*cp311|cp311.*cp310)"):
+        derive_tag(root, platform="linux_x86_64")
+
+
+def test_stable_abi_module_takes_the_lowest_python_of_the_source_tags(tmp_path: Path, host_extension: Path) -> None:
+    # A stand-in: the host module named as a stable-ABI module.
+    root = make_tree(tmp_path / "src", extensions={"onnxruntime_pybind11_state.abi3.so": host_extension})
+    tags = ("cp39-abi3-manylinux_2_28_x86_64", "cp38-abi3-manylinux_2_28_x86_64")
+    assert derive_tag(root, platform="linux_x86_64", source_tags=tags) == "cp38-abi3-manylinux_2_28_x86_64"
+    with pytest.raises(BuildError, match="stable-ABI.*cannot be read from the binary"):
+        derive_tag(root, platform="linux_x86_64")
+
+
+def test_binaries_disagreeing_with_source_wheel_tags_are_refused(tmp_path: Path, host_extension: Path) -> None:
+    root = host_tree(tmp_path / "src", host_extension)
+    with pytest.raises(BuildError, match="WHEEL file says cp38-cp38-manylinux_2_28_x86_64"):
+        derive_tag(root, platform="linux_x86_64", source_tags=("cp38-cp38-manylinux_2_28_x86_64",))
+
+
+def test_unsafe_zip_source_is_refused(tmp_path: Path, host_extension: Path) -> None:
+    source = zip_folder(host_tree(tmp_path / "src", host_extension), tmp_path / "capi.zip")
+    with zipfile.ZipFile(source, "a") as archive:
+        archive.writestr("../escaped.txt", "outside")
+    with pytest.raises(UnsafeArchiveError, match=r"\.\./escaped\.txt"):
+        read_capi(source, work_dir=tmp_path / "work", platform="linux_x86_64", label="ort.capi")
+    assert not (tmp_path / "escaped.txt").exists()
+
+
+def test_version_other_than_the_manifest_is_refused(tmp_path: Path, host_extension: Path) -> None:
+    root = host_tree(tmp_path / "src", host_extension, version="1.22.0")
+    tree = read_capi(root, work_dir=tmp_path, platform="linux_x86_64", label="ort.capi")
+    out = tmp_path / "out"
+    with pytest.raises(BuildError, match=r"found ONNX Runtime version 1\.22\.0, expected 1\.23\.1"):
+        build_wheel(tree, expected_version="1.23.1", requires=ORT_REQUIRES, out_dir=out, source_date_epoch=EPOCH)
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_unknown_dependencies_are_refused_with_the_manifest_key(tmp_path: Path, host_extension: Path) -> None:
+    tree = read_capi(host_tree(tmp_path / "src", host_extension), work_dir=tmp_path, platform="linux_x86_64",
+                     label="ort.capi")
+    with pytest.raises(BuildError, match=r"\[ort\] dependencies"):
+        build_wheel(tree, expected_version="1.23.1", out_dir=tmp_path / "out", source_date_epoch=EPOCH)
+
+
+def test_given_dependencies_land_in_metadata_and_bytecode_stays_out(tmp_path: Path, host_extension: Path) -> None:
+    root = host_tree(tmp_path / "src", host_extension)
+    (root / "onnxruntime" / "__pycache__").mkdir()
+    (root / "onnxruntime" / "__pycache__" / "__init__.cpython-311.pyc").write_bytes(b"host bytecode")
+    tree = read_capi(root, work_dir=tmp_path, platform="linux_x86_64", label="ort.capi")
+    wheel = build_wheel(tree, expected_version="1.23.1", requires=ORT_REQUIRES, out_dir=tmp_path / "out",
+                        source_date_epoch=EPOCH)
+    assert wheel.name == f"onnxruntime-1.23.1-{HOST_TAG}-{HOST_TAG}-linux_x86_64.whl"
+    with WheelFile(wheel) as archive:
+        names = archive.namelist()
+        metadata = Parser().parsestr(archive.read("onnxruntime-1.23.1.dist-info/METADATA").decode())
+        infos = archive.infolist()
+        extension = archive.getinfo("onnxruntime/capi/" + state_module_name(host_extension))
+    assert metadata.get_all("Requires-Dist") == list(ORT_REQUIRES)
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    assert extension.external_attr >> 16 == 0o100755
+    assert names[-1] == "onnxruntime-1.23.1.dist-info/RECORD"
+    assert {info.date_time for info in infos} == {(2023, 11, 14, 22, 13, 20)}  # EPOCH in UTC, RECORD included
+
+
+def test_small_tree_builds_byte_identical_despite_mtimes_modes_and_order(tmp_path: Path, host_extension: Path) -> None:
+    first = host_tree(tmp_path / "a", host_extension, capi_files={f"m{i}.py": f"x = {i}\n" for i in range(20)})
+    second = tmp_path / "b"
+    files = sorted(p for p in first.rglob("*") if p.is_file())
+    random.Random(7).shuffle(files)  # create in another order, with other mtimes and modes
+    for index, path in enumerate(files):
+        target = second / path.relative_to(first)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+        os.utime(target, (EPOCH + index * 3607, EPOCH + index * 3607))
+        target.chmod(0o600 if index % 2 else 0o775)
+    wheels = [build_wheel(read_capi(root, work_dir=tmp_path, platform="linux_x86_64", label="ort.capi"),
+                          expected_version="1.23.1", requires=ORT_REQUIRES, out_dir=tmp_path / f"out-{root.name}",
+                          source_date_epoch=EPOCH) for root in (first, second)]
+    assert wheels[0].read_bytes() == wheels[1].read_bytes()
+    later = build_wheel(read_capi(first, work_dir=tmp_path, platform="linux_x86_64", label="ort.capi"),
+                        expected_version="1.23.1", requires=ORT_REQUIRES, out_dir=tmp_path / "out-later",
+                        source_date_epoch=EPOCH + 86400)
+    assert later.read_bytes() != wheels[0].read_bytes()  # the epoch, and only it, sets the timestamps
+
+
+# --- integration: the real ORT 1.23.1 wheels -------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_windows_wheel_as_capi_source(ort_win_wheel: Path, tmp_path: Path) -> None:
+    tree = read_capi(ort_win_wheel, work_dir=tmp_path, platform="win_amd64", label="ort.capi")
+    assert (tree.package, tree.version, tree.requires, tree.tag) == (
+        "onnxruntime", "1.23.1", ORT_REQUIRES, "cp311-cp311-win_amd64")
+
+
+@pytest.mark.integration
+def test_windows_built_wheel_is_valid_and_reproducible(ort_win_wheel: Path, tmp_path: Path) -> None:
+    tree = read_capi(ort_win_wheel, work_dir=tmp_path / "a", platform="win_amd64", label="ort.capi")
+    before = {p: p.stat().st_mtime_ns for p in tree.root.rglob("*")}
+    wheel = build_wheel(tree, expected_version="1.23.1", out_dir=tmp_path / "a" / "out", source_date_epoch=EPOCH)
+    assert wheel.name == "onnxruntime-1.23.1-cp311-cp311-win_amd64.whl"
+    assert {p: p.stat().st_mtime_ns for p in tree.root.rglob("*")} == before  # the tree is only read
+
+    with WheelFile(wheel) as archive:  # reading every member checks it against RECORD
+        for name in archive.namelist():
+            archive.read(name)
+        wheel_text = archive.read("onnxruntime-1.23.1.dist-info/WHEEL").decode()
+    assert "Root-Is-Purelib: false\nTag: cp311-cp311-win_amd64\n" in wheel_text
+    with InstallerWheelFile.open(wheel) as source:
+        source.validate_record()
+        assert Parser().parsestr(source.read_dist_info("METADATA")).get_all("Requires-Dist") == list(ORT_REQUIRES)
+
+    # Again from a folder copy with shuffled mtimes, in a fresh interpreter with another umask and TZ.
+    copy = shutil.copytree(tree.root, tmp_path / "b" / "tree")
+    for index, path in enumerate(sorted(p for p in copy.rglob("*") if p.is_file())):
+        os.utime(path, (EPOCH - index * 7919, EPOCH - index * 7919))
+        path.chmod(0o600)  # as extracted under umask 077
+    env = {**os.environ, "TZ": "Pacific/Chatham", "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", BUILD_SCRIPT, str(copy), str(tmp_path / "b"), "win_amd64",
+                           str(EPOCH)], env=env, capture_output=True, text=True, check=True)
+    assert Path(done.stdout.strip()).read_bytes() == wheel.read_bytes()
+
+
+@pytest.mark.integration
+def test_windows_pyd_importing_python310_gets_cp310(ort_win_wheel: Path, tmp_path: Path) -> None:
+    with zipfile.ZipFile(ort_win_wheel) as archive:
+        pyd = archive.read("onnxruntime/capi/onnxruntime_pybind11_state.pyd")
+    assert pyd.count(b"python311.dll") == 1
+    # A stand-in: the real .pyd with its import of python311.dll renamed in place.
+    capi = tmp_path / "onnxruntime" / "capi"
+    capi.mkdir(parents=True)
+    (capi / "onnxruntime_pybind11_state.pyd").write_bytes(pyd.replace(b"python311.dll", b"python310.dll"))
+    assert derive_tag(tmp_path, platform="win_amd64") == "cp310-cp310-win_amd64"
+    with pytest.raises(BuildError, match="cp310-cp310.*WHEEL file says cp311-cp311-win_amd64"):
+        derive_tag(tmp_path, platform="win_amd64", source_tags=("cp311-cp311-win_amd64",))
+    (capi / "second.pyd").write_bytes(pyd)
+    with pytest.raises(BuildError, match="disagree about the Python version"):
+        derive_tag(tmp_path, platform="win_amd64")
+
+
+@pytest.mark.integration
+def test_linux_capi_keeps_the_manylinux_tags_of_its_source(ort_linux_wheel: Path, tmp_path: Path) -> None:
+    folder = unpack(ort_linux_wheel, tmp_path / "unpacked")
+    tree = read_capi(folder, work_dir=tmp_path, platform="linux_x86_64", label="ort.capi")
+    assert (tree.package, tree.version, tree.requires, tree.tag) == (
+        "onnxruntime", "1.23.1", ORT_REQUIRES, LINUX_MANYLINUX_TAG)
+    shutil.rmtree(folder / "onnxruntime-1.23.1.dist-info")  # a bare tree: no tags to carry
+    assert derive_tag(folder, platform="linux_x86_64") == "cp311-cp311-linux_x86_64"
+
+
+@pytest.mark.integration
+def test_linux_built_wheel_installs_and_runs_a_model(ort_linux_wheel: Path, tmp_path: Path) -> None:
+    tree = read_capi(ort_linux_wheel, work_dir=tmp_path, platform="linux_x86_64", label="ort.capi")
+    wheels = tmp_path / "wheels"
+    wheel = build_wheel(tree, expected_version="1.23.1", out_dir=wheels, source_date_epoch=EPOCH)
+    assert wheel.name == f"onnxruntime-1.23.1-{LINUX_MANYLINUX_TAG}.whl"
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--find-links", str(wheels),
+                    "--target", str(target), "--disable-pip-version-check", "onnxruntime==1.23.1"],
+                   check=True, capture_output=True)
+    model = make_identity_model(tmp_path / "identity.onnx")
+    # Only our wheel is on PYTHONPATH; numpy (a dependency we did not install) comes from the host.
+    script = (
+        "import sys, numpy as np, onnxruntime as ort\n"
+        "assert ort.__file__.startswith(sys.argv[2]), ort.__file__\n"
+        "s = ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])\n"
+        "x = np.arange(4, dtype=np.float32).reshape(1, 4)\n"
+        "print(ort.__version__, s.run(None, {'x': x})[0].tolist())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    done = subprocess.run([sys.executable, "-c", script, str(model), str(target)], env=env,
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "1.23.1 [[0.0, 1.0, 2.0, 3.0]]"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("fixture", "platform"), [("ort_win_wheel", "win_amd64"), ("ort_linux_wheel", "linux_x86_64")])
+def test_official_wheels_verify(fixture: str, platform: str, request: pytest.FixtureRequest) -> None:
+    wheel = request.getfixturevalue(fixture)
+    verify_official_wheel(wheel, expected_name="onnxruntime", expected_version="1.23.1", target_platform=platform,
+                          target_python="3.11", label="ort.wheel")
+    with pytest.raises(BuildError, match=r"version 1\.23\.1, expected 1\.22\.0"):
+        verify_official_wheel(wheel, expected_name="onnxruntime", expected_version="1.22.0",
+                              target_platform=platform, target_python="3.11", label="ort.wheel")
+    with pytest.raises(BuildError, match=r"expected one that serves CPython 3\.12"):
+        verify_official_wheel(wheel, expected_name="onnxruntime", expected_version="1.23.1",
+                              target_platform=platform, target_python="3.12", label="ort.wheel")
+    with pytest.raises(BuildError, match="'onnxruntime', expected 'onnxruntime-gpu'"):
+        verify_official_wheel(wheel, expected_name="onnxruntime-gpu", expected_version="1.23.1",
+                              target_platform=platform, target_python="3.11", label="ort.wheel")
+
+
+@pytest.mark.integration
+def test_windows_wheel_does_not_serve_linux(ort_win_wheel: Path) -> None:
+    with pytest.raises(BuildError, match="cp311-cp311-win_amd64, expected one that serves CPython 3.11 on linux_x86_64"):
+        verify_official_wheel(ort_win_wheel, expected_name="onnxruntime", expected_version="1.23.1",
+                              target_platform="linux_x86_64", target_python="3.11", label="ort.wheel")
+
+
+@pytest.mark.integration
+def test_tampered_official_wheel_names_the_changed_file(ort_win_wheel: Path, tmp_path: Path) -> None:
+    tampered = tmp_path / ort_win_wheel.name
+    changed = "onnxruntime/capi/_ld_preload.py"
+    with zipfile.ZipFile(ort_win_wheel) as source, zipfile.ZipFile(tampered, "w", zipfile.ZIP_STORED) as dest:
+        for info in source.infolist():
+            data = source.read(info)
+            if info.filename == changed:
+                data = data[:-1] + bytes([data[-1] ^ 0x01])  # one byte, same size
+            dest.writestr(info.filename, data)
+    with pytest.raises(BuildError, match=f"{changed} does not match its RECORD entry"):
+        verify_official_wheel(tampered, expected_name="onnxruntime", expected_version="1.23.1",
+                              target_platform="win_amd64", target_python="3.11", label="ort.wheel")
