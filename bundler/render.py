@@ -1,0 +1,273 @@
+"""Render the installer, uninstaller, launchers and startup hook that ship in a bundle.
+
+Every value that reaches a script goes through a filter made for that script's language, so a
+name, path or environment value cannot break the script or inject code into it. Line endings and
+encodings are fixed here, not left to the template files: Windows PowerShell 5.1 reads a BOM-less
+script in the ANSI code page, and cmd.exe reads batch files in the OEM code page.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import PurePosixPath
+from typing import Literal
+
+import jinja2
+
+from bundler.errors import BuildError
+
+#: Exit codes of install.* and uninstall.*, documented in README-INSTALL.txt and the scripts' help.
+#: 0, 3010 and 1618 are the codes Intune and ConfigMgr already understand (FACTS.md §5); the others
+#: are distinct, small, and clear of cmd.exe's 1 ("not recognized") and PowerShell's 1 (unhandled).
+INSTALL_EXIT_CODES: Mapping[str, int] = {
+    "ok": 0,
+    "reboot": 3010,
+    "retry": 1618,
+    "usage": 10,
+    "integrity": 11,
+    "prerequisite": 12,
+    "install": 13,
+    "selfcheck": 14,
+}
+
+#: A launcher warns when the cache directory's drive has less free space than this.
+CACHE_MIN_FREE_MB = 512
+
+#: The deepest path a wheel puts below the install root is about 150 characters; a longer root
+#: would cross Windows' MAX_PATH (260) for applications that are not long-path aware (FACTS.md §3).
+MAX_INSTALL_DIR_LENGTH = 100
+
+#: The bundle-relative path of `bundler/target/plan.py`, which install.sh and uninstall.sh run.
+PLAN_HELPER = "payload/installer/plan.py"
+
+PLATFORMS = ("win_amd64", "linux_x86_64")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
+# Characters PowerShell treats as a single quote inside a single-quoted string (its tokenizer's
+# IsSingleQuote): each has to be doubled, not only the ASCII one.
+_PS_SINGLE_QUOTES = "'\u2018\u2019\u201a\u201b"
+# Characters cmd.exe gives a meaning to outside quotes; a caret makes each one literal.
+_CMD_CARET = set('^&|<>()"')
+
+
+@dataclass(frozen=True, kw_only=True)
+class EntryPoint:
+    """What the launcher starts: `python -m <value>` or `python <install root>/<value>`."""
+
+    kind: Literal["module", "script"]
+    value: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScriptContext:
+    """Everything a template may use; the templates refer to nothing else (StrictUndefined)."""
+
+    name: str
+    version: str
+    platform: str
+    python: str
+    vc_runtime_min: str | None
+    vc_redist: str | None
+    gpu_dll_dirs: tuple[str, ...]
+    gpu_preload: tuple[str, ...]
+    dll_dirs: tuple[str, ...]
+    entry_point: EntryPoint | None
+    cache_dir: str | None
+    env: Mapping[str, str]
+    default_install_dir: str
+
+
+def ps_quote(value: object) -> str:
+    """A PowerShell single-quoted literal: nothing inside it is expanded or executed."""
+    text = str(value)
+    for quote in _PS_SINGLE_QUOTES:
+        text = text.replace(quote, quote * 2)
+    return f"'{text}'"
+
+
+def cmd_quote(value: object) -> str:
+    """The text of a value for the unquoted right side of `set NAME=<here>` in a .cmd file.
+
+    The rule: each of ^ & | < > ( ) " gets a caret in front, % is doubled, and ! stays literal
+    because every script runs with DisableDelayedExpansion. Line breaks and other control
+    characters cannot be written at all and are refused, as is non-ASCII text (the batch file is
+    ASCII). Scripts only ever use the variable afterwards as "%NAME%" in a quoted context or hand
+    it to a child process, so the value is never parsed by cmd.exe a second time.
+    """
+    text = str(value)
+    bad = [c for c in text if ord(c) < 0x20 or ord(c) > 0x7E]
+    if bad:
+        msg = f"value {text!r} for a .cmd script contains {bad[0]!r}; only printable ASCII can be written there"
+        raise BuildError(msg)
+    return "".join("%%" if c == "%" else f"^{c}" if c in _CMD_CARET else c for c in text)
+
+
+def sh_quote(value: object) -> str:
+    """A POSIX shell word that the shell reads back as exactly `value`."""
+    return shlex.quote(str(value))
+
+
+def to_json(value: object) -> str:
+    """JSON text; also a valid Python literal for lists and dicts of strings and numbers."""
+    return json.dumps(value, sort_keys=True)
+
+
+def windows_path(value: str) -> str:
+    """An install-relative path with the separator Windows scripts use."""
+    return value.replace("/", "\\")
+
+
+def make_environment() -> jinja2.Environment:
+    """The one Jinja2 environment: templates from package data, a missing variable is an error."""
+    env = jinja2.Environment(
+        loader=jinja2.FunctionLoader(_load_template),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(ps_quote=ps_quote, cmd_quote=cmd_quote, sh_quote=sh_quote, json=to_json,
+                       winpath=windows_path)
+    return env
+
+
+def _load_template(name: str) -> str:
+    """Read a template through importlib.resources, so an installed wheel finds it too."""
+    resource = resources.files("bundler.templates").joinpath(name)
+    if not resource.is_file():
+        msg = f"template {name!r} is not in the bundler.templates package; the installation is incomplete"
+        raise BuildError(msg)
+    return resource.read_text(encoding="utf-8")
+
+
+# bundle-relative output path -> template; per platform.
+_OUTPUTS: Mapping[str, Mapping[str, str]] = {
+    "win_amd64": {
+        "install.ps1": "install.ps1.j2",
+        "install.cmd": "install.cmd.j2",
+        "uninstall.ps1": "uninstall.ps1.j2",
+        "payload/launchers/run.ps1": "run.ps1.j2",
+        "payload/launchers/run.cmd": "run.cmd.j2",
+    },
+    "linux_x86_64": {
+        "install.sh": "install.sh.j2",
+        "uninstall.sh": "uninstall.sh.j2",
+        "payload/launchers/run.sh": "run.sh.j2",
+    },
+}
+_COMMON = {
+    "README-INSTALL.txt": "README-INSTALL.txt.j2",
+    "payload/launchers/ort_bundle_hook.py": "ort_bundle_hook.py.j2",
+    "payload/launchers/ort_bundle_hook.pth": "ort_bundle_hook.pth.j2",
+}
+
+
+def render_scripts(ctx: ScriptContext) -> dict[str, bytes]:
+    """Bundle-relative path -> exact bytes of every generated script for `ctx.platform`."""
+    _validate(ctx)
+    env = make_environment()
+    values = _template_values(ctx)
+    outputs = {**_OUTPUTS[ctx.platform], **_COMMON}
+    return {path: encode_script(path, env.get_template(template).render(values), platform=ctx.platform)
+            for path, template in sorted(outputs.items())}
+
+
+def encode_script(path: str, text: str, *, platform: str) -> bytes:
+    """Line endings and encoding by file type: what each interpreter reads reliably."""
+    lines = text.replace("\r\n", "\n")
+    suffix = PurePosixPath(path).suffix
+    if suffix == ".ps1":
+        return b"\xef\xbb\xbf" + lines.replace("\n", "\r\n").encode("utf-8")
+    if suffix == ".cmd":
+        try:
+            return lines.replace("\n", "\r\n").encode("ascii")
+        except UnicodeEncodeError as exc:
+            msg = f"{path} would contain the non-ASCII text {exc.object[exc.start:exc.end]!r}; cmd.exe cannot read it reliably"
+            raise BuildError(msg) from None
+    if suffix == ".txt" and platform == "win_amd64":
+        return lines.replace("\n", "\r\n").encode("utf-8")
+    return lines.encode("utf-8")
+
+
+def _template_values(ctx: ScriptContext) -> dict[str, object]:
+    return {
+        "name": ctx.name,
+        "version": ctx.version,
+        "install_id": f"{ctx.name}-{ctx.version}",
+        "platform": ctx.platform,
+        "python": ctx.python,
+        "vc_runtime_min": ctx.vc_runtime_min,
+        "vc_redist": ctx.vc_redist,
+        "gpu_dll_dirs": list(ctx.gpu_dll_dirs),
+        "gpu_preload": list(ctx.gpu_preload),
+        "dll_dirs": list(ctx.dll_dirs),
+        "entry_point": ctx.entry_point,
+        "cache_dir": ctx.cache_dir,
+        "env": dict(sorted(ctx.env.items())),
+        "default_install_dir": ctx.default_install_dir,
+        "codes": dict(INSTALL_EXIT_CODES),
+        "cache_min_free_mb": CACHE_MIN_FREE_MB,
+        "max_install_dir_length": MAX_INSTALL_DIR_LENGTH,
+        "plan_helper": PLAN_HELPER,
+    }
+
+
+def _validate(ctx: ScriptContext) -> None:
+    """Refuse what no quoting can make safe, naming the field, before any template runs."""
+    problems: list[str] = []
+    if ctx.platform not in PLATFORMS:
+        problems.append(f"platform {ctx.platform!r} has no install scripts; expected one of {', '.join(PLATFORMS)}")
+    if not re.fullmatch(r"3\.\d+", ctx.python):
+        problems.append(f"python {ctx.python!r} is not a version like '3.11'")
+    problems += [f"[launch] env name {key!r} is not a valid environment variable name"
+                 for key in ctx.env if not _ENV_NAME.match(key)]
+    problems += [f"[launch] env value for {key} contains a line break or NUL, which no script can carry"
+                 for key, value in ctx.env.items() if any(c in value for c in "\r\n\0")]
+    for label, rel in _relative_paths(ctx):
+        problem = _relative_path_problem(rel)
+        if problem:
+            problems.append(f"{label} {rel!r} {problem}")
+    if ctx.entry_point and ctx.entry_point.kind == "module" and not _MODULE.match(ctx.entry_point.value):
+        problems.append(f"[launch] module {ctx.entry_point.value!r} is not a dotted Python module name")
+    if ctx.platform == "win_amd64":
+        problems += _windows_problems(ctx)
+    if problems:
+        msg = "cannot render install scripts: " + "; ".join(problems)
+        raise BuildError(msg)
+
+
+def _relative_paths(ctx: ScriptContext) -> list[tuple[str, str]]:
+    paths = [("DLL directory", p) for p in (*ctx.gpu_dll_dirs, *ctx.dll_dirs)]
+    paths += [("GPU preload DLL", p) for p in ctx.gpu_preload]
+    if ctx.vc_redist:
+        paths.append(("VC_redist path", ctx.vc_redist))
+    if ctx.entry_point and ctx.entry_point.kind == "script":
+        paths.append(("[launch] script", ctx.entry_point.value))
+    return paths
+
+
+def _relative_path_problem(rel: str) -> str | None:
+    parts = rel.split("/")
+    if not rel or rel.startswith("/") or "\\" in rel or ":" in rel:
+        return "must be a relative path with '/' separators"
+    if any(part in ("", ".", "..") for part in parts):
+        return "must not contain empty, '.' or '..' parts"
+    if any(c in rel for c in '"%!^&|<>*?') or any(ord(c) < 0x20 or ord(c) > 0x7E for c in rel):
+        return "must be printable ASCII without shell metacharacters"
+    return None
+
+
+def _windows_problems(ctx: ScriptContext) -> list[str]:
+    problems = []
+    for label, value in (("default install dir", ctx.default_install_dir), ("[launch] cache_dir", ctx.cache_dir)):
+        if value is not None and ('"' in value or any(ord(c) < 0x20 or ord(c) > 0x7E for c in value)):
+            problems.append(f"{label} {value!r} must be printable ASCII without '\"' on Windows")
+    if ctx.vc_runtime_min and not re.fullmatch(r"\d+\.\d+\.\d+(\.\d+)?", ctx.vc_runtime_min):
+        problems.append(f"vc_runtime_min {ctx.vc_runtime_min!r} is not a version like '14.40.33810'")
+    return problems
