@@ -184,7 +184,8 @@ def _applies(req: Requirement, environment: Mapping[str, str], *, extra: str) ->
 def _pip_requirement(req: Requirement) -> str:
     """The requirement as pip must see it: markers already decided for the target, so dropped."""
     if req.url:
-        msg = f"Requirement '{req}' points at a URL; locking resolves from the package index only, expected 'name[extras]<specifier>'."
+        msg = (f"Requirement '{req}' points at a URL; locking resolves from the package index only, "
+               f"expected 'name[extras]<specifier>'.")
         raise UnsupportedError(msg)
     extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
     return f"{req.name}{extras}{req.specifier}"
@@ -204,11 +205,12 @@ def _pip_resolve(requirements: Sequence[str], *, target: Target, runner: Runner,
     except (OSError, ValueError) as exc:
         msg = f"pip's report {report} could not be read ({exc}); expected the JSON that 'pip install --report' writes."
         raise BuildError(msg) from exc
-    entries = [_report_entry(item, target, report) for item in data.get("install", [])]
+    tags = target.supported_tags()
+    entries = [_report_entry(item, target, tags, report) for item in data.get("install", [])]
     return {canonicalize_name(entry.wheel.name): entry for entry in entries}
 
 
-def _report_entry(item: Mapping[str, Any], target: Target, report: Path) -> _Resolved:
+def _report_entry(item: Mapping[str, Any], target: Target, supported: frozenset[Tag], report: Path) -> _Resolved:
     metadata = item.get("metadata", {})
     name, version = canonicalize_name(metadata.get("name", "")), metadata.get("version", "")
     download = item.get("download_info", {})
@@ -217,7 +219,7 @@ def _report_entry(item: Mapping[str, Any], target: Target, report: Path) -> _Res
     if wheel_name != name or wheel_version != Version(version):
         msg = f"pip's report {report} pairs {filename} with {name} {version}; expected the wheel of that release."
         raise BuildError(msg)
-    if not tags & target.supported_tags():
+    if not tags & supported:
         msg = (f"pip resolved {filename}, whose tags {sorted(map(str, tags))} do not fit "
                f"{target.python_tag}/{target.platform}; expected a wheel the target can install.")
         raise BuildError(msg)
@@ -231,7 +233,8 @@ def _report_entry(item: Mapping[str, Any], target: Target, report: Path) -> _Res
         try:
             requires.append(Requirement(text))
         except InvalidRequirement as exc:
-            msg = f"{filename} declares Requires-Dist {text!r}, which is not valid PEP 508 ({exc}); expected a valid requirement."
+            msg = (f"{filename} declares Requires-Dist {text!r}, which is not valid PEP 508 ({exc}); "
+                   f"expected a valid requirement.")
             raise BuildError(msg) from None
     locked = LockedWheel(name=name, version=version, filename=filename, sha256=sha256)
     return _Resolved(wheel=locked, requires_dist=tuple(requires))
@@ -373,14 +376,15 @@ class _LockReader:
         python = self.value(table, "python", "target.python", str, "a Python version such as '3.11'")
         if platform is not None and platform not in PLATFORM_MARKERS:
             self.add("target.platform", f"is {platform!r}", f"one of {', '.join(PLATFORM_MARKERS)}")
-            return None
+            platform = None
         if python is not None and not PYTHON_RE.match(python):
             self.add("target.python", f"is {python!r}", "a Python version such as '3.11'")
-            return None
+            python = None
         return None if platform is None or python is None else Target(platform=platform, python=python)
 
     def requirements(self, table: Mapping[str, Any] | None) -> tuple[str, ...]:
-        values = [] if table is None else self.value(table, "requirements", "resolve.requirements", list, "a list of requirement strings")
+        expected = "a list of requirement strings"
+        values = None if table is None else self.value(table, "requirements", "resolve.requirements", list, expected)
         for index, text in enumerate(values or []):
             try:
                 Requirement(text if isinstance(text, str) else "")
@@ -428,8 +432,8 @@ class _LockReader:
 
 def requirements_txt(wheels: Iterable[LockedWheel]) -> str:
     """A requirements file that `pip install --no-index --require-hashes` accepts: every line pinned."""
-    lines = [f"{wheel.name}=={wheel.version} --hash=sha256:{wheel.sha256}" for wheel in sorted(wheels, key=lambda w: w.name)]
-    return "".join(line + "\n" for line in lines)
+    ordered = sorted(wheels, key=lambda wheel: wheel.name)
+    return "".join(f"{wheel.name}=={wheel.version} --hash=sha256:{wheel.sha256}\n" for wheel in ordered)
 
 
 def pip_download_args(wheel: LockedWheel, *, target: Target, dest: Path, requirements_dir: Path | None = None) -> list[str]:
@@ -450,7 +454,8 @@ def pip_download_args(wheel: LockedWheel, *, target: Target, dest: Path, require
 def download_wheel(wheel: LockedWheel, *, target: Target, dest: Path, runner: Runner = run) -> Path:
     """Fetch one locked wheel through the user's pip configuration; pip refuses it if the hash differs."""
     with tempfile.TemporaryDirectory() as scratch:
-        runner([sys.executable, "-m", "pip", *pip_download_args(wheel, target=target, dest=dest, requirements_dir=Path(scratch))])
+        args = pip_download_args(wheel, target=target, dest=dest, requirements_dir=Path(scratch))
+        runner([sys.executable, "-m", "pip", *args])
     path = dest / wheel.filename
     if not path.is_file():
         msg = f"pip download reported success but {wheel.filename} is not in {dest}; expected exactly that wheel there."
