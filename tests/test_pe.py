@@ -1,0 +1,110 @@
+"""PE inspection against the real ONNX Runtime 1.23.1 Windows binaries (FACTS.md §1)."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from bundler.errors import BuildError, InputUnavailableError
+from bundler.pe import PeInfo, inspect_pe, is_pe, runtime_dll_names
+
+
+def extract_capi_binaries(wheel: Path, dest: Path) -> Path:
+    """Unzip the wheel's onnxruntime/capi/*.dll|*.pyd into dest; returns the capi folder."""
+    with zipfile.ZipFile(wheel) as zf:
+        for name in zf.namelist():
+            if name.startswith("onnxruntime/capi/") and name.endswith((".dll", ".pyd")):
+                zf.extract(name, dest)
+    return dest / "onnxruntime" / "capi"
+
+
+@pytest.fixture(scope="module")
+def capi(ort_win_wheel, tmp_path_factory) -> Path:
+    return extract_capi_binaries(ort_win_wheel, tmp_path_factory.mktemp("ort-win"))
+
+
+# ---- unit tests: no downloads ------------------------------------------------------------------
+
+def test_is_pe_rejects_text_short_and_missing_files(tmp_path):
+    text = tmp_path / "notes.dll"
+    text.write_text("not a binary")
+    mz_only = tmp_path / "mz.dll"
+    mz_only.write_bytes(b"MZ" + b"\0" * 62 + b"garbage")
+    assert not is_pe(text)
+    assert not is_pe(mz_only)
+    assert not is_pe(tmp_path / "missing.dll")
+
+
+def test_inspect_pe_names_the_file_when_it_is_not_pe(tmp_path):
+    bogus = tmp_path / "bogus.dll"
+    bogus.write_bytes(b"MZ" + b"\xff" * 200)
+    with pytest.raises(BuildError, match=r"wheel/bogus\.dll is not a valid PE file"):
+        inspect_pe(bogus, label="wheel/bogus.dll")
+
+
+def test_inspect_pe_reports_empty_and_missing_files(tmp_path):
+    empty = tmp_path / "empty.dll"
+    empty.write_bytes(b"")
+    with pytest.raises(BuildError, match="empty.dll is empty"):
+        inspect_pe(empty)
+    with pytest.raises(InputUnavailableError, match="missing.dll cannot be read"):
+        inspect_pe(tmp_path / "missing.dll")
+
+
+def test_runtime_dll_names_reads_ascii_and_utf16_strings():
+    # Compilers align wide strings to 2 bytes after NUL padding, as here.
+    data = (b"\0\0C:\\cuda\\bin\\cudnn_ops_infer64_8.dll\0junk\0\0\0"
+            + "zlibwapi.dll".encode("utf-16-le") + b"\0\0"
+            + b"..\\KERNEL32.dll\0cudnn64_8.dll\0CUDNN_OPS_INFER64_8.DLL\0.dll\0not.dllx\0")
+    names = runtime_dll_names(data, exclude={"cudnn64_8.dll"})
+    assert names == ("cudnn_ops_infer64_8.dll", "KERNEL32.dll", "zlibwapi.dll")
+
+
+def test_machine_name_for_known_and_unknown_machines():
+    info = PeInfo(machine=0x8664, is_dll=True, linker_version=(14, 40), file_version=None, product_version=None,
+                  imports=(), delay_imports=(), runtime_names=(), has_signature=False)
+    assert info.machine_name == "x64"
+    assert PeInfo(**{**info.__dict__, "machine": 0xAA64}).machine_name == "arm64"
+    assert PeInfo(**{**info.__dict__, "machine": 0x1C4}).machine_name == "0x01c4"
+
+
+# ---- the real ORT 1.23.1 win_amd64 wheel -------------------------------------------------------
+
+@pytest.mark.integration
+def test_real_onnxruntime_dll(capi):
+    info = inspect_pe(capi / "onnxruntime.dll")
+    assert info.machine == 0x8664 and info.machine_name == "x64"
+    assert info.is_dll
+    assert info.linker_version == (14, 40)
+    assert info.file_version == "1.23.20251002.1.d9b2048"
+    assert info.product_version == "1.23.20251002.1.d9b2048"
+    assert info.has_signature
+    assert {"KERNEL32.dll", "MSVCP140.dll", "VCRUNTIME140.dll", "dxgi.dll"} <= set(info.imports)
+    # ORT probes for its optional providers by name: visible only in strings.
+    assert "onnxruntime_providers_cuda.dll" in info.runtime_names
+    assert "onnxruntime.dll" not in {n.lower() for n in info.runtime_names}
+    assert not set(info.imports) & set(info.runtime_names)
+
+
+@pytest.mark.integration
+def test_real_pyd_links_python311_and_not_onnxruntime_dll(capi):
+    info = inspect_pe(capi / "onnxruntime_pybind11_state.pyd")
+    assert info.machine_name == "x64"
+    assert info.linker_version == (14, 40)
+    assert "python311.dll" in info.imports
+    assert "onnxruntime.dll" not in {name.lower() for name in info.imports}
+    assert {"MSVCP140_1.dll", "VCRUNTIME140_1.dll", "SETUPAPI.dll", "dbghelp.dll"} <= set(info.imports)
+    assert any(name.startswith("api-ms-win-crt-") for name in info.imports)
+
+
+@pytest.mark.integration
+def test_every_binary_in_the_wheel_is_x64_and_signed(capi):
+    binaries = sorted(capi.iterdir())
+    assert [p.name for p in binaries] == [
+        "onnxruntime.dll", "onnxruntime_providers_shared.dll", "onnxruntime_pybind11_state.pyd"]
+    for path in binaries:
+        assert is_pe(path)
+        info = inspect_pe(path)
+        assert (info.machine_name, info.linker_version, info.has_signature) == ("x64", (14, 40), True), path.name
