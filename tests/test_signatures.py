@@ -1,0 +1,110 @@
+"""Authenticode evidence on real Microsoft- and NVIDIA-built files, and on tampered copies of them."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pefile
+import pytest
+from asn1crypto import cms
+from conftest import pip_download
+
+from bundler.errors import BuildError
+from bundler.signatures import NOT_CHECKED, signature_evidence
+
+
+@pytest.fixture(scope="module")
+def ort_dll(ort_win_wheel, tmp_path_factory) -> Path:
+    with zipfile.ZipFile(ort_win_wheel) as zf:
+        return Path(zf.extract("onnxruntime/capi/onnxruntime.dll", tmp_path_factory.mktemp("ort-win")))
+
+
+def tampered_copy(source: Path, dest: Path, offset: int) -> Path:
+    data = bytearray(source.read_bytes())
+    data[offset] ^= 0xFF
+    dest.write_bytes(data)
+    return dest
+
+
+def certificate_table(path: Path) -> tuple[bytes, int, cms.SignedData]:
+    data = path.read_bytes()
+    pe = pefile.PE(data=data, fast_load=True)
+    directory = pe.OPTIONAL_HEADER.DATA_DIRECTORY[pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_SECURITY"]]
+    pe.close()
+    start = directory.VirtualAddress
+    return data, start, cms.ContentInfo.load(data[start + 8:start + directory.Size])["content"]
+
+
+def test_a_non_pe_file_is_an_error_naming_it(tmp_path):
+    text = tmp_path / "readme.dll"
+    text.write_text("hello")
+    with pytest.raises(BuildError, match=r"payload/readme\.dll is not a valid PE file"):
+        signature_evidence(text, label="payload/readme.dll")
+
+
+@pytest.mark.integration
+def test_microsoft_signature_is_found_and_verified(ort_dll):
+    evidence = signature_evidence(ort_dll, label="capi/onnxruntime.dll")
+    assert evidence.path == "capi/onnxruntime.dll"
+    assert (evidence.signed, evidence.verified, evidence.reason) == (True, True, None)
+    assert evidence.signer == "Microsoft Corporation"
+    assert evidence.to_json() == {"path": "capi/onnxruntime.dll", "signed": True, "verified": True,
+                                  "signer": "Microsoft Corporation", "reason": None, "not_checked": NOT_CHECKED}
+
+
+@pytest.mark.integration
+def test_one_flipped_byte_in_the_signed_content_fails_verification(ort_dll, tmp_path):
+    copy = tampered_copy(ort_dll, tmp_path / "onnxruntime.dll", offset=5_000_000)
+    evidence = signature_evidence(copy)
+    assert (evidence.signed, evidence.verified) == (True, False)
+    assert evidence.signer == "Microsoft Corporation"
+    assert "was modified after signing" in evidence.reason
+
+
+@pytest.mark.integration
+def test_a_damaged_signer_signature_fails_verification(ort_dll, tmp_path):
+    data, start, signed_data = certificate_table(ort_dll)
+    signature = signed_data["signer_infos"][0]["signature"].native
+    offset = data.index(signature, start)
+    evidence = signature_evidence(tampered_copy(ort_dll, tmp_path / "x.dll", offset=offset + len(signature) // 2))
+    assert (evidence.signed, evidence.verified) == (True, False)
+    assert evidence.reason == ("the signer's signature over the signed attributes is invalid "
+                               "for Microsoft Corporation")
+
+
+@pytest.mark.integration
+def test_a_damaged_intermediate_certificate_breaks_the_chain(ort_dll, tmp_path):
+    data, start, signed_data = certificate_table(ort_dll)
+    pca = next(c.chosen for c in signed_data["certificates"]
+               if c.chosen.subject.native["common_name"] == "Microsoft Code Signing PCA 2011")
+    offset = data.index(pca["signature_value"].native, start) + 10
+    evidence = signature_evidence(tampered_copy(ort_dll, tmp_path / "x.dll", offset=offset))
+    assert (evidence.signed, evidence.verified) == (True, False)
+    assert evidence.reason == ("the certificate chain of Microsoft Corporation does not reach a trusted root "
+                               "(stuck at Microsoft Code Signing PCA 2011)")
+
+
+@pytest.mark.integration
+def test_a_removed_signature_reads_as_unsigned(ort_dll, tmp_path):
+    data = bytearray(ort_dll.read_bytes())
+    pe = pefile.PE(data=bytes(data), fast_load=True)
+    entry = pe.OPTIONAL_HEADER.DATA_DIRECTORY[pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_SECURITY"]]
+    offset = entry.get_file_offset()
+    pe.close()
+    data[offset:offset + 8] = bytes(8)
+    stripped = tmp_path / "stripped.dll"
+    stripped.write_bytes(data)
+    evidence = signature_evidence(stripped)
+    assert (evidence.signed, evidence.verified, evidence.signer) == (False, False, None)
+
+
+@pytest.mark.integration
+def test_nvidia_cudart_is_unsigned_and_reported_not_failed(tmp_path):
+    wheel = pip_download("nvidia-cuda-runtime-cu11==11.8.89", "win_amd64")
+    with zipfile.ZipFile(wheel) as zf:
+        cudart = Path(zf.extract("nvidia/cuda_runtime/bin/cudart64_110.dll", tmp_path))
+    evidence = signature_evidence(cudart, label="gpu/cudart64_110.dll")
+    assert evidence.to_json() == {"path": "gpu/cudart64_110.dll", "signed": False, "verified": False,
+                                  "signer": None, "reason": "the file carries no Authenticode signature",
+                                  "not_checked": NOT_CHECKED}
