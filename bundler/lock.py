@@ -149,6 +149,7 @@ def resolve(requirements: Sequence[str], *, target: Target, runner: Runner = run
     if not roots:
         return Lock(target=target, requirements=normalized, wheels=())
     asked = list(dict.fromkeys(_pip_requirement(req) for req in roots))
+    work_dir.mkdir(parents=True, exist_ok=True)
     for round_number in range(1, MAX_ROUNDS + 1):
         resolved = _pip_resolve(asked, target=target, runner=runner, work_dir=work_dir, round_number=round_number)
         reached, missing = _closure(roots, resolved, environment)
@@ -228,16 +229,20 @@ def _report_entry(item: Mapping[str, Any], target: Target, supported: frozenset[
         msg = (f"pip resolved {filename} without a sha256 from the package index; expected an index that publishes "
                f"sha256 hashes, since every locked wheel must be hash-pinned.")
         raise InputUnavailableError(msg)
+    locked = LockedWheel(name=name, version=version, filename=filename, sha256=sha256)
+    return _Resolved(wheel=locked, requires_dist=_requires_dist(metadata.get("requires_dist") or [], filename))
+
+
+def _requires_dist(texts: Sequence[str], filename: str) -> tuple[Requirement, ...]:
     requires = []
-    for text in metadata.get("requires_dist") or []:
+    for text in texts:
         try:
             requires.append(Requirement(text))
         except InvalidRequirement as exc:
             msg = (f"{filename} declares Requires-Dist {text!r}, which is not valid PEP 508 ({exc}); "
                    f"expected a valid requirement.")
             raise BuildError(msg) from None
-    locked = LockedWheel(name=name, version=version, filename=filename, sha256=sha256)
-    return _Resolved(wheel=locked, requires_dist=tuple(requires))
+    return tuple(requires)
 
 
 def _wheel_filename(url: str, name: str, report: Path) -> str:
