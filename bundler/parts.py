@@ -8,6 +8,7 @@ read, tested and extended one at a time.
 from __future__ import annotations
 
 import zipfile
+from importlib import resources
 from collections.abc import Mapping
 from email.parser import Parser
 from pathlib import Path
@@ -21,6 +22,7 @@ from .errors import BuildError, ManifestError
 from .hashing import file_sha256
 from .lock import Lock, LockedWheel, requirements_txt
 from .manifest import Manifest
+from .render import PLAN_HELPER, EntryPoint, ScriptContext, render_scripts
 from .wheelbuild import build_wheel, read_capi, verify_official_wheel
 
 if TYPE_CHECKING:
@@ -31,6 +33,8 @@ def add_all(assembly: Assembly, *, manifest: Manifest, lock: Lock | None, files:
             cache: Cache) -> None:
     add_python(assembly, manifest=manifest, lock=lock, files=files, work=work)
     add_models(assembly, manifest=manifest, files=files, work=work, cache=cache)
+    entry_point = add_entry_point(assembly, manifest=manifest, files=files)
+    add_scripts(assembly, manifest=manifest, entry_point=entry_point)
 
 
 # -- the Python environment ---------------------------------------------------------------------------
@@ -132,3 +136,46 @@ def add_models(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, Pa
         records.append({"name": model.name, "file": f"models/{model.name}.onnx", "sha256": sha,
                         "shapes": {k: list(v) for k, v in model.shapes.items()}})
     assembly.record["models"] = records
+
+
+# -- entry point and scripts ---------------------------------------------------------------------------------
+
+
+def add_entry_point(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, Path]) -> EntryPoint | None:
+    launch = manifest.launch
+    if launch.module:
+        return EntryPoint(kind="module", value=launch.module)
+    if launch.script is None:
+        return None
+    path = files[launch.script.key]
+    bundle_path = f"payload/app/{path.name}"
+    assembly.add_file(bundle_path, path, cached_sha256(path))
+    assembly.install(bundle_path, f"app/{path.name}")
+    assembly.record["entry_point"] = {"script": f"app/{path.name}"}
+    return EntryPoint(kind="script", value=f"app/{path.name}")
+
+
+def add_scripts(assembly: Assembly, *, manifest: Manifest, entry_point: EntryPoint | None) -> None:
+    """Installer, uninstaller, launchers and the venv start-up hook, rendered for the target."""
+    bundle = manifest.bundle
+    windows = bundle.platform == "win_amd64"
+    context = ScriptContext(
+        name=bundle.name, version=bundle.version, platform=bundle.platform, python=bundle.python,
+        vc_runtime_min=assembly.record.get("vc_runtime_min"), vc_redist=assembly.record.get("vc_redist_file"),
+        gpu_dll_dirs=tuple(assembly.record.get("gpu_dll_dirs", ())),
+        gpu_preload=tuple(assembly.record.get("gpu_preload", ())),
+        dll_dirs=tuple(assembly.record.get("dll_dirs", ())), entry_point=entry_point,
+        cache_dir=manifest.launch.cache_dir, env=manifest.launch.env,
+        default_install_dir=f"C:\\ort\\{bundle.name}" if windows else f"/opt/{bundle.name}",
+    )
+    for path, data in render_scripts(context).items():
+        executable = path.endswith(".sh")
+        assembly.add_bytes(path, data, executable=executable)
+        name = path.rsplit("/", 1)[-1]
+        if path.startswith("payload/launchers/run."):
+            assembly.install(path, name)
+        elif path.startswith("payload/launchers/ort_bundle_hook"):
+            assembly.site_packages_files.append({"from": path, "to": name})
+    if not windows:
+        helper = resources.files("bundler.target").joinpath("plan.py").read_bytes()
+        assembly.add_bytes(PLAN_HELPER, helper)
