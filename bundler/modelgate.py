@@ -9,21 +9,20 @@ else in an isolated environment on the build host running the shipped self-check
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from bundler import runner as runners
 from bundler.errors import BuildError, HashMismatchError, UnsupportedError
+from bundler.hashing import file_sha256, mismatch_message
+from bundler.runner import Runner
 from bundler.target import synth
-
-Runner = Callable[..., subprocess.CompletedProcess]
 
 # The one line of selfcheck.py that the shipped copy replaces with synth.py's source.
 SYNTH_IMPORT = "from bundler.target.synth import "
@@ -74,7 +73,7 @@ def gate_models(
 ) -> list[ModelRecord]:
     """Check every model and record it, or fail the build naming each model that cannot ship."""
     opsets = {model.name: check_model_file(model) for model in models}
-    probes = probe_models(models, ort_version=ort_version, runner=runner or subprocess.run, work_dir=work_dir)
+    probes = probe_models(models, ort_version=ort_version, runner=runner or runners.run, work_dir=work_dir)
     problems = [problem for model in models if (problem := probe_problem(model, probes[model.name], ort_version))]
     if problems:
         raise BuildError("\n".join(problems))
@@ -99,8 +98,7 @@ def check_model_file(model: ModelInput) -> dict[str, int]:
 
     actual = file_sha256(model.path)
     if actual != model.sha256:
-        msg = f"{model.label}: {model.path} has sha256 {actual}, expected {model.sha256}"
-        raise HashMismatchError(msg)
+        raise HashMismatchError(mismatch_message(model.label, str(model.path), model.sha256, actual))
     try:
         proto = onnx.load(str(model.path), load_external_data=False)
     except (DecodeError, OSError, ValueError) as exc:
@@ -118,14 +116,6 @@ def check_model_file(model: ModelInput) -> dict[str, int]:
         msg = f"{model.label}: fails the ONNX checker: {' '.join(str(exc).split())}"
         raise BuildError(msg) from None
     return {entry.domain or "ai.onnx": int(entry.version) for entry in proto.opset_import}
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for chunk in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def probe_problem(model: ModelInput, probe: dict, ort_version: str) -> str | None:
@@ -165,11 +155,9 @@ def isolated_python(ort_version: str, *, runner: Runner, work_dir: Path) -> Path
     if (env_dir / READY_MARKER).is_file():
         return python
     shutil.rmtree(env_dir, ignore_errors=True)
-    run_checked(runner, [sys.executable, "-m", "venv", str(env_dir)],
-                what=f"creating an environment for ONNX Runtime {ort_version}")
-    run_checked(runner, [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
-                         f"onnxruntime=={ort_version}", "numpy"],
-                what=f"installing onnxruntime=={ort_version} on the build host to check the models")
+    runner([sys.executable, "-m", "venv", str(env_dir)])
+    runner([str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
+            f"onnxruntime=={ort_version}", "numpy"])
     (env_dir / READY_MARKER).write_text(ort_version, encoding="utf-8")
     return python
 
@@ -184,29 +172,16 @@ def run_reference_worker(
     request = work_dir / "model-gate-request.json"
     request.write_text(json.dumps([{"name": model.name, "path": str(model.path), "shapes": dict(model.shapes)}
                                    for model in models]), encoding="utf-8")
-    result = run_checked(runner, [str(python), "-I", str(script), "--reference", str(request)],
-                         what=f"checking the models in ONNX Runtime {ort_version}")
+    stdout = runner([str(python), "-I", str(script), "--reference", str(request)])
     try:
-        report = json.loads(result.stdout)
+        report = json.loads(stdout)
     except json.JSONDecodeError:
-        msg = f"the model check in ONNX Runtime {ort_version} printed no JSON report: {result.stdout[-500:]!r}"
+        msg = f"the model check in ONNX Runtime {ort_version} printed no JSON report, but: {stdout[-500:]!r}"
         raise BuildError(msg) from None
     if report["ort_version"] != ort_version:
         msg = f"{python} imports onnxruntime {report['ort_version']}, expected {ort_version}"
         raise BuildError(msg)
     return report["models"]
-
-
-def run_checked(runner: Runner, cmd: list[str], *, what: str) -> subprocess.CompletedProcess:
-    try:
-        result = runner(cmd, capture_output=True, text=True, check=False)
-    except OSError as exc:
-        msg = f"{what} failed: cannot run {cmd[0]}: {exc}"
-        raise BuildError(msg) from None
-    if result.returncode != 0:
-        msg = f"{what} failed: {' '.join(cmd)} exited with {result.returncode}: {(result.stderr or '')[-800:]}"
-        raise BuildError(msg)
-    return result
 
 
 def identity_model_bytes() -> bytes:

@@ -1,0 +1,235 @@
+"""The model gate against real models built with onnx and the real onnxruntime 1.23.1 of this interpreter.
+
+The isolated-environment path runs the shipped self-check's `--reference` mode as a real subprocess;
+the integration test installs a different real ORT version into a venv and gates through it.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+
+from bundler import modelgate
+from bundler import runner as runners
+from bundler.errors import BuildError, HashMismatchError
+from bundler.modelgate import ModelInput, gate_models
+from bundler.target.synth import output_digest, synthesize_inputs
+from conftest import ORT_VERSION, cache_root, make_identity_model
+
+OTHER_ORT_VERSION = "1.22.1"
+
+
+def save(model: onnx.ModelProto, path: Path) -> Path:
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def graph_model(nodes, inputs, outputs, *, initializers=(), opsets=(("", 13),)) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(domain, version) for domain, version in opsets])
+    model.ir_version = 8
+    return model
+
+
+def model_input(path: Path, name: str = "m", shapes=None) -> ModelInput:
+    return ModelInput(name=name, path=path, sha256=hashlib.sha256(path.read_bytes()).hexdigest(), shapes=shapes or {})
+
+
+def matmul_model(path: Path) -> tuple[Path, np.ndarray]:
+    """y = x @ W with a dynamic batch: real arithmetic whose reference numpy can recompute."""
+    weights = (np.arange(12, dtype=np.float32).reshape(4, 3) - 5.0) / 7.0
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 3], weights.ravel().tolist())
+    return save(graph_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [x], [y], initializers=[w]), path), weights
+
+
+def gate_one(model: ModelInput, tmp_path: Path):
+    return gate_models([model], ort_version=ORT_VERSION, work_dir=tmp_path / "work")
+
+
+def test_good_model_is_recorded_with_signature_opsets_and_reference(tmp_path):
+    path, weights = matmul_model(tmp_path / "mm.onnx")
+    model = model_input(path, "mm", shapes={"x": (5, 4)})
+
+    (record,) = gate_one(model, tmp_path)
+
+    assert record.name == "mm" and record.sha256 == model.sha256
+    assert record.opsets == {"ai.onnx": 13}
+    assert record.inputs == [{"name": "x", "type": "tensor(float)", "shape": ["batch", 4]}]
+    assert record.outputs == [{"name": "y", "type": "tensor(float)", "shape": ["batch", 3]}]
+    assert record.shapes == {"x": [5, 4]}
+    feeds = synthesize_inputs(record.inputs, record.shapes)
+    expected = feeds["x"] @ weights
+    output = record.reference["outputs"]["y"]
+    assert output["shape"] == [5, 3] and output["dtype"] == "float32"
+    np.testing.assert_allclose(np.array(output["values"], dtype=np.float32).reshape(5, 3), expected, rtol=1e-6)
+    assert record.reference["inputs"] == {"x": output_digest(feeds["x"])}
+    assert record.reference["rtol"] > 0 and record.reference["atol"] > 0
+    assert json.loads(json.dumps(record.to_json())) == record.to_json()
+
+
+def test_identity_reference_digest_is_the_input_digest(tmp_path):
+    path = make_identity_model(tmp_path / "id.onnx", shape=("n", 4))
+
+    (record,) = gate_one(model_input(path), tmp_path)
+
+    synthesized = synthesize_inputs(record.inputs)["x"]  # dynamic dim becomes 1
+    assert synthesized.shape == (1, 4)
+    assert record.reference["outputs"]["y"]["digest"] == output_digest(synthesized)
+    assert record.reference["outputs"]["y"]["values"] == [-125 / 16, -124 / 16, -123 / 16, -122 / 16]
+
+
+def test_truncated_model_fails_naming_it(tmp_path):
+    path = make_identity_model(tmp_path / "full.onnx")
+    truncated = tmp_path / "cut.onnx"
+    truncated.write_bytes(path.read_bytes()[:-9])
+
+    with pytest.raises(BuildError, match=r"model 'cut' \(models/cut.onnx\): .* not a readable ONNX model"):
+        gate_one(model_input(truncated, "cut"), tmp_path)
+
+
+def test_changed_file_fails_with_hash_mismatch(tmp_path):
+    path = make_identity_model(tmp_path / "m.onnx")
+    model = ModelInput(name="m", path=path, sha256="0" * 64)
+
+    with pytest.raises(HashMismatchError, match="expected sha256 0{64}"):
+        gate_one(model, tmp_path)
+
+
+def identity_with_opset(path: Path, opset: int) -> Path:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    return save(graph_model([helper.make_node("Identity", ["x"], ["y"])], [x], [y], opsets=(("", opset),)), path)
+
+
+def test_too_new_opset_fails_with_orts_reason(tmp_path):
+    path = identity_with_opset(tmp_path / "new.onnx", 99)
+
+    with pytest.raises(BuildError) as caught:
+        gate_one(model_input(path, "new"), tmp_path)
+
+    message = str(caught.value)
+    assert message.startswith("model 'new' (models/new.onnx): does not load, ORT 1.23.1 says: ")
+    assert "Opset 99" in message and "till opset 23" in message
+
+
+def test_custom_domain_operator_fails_with_orts_reason(tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    model = graph_model([helper.make_node("Foo", ["x"], ["y"], domain="my.custom")], [x], [y],
+                        opsets=(("", 13), ("my.custom", 1)))
+    path = save(model, tmp_path / "custom.onnx")
+
+    with pytest.raises(BuildError, match=r"model 'custom' .*does not load, ORT 1.23.1 says: .*my.custom:Foo"):
+        gate_one(model_input(path, "custom"), tmp_path)
+
+
+def test_model_that_loads_but_cannot_run_fails_with_orts_reason(tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 3])
+    shape = helper.make_tensor("s", TensorProto.INT64, [2], [3, 3])
+    model = graph_model([helper.make_node("Reshape", ["x", "s"], ["y"])], [x], [y], initializers=[shape])
+    onnx.checker.check_model(model, full_check=True)  # the checker lets it through: only running finds it
+    path = save(model, tmp_path / "reshape.onnx")
+
+    with pytest.raises(BuildError, match=r"model 'reshape' .*fails to run on synthesised inputs.*"
+                                         r"ORT 1.23.1 says: .*cannot be reshaped"):
+        gate_one(model_input(path, "reshape"), tmp_path)
+
+
+def test_mismatched_static_matmul_fails_the_checker(tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [3, 2], [0.0] * 6)
+    path = save(graph_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [x], [y], initializers=[w]),
+                tmp_path / "mm.onnx")
+
+    with pytest.raises(BuildError, match=r"model 'mm' .*fails the ONNX checker: .*Incompatible dimensions"):
+        gate_one(model_input(path, "mm"), tmp_path)
+
+
+def test_shapes_that_contradict_the_model_fail(tmp_path):
+    path = make_identity_model(tmp_path / "m.onnx", shape=("n", 4))
+
+    with pytest.raises(BuildError, match=r"model 'm' .*cannot be given synthesised inputs.*given shape is \[2, 5\]"):
+        gate_one(model_input(path, shapes={"x": (2, 5)}), tmp_path)
+
+
+def test_every_failing_model_is_named_at_once(tmp_path):
+    bad_run = identity_with_opset(tmp_path / "a.onnx", 99)
+    good = make_identity_model(tmp_path / "b.onnx")
+    bad_shape = make_identity_model(tmp_path / "c.onnx", shape=("n", 4))
+    models = [model_input(bad_run, "a"), model_input(good, "b"), model_input(bad_shape, "c", shapes={"y": (1, 4)})]
+
+    with pytest.raises(BuildError) as caught:
+        gate_models(models, ort_version=ORT_VERSION, work_dir=tmp_path / "work")
+
+    lines = str(caught.value).splitlines()
+    assert [line.split(":")[0] for line in lines] == ["model 'a' (models/a.onnx)", "model 'c' (models/c.onnx)"]
+
+
+def test_identity_model_bytes_are_deterministic_and_run_exactly():
+    first = modelgate.identity_model_bytes()
+
+    assert first == modelgate.identity_model_bytes()
+    onnx.checker.check_model(onnx.load_from_string(first), full_check=True)
+    session = onnxruntime.InferenceSession(first, providers=["CPUExecutionProvider"])
+    feeds = synthesize_inputs([{"name": "x", "type": "tensor(float)", "shape": [2, 8]}])
+    (result,) = session.run(None, feeds)
+    assert np.array_equal(result, feeds["x"])
+
+
+def test_shipped_selfcheck_is_one_file_with_synth_inlined():
+    source = modelgate.selfcheck_script_bytes().decode("utf-8")
+
+    tree = ast.parse(source)
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert not any(module and module.startswith("bundler") for module in imported)
+    defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+    assert {"synthesize_inputs", "output_digest", "compare_output", "probe_model", "main"} <= defined
+    assert modelgate.selfcheck_script_bytes() == source.encode("utf-8")
+
+
+def test_reference_worker_in_a_real_subprocess_matches_in_process(tmp_path):
+    path, _ = matmul_model(tmp_path / "mm.onnx")
+    bad = identity_with_opset(tmp_path / "new.onnx", 99)
+    models = [model_input(path, "mm", shapes={"x": (2, 4)}), model_input(bad, "new")]
+
+    report = modelgate.run_reference_worker(Path(sys.executable), models, ort_version=ORT_VERSION,
+                                            runner=runners.run, work_dir=tmp_path / "work")
+
+    in_process = modelgate.probe_models(models, ort_version=ORT_VERSION, runner=runners.run, work_dir=tmp_path)
+    assert report == json.loads(json.dumps(in_process))
+    assert report["mm"]["ok"] and report["new"]["stage"] == "load"
+
+
+def test_reference_worker_refuses_another_ort_version(tmp_path):
+    path = make_identity_model(tmp_path / "m.onnx")
+
+    with pytest.raises(BuildError, match=f"imports onnxruntime {ORT_VERSION}, expected 1.0.0"):
+        modelgate.run_reference_worker(Path(sys.executable), [model_input(path)], ort_version="1.0.0",
+                                       runner=runners.run, work_dir=tmp_path / "work")
+
+
+@pytest.mark.integration
+def test_gate_in_an_isolated_environment_with_another_ort_version(tmp_path):
+    """A real venv with onnxruntime 1.22.1 (made once in the test cache): its own opset limit applies."""
+    work = cache_root() / "modelgate"
+    good = make_identity_model(tmp_path / "good.onnx")
+    opset23 = identity_with_opset(tmp_path / "opset23.onnx", 23)
+
+    (record,) = gate_models([model_input(good, "good")], ort_version=OTHER_ORT_VERSION, work_dir=work)
+    with pytest.raises(BuildError, match=f"model 'opset23' .*does not load, ORT {OTHER_ORT_VERSION} says: .*Opset 23"):
+        gate_models([model_input(opset23, "opset23")], ort_version=OTHER_ORT_VERSION, work_dir=work)
+
+    assert record.reference["outputs"]["y"]["values"] == [-125 / 16, -124 / 16, -123 / 16, -122 / 16]
