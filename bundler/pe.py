@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import mmap
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,7 +144,7 @@ def _is_name_char(data: bytes | mmap.mmap, offset: int, *, width: int) -> bool:
     return data[offset] in _NAME_CHARS and not any(data[offset + 1:offset + width])
 
 
-def _dll_names(entries) -> tuple[str, ...]:
+def _dll_names(entries: Iterable) -> tuple[str, ...]:
     return tuple(entry.dll.decode("ascii", "replace") for entry in entries)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import zipfile
 from pathlib import Path
 
@@ -66,8 +67,8 @@ def test_machine_name_for_known_and_unknown_machines():
     info = PeInfo(machine=0x8664, is_dll=True, linker_version=(14, 40), file_version=None, product_version=None,
                   imports=(), delay_imports=(), runtime_names=(), has_signature=False)
     assert info.machine_name == "x64"
-    assert PeInfo(**{**info.__dict__, "machine": 0xAA64}).machine_name == "arm64"
-    assert PeInfo(**{**info.__dict__, "machine": 0x1C4}).machine_name == "0x01c4"
+    assert dataclasses.replace(info, machine=0xAA64).machine_name == "arm64"
+    assert dataclasses.replace(info, machine=0x1C4).machine_name == "0x01c4"
 
 
 # ---- the real ORT 1.23.1 win_amd64 wheel -------------------------------------------------------
