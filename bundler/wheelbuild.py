@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from email.message import Message
 from email.parser import Parser
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import Tag, parse_tag
@@ -32,7 +32,8 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 from wheel.wheelfile import WheelFile
 
-from .errors import BuildError, InputUnavailableError, UnsafeArchiveError, UnsupportedError
+from .archives import SafeArchive
+from .errors import BuildError, InputUnavailableError, UnsupportedError
 from .pe import inspect_pe
 
 PLATFORMS = ("win_amd64", "linux_x86_64")
@@ -118,8 +119,7 @@ def derive_tag(tree_root: Path, *, platform: str, source_tags: Sequence[str] = (
                f"or a *.cpython-3XY-x86_64-linux-gnu.so), expected one; without it the wheel could only be "
                f"py3-none, which cannot carry ONNX Runtime's binaries")
         raise BuildError(msg)
-    parsed = [parse_tag(tag) for tag in source_tags]
-    source = frozenset().union(*parsed) if parsed else frozenset()
+    source = _parse_tags(source_tags, where=f"{tree_root}: the source wheel's WHEEL file")
     python, abi = _python_and_abi(extensions, source_tags=source, package=package)
     if source and not any(t.interpreter == python and t.abi == abi for t in source):
         msg = (f"{package}: the binaries are built for {python}-{abi}, but the source wheel's WHEEL file says "
@@ -160,26 +160,26 @@ def verify_official_wheel(path: Path, *, expected_name: str, expected_version: s
     tags = _check_wheel_filename(path, expected_name=expected_name, expected_version=expected_version,
                                  label=label)
     _check_serves(path, tags, platform=target_platform, python=target_python, label=label)
+    with SafeArchive.open(path, label=label) as archive:
+        dist_info = _wheel_dist_info(archive, path=path, label=label)
+        _check_dist_info(archive, dist_info, path=path, tags=tags, expected_name=expected_name,
+                         expected_version=expected_version, label=label)
+        _check_record(archive, dist_info, path=path, label=label)
+
+
+def _parse_tags(tags: Sequence[str], *, where: str) -> frozenset[Tag]:
     try:
-        with zipfile.ZipFile(path) as archive:
-            _check_member_names(archive, path=path)
-            dist_info = _wheel_dist_info(archive, path=path, label=label)
-            _check_dist_info(archive, dist_info, path=path, tags=tags, expected_name=expected_name,
-                             expected_version=expected_version, label=label)
-            _check_record(archive, dist_info, path=path, label=label)
-    except zipfile.BadZipFile as exc:
-        msg = f"{label}: {path.name} is not a readable zip ({exc}), expected a wheel"
-        raise BuildError(msg) from exc
-    except OSError as exc:
-        msg = f"{label}: cannot read {path} ({exc.strerror or exc}), expected a readable wheel file"
-        raise InputUnavailableError(msg) from exc
+        return frozenset(tag for text in tags for tag in parse_tag(text))
+    except ValueError:
+        msg = f"{where} has the tags {', '.join(tags)}, expected tags of the form python-abi-platform"
+        raise BuildError(msg) from None
 
 
 # --- reading a capi source -------------------------------------------------------------------------
 
 
 def _materialize(source: Path, *, work_dir: Path, label: str) -> Path:
-    """A folder is used in place; a zip (or wheel) is extracted into a fresh folder under work_dir."""
+    """A folder is used in place; an archive (zip, wheel, tar) is extracted into a fresh folder under work_dir."""
     if source.is_dir():
         return source
     if not source.is_file():
@@ -188,27 +188,9 @@ def _materialize(source: Path, *, work_dir: Path, label: str) -> Path:
     dest = work_dir / f"{source.name}.capi"
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
-    _extract_zip(source, dest, label=label)
+    with SafeArchive.open(source, label=label) as archive:
+        archive.extract(dest)
     return dest
-
-
-def _extract_zip(source: Path, dest: Path, *, label: str) -> None:
-    """Extract refusing unsafe entries. Stand-in for `bundler.archives.SafeArchive` until it lands."""
-    try:
-        with zipfile.ZipFile(source) as archive:
-            _check_member_names(archive, path=source)
-            archive.extractall(dest)
-    except zipfile.BadZipFile as exc:
-        msg = f"{label}: {source.name} is not a readable zip ({exc}), expected a zip holding onnxruntime/capi/"
-        raise UnsafeArchiveError(msg) from exc
-
-
-def _check_member_names(archive: zipfile.ZipFile, *, path: Path) -> None:
-    for name in archive.namelist():
-        pure = PurePosixPath(name)
-        if pure.is_absolute() or ".." in pure.parts or "\\" in name or ":" in name:
-            msg = f"{path.name}: found the unsafe entry name '{name}', expected a relative path inside the archive"
-            raise UnsafeArchiveError(msg)
 
 
 def _package_root(base: Path, *, label: str) -> Path:
@@ -537,15 +519,15 @@ def _tag_serves(tag: Tag, *, platform: str, minor: int) -> bool:
     return on_platform and (exact or stable)
 
 
-def _wheel_dist_info(archive: zipfile.ZipFile, *, path: Path, label: str) -> str:
-    found = sorted({name.split("/")[0] for name in archive.namelist() if name.split("/")[0].endswith(".dist-info")})
+def _wheel_dist_info(archive: SafeArchive, *, path: Path, label: str) -> str:
+    found = sorted({name.split("/")[0] for name in archive.names() if name.split("/")[0].endswith(".dist-info")})
     if len(found) != 1:
         msg = f"{label}: {path.name} has {len(found)} .dist-info folders ({', '.join(found) or 'none'}), expected exactly one"
         raise BuildError(msg)
     return found[0]
 
 
-def _check_dist_info(archive: zipfile.ZipFile, dist_info: str, *, path: Path, tags: frozenset[Tag],
+def _check_dist_info(archive: SafeArchive, dist_info: str, *, path: Path, tags: frozenset[Tag],
                      expected_name: str, expected_version: str, label: str) -> None:
     metadata = _parse_headers(_read_text(archive, f"{dist_info}/METADATA", path=path, label=label))
     if canonicalize_name(metadata["Name"] or "") != canonicalize_name(expected_name):
@@ -555,32 +537,31 @@ def _check_dist_info(archive: zipfile.ZipFile, dist_info: str, *, path: Path, ta
         msg = f"{label}: {path.name}'s METADATA says version {metadata['Version']}, expected {expected_version}"
         raise BuildError(msg)
     wheel = _parse_headers(_read_text(archive, f"{dist_info}/WHEEL", path=path, label=label))
-    declared = frozenset().union(*(parse_tag(t) for t in wheel.get_all("Tag") or ()))
+    declared = _parse_tags(wheel.get_all("Tag") or (), where=f"{label}: {path.name}'s WHEEL file")
     if declared != tags:
         msg = (f"{label}: {path.name}'s WHEEL file declares the tags {', '.join(sorted(map(str, declared))) or 'none'}, "
                f"expected the tags of its file name ({', '.join(sorted(map(str, tags)))})")
         raise BuildError(msg)
 
 
-def _read_text(archive: zipfile.ZipFile, name: str, *, path: Path, label: str) -> str:
-    try:
-        return archive.read(name).decode("utf-8")
-    except KeyError:
+def _read_text(archive: SafeArchive, name: str, *, path: Path, label: str) -> str:
+    if name not in archive.names():
         msg = f"{label}: {path.name} has no {name}, expected one in every wheel"
-        raise BuildError(msg) from None
+        raise BuildError(msg)
+    return archive.read(name).decode("utf-8")
 
 
-def _check_record(archive: zipfile.ZipFile, dist_info: str, *, path: Path, label: str) -> None:
+def _check_record(archive: SafeArchive, dist_info: str, *, path: Path, label: str) -> None:
     """Every member is listed in RECORD and hashes to what it says, read in one streaming pass."""
     record = _record_entries(_read_text(archive, f"{dist_info}/RECORD", path=path, label=label), path=path, label=label)
     unhashed = {f"{dist_info}/{name}" for name in RECORD_SIGNATURES}
-    members = [info for info in archive.infolist() if not info.is_dir() and info.filename not in unhashed]
-    for info in members:
-        if info.filename not in record:
-            msg = f"{label}: {path.name} contains {info.filename}, which its RECORD does not list with a hash"
+    members = [entry.name for entry in archive.entries if not entry.is_dir and entry.name not in unhashed]
+    for name in members:
+        if name not in record:
+            msg = f"{label}: {path.name} contains {name}, which its RECORD does not list with a hash"
             raise BuildError(msg)
-        _check_member(archive, info, record[info.filename], path=path, label=label)
-    missing = sorted(set(record) - {info.filename for info in members})
+        _check_member(archive, name, record[name], path=path, label=label)
+    missing = sorted(set(record) - set(members))
     if missing:
         msg = f"{label}: {path.name}'s RECORD lists {missing[0]}, which the wheel does not contain"
         raise BuildError(msg)
@@ -604,20 +585,17 @@ def _record_entries(text: str, *, path: Path, label: str) -> dict[str, tuple[str
     return entries
 
 
-def _check_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, expected: tuple[str, bytes, int | None], *,
-                  path: Path, label: str) -> None:
+def _check_member(archive: SafeArchive, name: str, expected: tuple[str, bytes, int | None], *, path: Path,
+                  label: str) -> None:
+    """Stream one member through its hash; corrupt data surfaces from SafeArchive as UnsafeArchiveError."""
     algorithm, digest, size = expected
     hasher = hashlib.new(algorithm)
     length = 0
-    try:
-        with archive.open(info) as member:
-            while chunk := member.read(CHUNK):
-                hasher.update(chunk)
-                length += len(chunk)
-    except zipfile.BadZipFile as exc:
-        msg = f"{label}: {path.name}: {info.filename} is corrupt ({exc}), expected the bytes its RECORD hashes"
-        raise BuildError(msg) from exc
+    with archive.open_member(name) as member:
+        while chunk := member.read(CHUNK):
+            hasher.update(chunk)
+            length += len(chunk)
     if hasher.digest() != digest or (size is not None and size != length):
-        msg = (f"{label}: {path.name}: {info.filename} does not match its RECORD entry ({algorithm} or size "
+        msg = (f"{label}: {path.name}: {name} does not match its RECORD entry ({algorithm} or size "
                f"differs), expected the file as published; the wheel was modified or damaged")
         raise BuildError(msg)

@@ -159,6 +159,12 @@ def test_binaries_disagreeing_with_source_wheel_tags_are_refused(tmp_path: Path,
         derive_tag(root, platform="linux_x86_64", source_tags=("cp38-cp38-manylinux_2_28_x86_64",))
 
 
+def test_malformed_source_tag_is_reported_not_raised_raw(tmp_path: Path, host_extension: Path) -> None:
+    root = host_tree(tmp_path / "src", host_extension)
+    with pytest.raises(BuildError, match="has the tags cp311-linux_x86_64, expected tags of the form"):
+        derive_tag(root, platform="linux_x86_64", source_tags=("cp311-linux_x86_64",))
+
+
 def test_unsafe_zip_source_is_refused(tmp_path: Path, host_extension: Path) -> None:
     source = zip_folder(host_tree(tmp_path / "src", host_extension), tmp_path / "capi.zip")
     with zipfile.ZipFile(source, "a") as archive:
@@ -352,3 +358,4 @@ def test_tampered_official_wheel_names_the_changed_file(ort_win_wheel: Path, tmp
     with pytest.raises(BuildError, match=f"{changed} does not match its RECORD entry"):
         verify_official_wheel(tampered, expected_name="onnxruntime", expected_version="1.23.1",
                               target_platform="win_amd64", target_python="3.11", label="ort.wheel")
+
