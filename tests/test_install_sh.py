@@ -1,0 +1,289 @@
+"""Run the rendered install.sh, uninstall.sh and run.sh for real on a small bundle made in tmp.
+
+The bundle has the real layout: a tiny wheel built here, a hash-pinned requirements.txt,
+install-plan.json, SHA256SUMS, and bundler/target/plan.py at the path the scripts call. Its
+selfcheck.py is a stand-in that only imports the tiny package; its entry point is a stand-in script
+that reports its arguments and environment. One install is shared by the tests that only read it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from bundler.render import INSTALL_EXIT_CODES, PLAN_HELPER, EntryPoint, ScriptContext, render_scripts
+from conftest import make_identity_model
+
+CODES = INSTALL_EXIT_CODES
+PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
+PLAN_SOURCE = Path(__file__).resolve().parents[1] / "bundler" / "target" / "plan.py"
+ORT_DIR = f"venv/lib/python{PY}/site-packages/onnxruntime/capi"
+
+SELFCHECK_STANDIN = """\
+# Stand-in for the real self-check: proves the installed environment imports the bundled package.
+import sys
+import tinypkg
+sys.exit(0 if tinypkg.VALUE == 42 else 1)
+"""
+
+ENTRY_STANDIN = """\
+# Stand-in entry point: reports what the launcher handed over, exits with the code it is asked for.
+import json, os, sys
+keys = ("LD_LIBRARY_PATH", "PYTHONNOUSERSITE", "PIP_NO_INDEX", "TEMP", "TMP", "PYTHONPYCACHEPREFIX",
+        "CUDA_CACHE_PATH", "ORT_TENSORRT_CACHE_PATH", "ORT_BUNDLE_CACHE_DIR", "APP_MODE")
+report = {"argv": sys.argv[1:], "env": {k: os.environ.get(k) for k in keys},
+          "hook": "ort_bundle_hook" in sys.modules, "executable": sys.executable}
+with open(os.environ["STANDIN_REPORT"], "w", encoding="utf-8") as f:
+    json.dump(report, f)
+sys.exit(int(os.environ.get("STANDIN_EXIT", "0")))
+"""
+
+
+def build_wheel(folder: Path, *, version: str = "1.0", broken: bool = False) -> Path:
+    """A real pure-Python wheel with a correct RECORD; `broken` gives bytes pip must reject."""
+    path = folder / f"tinypkg-{version}-py3-none-any.whl"
+    if broken:
+        path.write_bytes(b"PK\x03\x04 this is not a complete zip archive")
+        return path
+    dist = f"tinypkg-{version}.dist-info"
+    files = {
+        "tinypkg/__init__.py": b"VALUE = 42\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: tinypkg\nVersion: {version}\n".encode(),
+        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(data)}")
+    record.append(f"{dist}/RECORD,,")
+    files[f"{dist}/RECORD"] = ("\n".join(record) + "\n").encode()
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return path
+
+
+def script_context(*, version: str = "1.0", env: dict[str, str] | None = None) -> ScriptContext:
+    return ScriptContext(
+        name="tiny", version=version, platform="linux_x86_64", python=PY, vc_runtime_min=None,
+        vc_redist=None, gpu_dll_dirs=(), gpu_preload=(), dll_dirs=(ORT_DIR,),
+        entry_point=EntryPoint(kind="script", value="app/entry.py"), cache_dir=None,
+        env=env or {"APP_MODE": "it's $HOME & `id`"}, default_install_dir="/nonexistent/tiny")
+
+
+def make_bundle(root: Path, *, version: str = "1.0", broken_wheel: bool = False,
+                selfcheck: str = SELFCHECK_STANDIN) -> Path:
+    """Lay out an extracted bundle exactly as the build writes it."""
+    root.mkdir(parents=True)
+    wheels = root / "payload" / "wheels"
+    wheels.mkdir(parents=True)
+    wheel = build_wheel(wheels, version=version, broken=broken_wheel)
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    (wheels / "requirements.txt").write_text(f"tinypkg=={version} --hash=sha256:{digest}\n")
+    (root / "payload" / "models").mkdir(parents=True)
+    make_identity_model(root / "payload" / "models" / "m.onnx")
+    (root / "payload" / "selfcheck").mkdir(parents=True)
+    (root / "payload" / "selfcheck" / "selfcheck.py").write_text(selfcheck)
+    (root / "payload" / "app").mkdir(parents=True)
+    (root / "payload" / "app" / "entry.py").write_text(ENTRY_STANDIN)
+    (root / PLAN_HELPER).parent.mkdir(parents=True)
+    shutil.copyfile(PLAN_SOURCE, root / PLAN_HELPER)
+    (root / "bundle.json").write_text(json.dumps({"name": "tiny", "version": version}))
+    for rel, data in render_scripts(script_context(version=version)).items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    plan = {
+        "format": 1, "install_id": f"tiny-{version}",
+        "venv": {"dir": "venv", "wheels": "payload/wheels", "requirements": "payload/wheels/requirements.txt",
+                 "site_packages_files": [{"from": f"payload/launchers/ort_bundle_hook.{ext}",
+                                          "to": f"ort_bundle_hook.{ext}"} for ext in ("py", "pth")]},
+        "copy": [{"from": "bundle.json", "to": "bundle.json"},
+                 {"from": "payload/models/m.onnx", "to": "models/m.onnx"},
+                 {"from": "payload/selfcheck/selfcheck.py", "to": "selfcheck/selfcheck.py"},
+                 {"from": "payload/app/entry.py", "to": "app/entry.py"},
+                 {"from": "payload/launchers/run.sh", "to": "run.sh"}],
+        "dll_dirs": [ORT_DIR],
+    }
+    (root / "install-plan.json").write_text(json.dumps(plan, indent=2))
+    write_sums(root)
+    return root
+
+
+def write_sums(root: Path) -> None:
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.name != "SHA256SUMS")
+    lines = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.relative_to(root).as_posix()}" for p in files]
+    (root / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+
+
+def run_sh(script: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    merged = {**os.environ, **(env or {})}
+    return subprocess.run(["sh", str(script), *args], capture_output=True, text=True, env=merged, timeout=300)
+
+
+def tree(folder: Path) -> dict[str, str]:
+    """Every file below `folder` with its hash: what 'untouched' is compared by."""
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+
+
+def leftovers(parent: Path) -> list[str]:
+    return sorted(p.name for p in parent.iterdir() if ".staging." in p.name or ".previous." in p.name)
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_bundle(tmp_path_factory.mktemp("bundle") / "tiny-1.0-linux_x86_64")
+
+
+@pytest.fixture(scope="module")
+def installed(bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real install (venv + offline pip) shared by the read-only tests."""
+    target = tmp_path_factory.mktemp("prefix") / "my apps" / "tiny"
+    logs = tmp_path_factory.mktemp("logs")
+    result = run_sh(bundle / "install.sh", "--install-dir", str(target), "--log-path", str(logs / "install.log"),
+                    "--cache-dir", str(logs / "install-time cache"))
+    assert result.returncode == 0, result.stderr
+    return target
+
+
+def test_install_creates_the_environment_receipt_and_hook(installed: Path, bundle: Path) -> None:
+    receipt = json.loads((installed / "receipt.json").read_text())
+    assert receipt["install_id"] == "tiny-1.0"
+    assert receipt["bundle_sha256"] == hashlib.sha256((bundle / "SHA256SUMS").read_bytes()).hexdigest()
+    assert receipt["selfcheck"] == {"ran": True, "exit_code": 0, "passed": True}
+    assert {"venv/", "models/m.onnx", "run.sh", "receipt.json", "install-plan.json"} <= set(receipt["created"])
+    site = installed / "venv" / "lib" / f"python{PY}" / "site-packages"
+    assert (site / "ort_bundle_hook.pth").read_text() == "import ort_bundle_hook\n"
+    probe = subprocess.run([str(installed / "venv" / "bin" / "python"), "-c",
+                            "import tinypkg, sys; print(tinypkg.__file__); print('ort_bundle_hook' in sys.modules)"],
+                           capture_output=True, text=True, check=True)
+    module_file, hook_loaded = probe.stdout.splitlines()
+    assert Path(module_file).is_relative_to(installed) and hook_loaded == "True"
+    assert leftovers(installed.parent) == []
+
+
+def test_rerun_of_the_same_bundle_is_a_no_op(installed: Path, bundle: Path, tmp_path: Path) -> None:
+    before = tree(installed)
+    result = run_sh(bundle / "install.sh", "--install-dir", str(installed), "--log-path", str(tmp_path / "log"))
+    assert result.returncode == 0, result.stderr
+    assert "already installed" in result.stderr
+    assert tree(installed) == before
+
+
+def test_tampered_file_is_an_integrity_failure_and_installs_nothing(tmp_path: Path) -> None:
+    bad = make_bundle(tmp_path / "bundle")
+    (bad / "payload" / "models" / "m.onnx").write_bytes(b"tampered")
+    target = tmp_path / "prefix" / "tiny"
+    result = run_sh(bad / "install.sh", "--install-dir", str(target), "--log-path", str(tmp_path / "log"))
+    assert result.returncode == CODES["integrity"], result.stderr
+    assert "payload/models/m.onnx: FAILED" in result.stderr
+    assert not (tmp_path / "prefix").exists()
+
+
+def test_failed_install_leaves_the_previous_installation_untouched(installed: Path, tmp_path: Path) -> None:
+    broken = make_bundle(tmp_path / "bundle", version="2.0", broken_wheel=True)
+    before = tree(installed)
+    result = run_sh(broken / "install.sh", "--install-dir", str(installed), "--log-path", str(tmp_path / "log"))
+    assert result.returncode == CODES["install"], result.stderr
+    assert "pip could not install" in result.stderr
+    assert tree(installed) == before
+    assert leftovers(installed.parent) == []
+
+
+def test_failed_self_check_installs_nothing(tmp_path: Path) -> None:
+    failing = make_bundle(tmp_path / "bundle", selfcheck="import sys\nsys.exit(3)\n")
+    target = tmp_path / "prefix" / "tiny"
+    result = run_sh(failing / "install.sh", "--install-dir", str(target), "--log-path", str(tmp_path / "log"))
+    assert result.returncode == CODES["selfcheck"], result.stderr
+    assert "exit code 3" in result.stderr
+    assert not target.exists() and leftovers(target.parent) == []
+
+
+def test_dry_run_changes_nothing(bundle: Path, installed: Path, tmp_path: Path) -> None:
+    target = tmp_path / "prefix" / "tiny"
+    log = tmp_path / "logs" / "install.log"
+    fresh = run_sh(bundle / "install.sh", "--dry-run", "--install-dir", str(target), "--log-path", str(log))
+    assert fresh.returncode == 0, fresh.stderr
+    assert "nothing was changed" in fresh.stderr
+    assert not (tmp_path / "prefix").exists() and not log.parent.exists()
+    before = tree(installed)
+    forced = run_sh(bundle / "install.sh", "--dry-run", "--force", "--install-dir", str(installed))
+    assert forced.returncode == 0, forced.stderr
+    assert tree(installed) == before
+
+
+def test_usage_and_prerequisite_errors_have_their_codes(bundle: Path, tmp_path: Path) -> None:
+    unknown = run_sh(bundle / "install.sh", "--instal-dir", str(tmp_path))
+    assert unknown.returncode == CODES["usage"] and "unknown argument '--instal-dir'" in unknown.stderr
+    old_python = tmp_path / "python3.9"
+    old_python.write_text("#!/bin/sh\necho 3.9\n")
+    old_python.chmod(0o755)
+    wrong = run_sh(bundle / "install.sh", "--python", str(old_python), "--install-dir", str(tmp_path / "t"),
+                   "--log-path", str(tmp_path / "log"))
+    assert wrong.returncode == CODES["prerequisite"], wrong.stderr
+    assert f"is Python 3.9 but this bundle's wheels need Python {PY}" in wrong.stderr
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "keep.txt").write_text("not ours")
+    refused = run_sh(bundle / "install.sh", "--install-dir", str(foreign), "--log-path", str(tmp_path / "log"))
+    assert refused.returncode == CODES["usage"] and "holds no receipt.json" in refused.stderr
+    assert sorted(p.name for p in foreign.iterdir()) == ["keep.txt"]
+
+
+def test_run_sh_passes_arguments_and_exit_code_and_sets_the_environment(installed: Path, tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    cache = tmp_path / "cache dir"
+    args = ["two words", "it's \"quoted\"", "$HOME", "a;b&c", ""]
+    result = subprocess.run(
+        [str(installed / "run.sh"), *args], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "STANDIN_REPORT": str(report), "STANDIN_EXIT": "7", "ORT_BUNDLE_CACHE_DIR": str(cache),
+             "LD_LIBRARY_PATH": "/previous/lib"})
+    assert result.returncode == 7, result.stderr
+    seen = json.loads(report.read_text())
+    assert seen["argv"] == args
+    assert seen["hook"] is True
+    assert Path(seen["executable"]).parent == installed / "venv" / "bin"
+    env = seen["env"]
+    assert env["LD_LIBRARY_PATH"] == f"{installed}/{ORT_DIR}:/previous/lib"
+    assert env["PYTHONNOUSERSITE"] == "1" and env["PIP_NO_INDEX"] == "1"
+    assert env["TEMP"] == env["TMP"] == f"{cache}/tmp" and Path(env["TEMP"]).is_dir()
+    assert env["PYTHONPYCACHEPREFIX"] == f"{cache}/pycache"
+    assert env["CUDA_CACHE_PATH"] == f"{cache}/cuda" and env["ORT_TENSORRT_CACHE_PATH"] == f"{cache}/tensorrt"
+    assert env["APP_MODE"] == "it's $HOME & `id`"
+
+
+def test_run_sh_self_check_and_missing_environment(installed: Path, tmp_path: Path) -> None:
+    ok = subprocess.run([str(installed / "run.sh"), "--self-check"], capture_output=True, text=True,
+                        env={**os.environ, "ORT_BUNDLE_CACHE_DIR": str(tmp_path / "c")}, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    shutil.copyfile(installed / "run.sh", moved / "run.sh")
+    missing = subprocess.run(["sh", str(moved / "run.sh")], capture_output=True, text=True, timeout=60)
+    assert missing.returncode == CODES["prerequisite"]
+    assert f"{moved}/venv/bin/python was not found" in missing.stderr
+
+
+def test_uninstall_removes_exactly_what_install_created(installed: Path, bundle: Path, tmp_path: Path) -> None:
+    """Last in this file: it removes the shared install the tests above read."""
+    assert (installed / "cache_dir.txt").read_text().endswith("install-time cache\n")
+    (installed / "models" / "mine.onnx").write_bytes(b"user data")
+    before = tree(installed)
+    dry = run_sh(bundle / "uninstall.sh", "--install-dir", str(installed), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "would remove" in dry.stderr and tree(installed) == before
+    result = run_sh(bundle / "uninstall.sh", "--install-dir", str(installed), "--log-path", str(tmp_path / "u.log"))
+    assert result.returncode == 0, result.stderr
+    remaining = sorted(p.relative_to(installed).as_posix() for p in installed.rglob("*"))
+    assert remaining == ["models", "models/mine.onnx"]
+    again = run_sh(bundle / "uninstall.sh", "--install-dir", str(installed))
+    assert again.returncode == CODES["usage"] and "receipt.json does not exist" in again.stderr
