@@ -75,7 +75,7 @@ _COMPRESSION = {  # kind -> (leading bytes, name for messages, opener of the dec
 _TAR_MODES = {"tar": "r:", "gz": "r:gz", "bz2": "r:bz2", "xz": "r:xz"}
 
 _RESERVED_STEMS = frozenset(
-    ["CON", "PRN", "AUX", "NUL"] + [f"{port}{n}" for port in ("COM", "LPT") for n in "0123456789¹²³"]
+    ["CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"] + [f"{port}{n}" for port in ("COM", "LPT") for n in "0123456789¹²³"]
 )
 _FORBIDDEN_CHARS = frozenset('<>:"|?*')
 _DRIVE = re.compile(r"[A-Za-z]:")
@@ -149,7 +149,7 @@ class _ZipReader:
         infos = self._zip.infolist()
         for info in infos:
             self._check_member(info)
-            mode = info.external_attr >> 16
+            mode = info.external_attr >> 16  # trusted whatever the "made by" system: a link is never harmless
             kind = _kind_from_mode(mode, is_dir=info.filename.endswith(("/", "\\")))
             yield _Raw(name=info.filename, kind=kind, size=0 if kind == "dir" else info.file_size,
                        executable=bool(mode & 0o111), handle=info)
@@ -163,17 +163,18 @@ class _ZipReader:
         self._zip.close()
 
     def _check_member(self, info: zipfile.ZipInfo) -> None:
+        """The ratio comes first: telling pseudo from real encryption decompresses the entry."""
+        ratio = info.file_size / max(info.compress_size, 1)
+        if info.file_size > _RATIO_GRACE_BYTES and ratio > self._limits.max_ratio:
+            raise _unsafe(self._label, info.filename,
+                          f"expands {info.compress_size} bytes to {info.file_size} (ratio {ratio:.0f}), above "
+                          f"the limit of {self._limits.max_ratio:g} (zip bomb)")
         if info.flag_bits & _ZIP_ENCRYPTED:
             raise _unsafe(self._label, info.filename, self._encryption_problem(info))
         if info.compress_type not in _ZIP_READABLE_METHODS:
             msg = (f"{self._label}: entry {info.filename!r} uses zip compression method {info.compress_type}, "
                    f"which ort-bundler cannot read; expected stored, deflate, bzip2 or lzma")
             raise UnsupportedError(msg)
-        ratio = info.file_size / max(info.compress_size, 1)
-        if info.file_size > _RATIO_GRACE_BYTES and ratio > self._limits.max_ratio:
-            raise _unsafe(self._label, info.filename,
-                          f"expands {info.compress_size} bytes to {info.file_size} (ratio {ratio:.0f}), above "
-                          f"the limit of {self._limits.max_ratio:g} (zip bomb)")
 
     def _encryption_problem(self, info: zipfile.ZipInfo) -> str:
         if not (info.flag_bits & _ZIP_STRONG_ENCRYPTION or info.compress_type == _ZIP_AES_METHOD):
@@ -341,7 +342,8 @@ def is_archive(path: Path) -> bool:
     """Whether `path` holds a zip or a (possibly compressed) tar, judged by content.
 
     A compressed stream counts only if it holds a tar; one too damaged to tell counts, so that
-    `SafeArchive.open` can name the damage instead of the caller treating it as a plain file.
+    `SafeArchive.open` can name the damage instead of the caller treating it as a plain file. A folder is
+    not an archive; a file that cannot be read raises `InputUnavailableError`.
     """
     kind = _sniff(path)
     if kind not in _COMPRESSION:
@@ -543,7 +545,7 @@ class SafeArchive:
         about owners, mtimes or permissions beyond "executable" reaches the target machine.
         """
         chosen = self._select(members)
-        dest.mkdir(parents=True, exist_ok=True)
+        _make_folders(dest, label=self._label, name=None)
         root = dest.resolve(strict=True)
         written = []
         for member in chosen:
@@ -596,19 +598,19 @@ class SafeArchive:
         os.chmod(target, 0o755 if member.raw.executable else 0o644)
 
 
-def _make_folders(folder: Path, *, label: str, name: str) -> None:
+def _make_folders(folder: Path, *, label: str, name: str | None) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise BuildError(f"{label}: entry {name!r} needs the folder {folder}, which cannot be created: "
-                         f"{exc.strerror}") from exc
+        who = f"{label}: entry {name!r} needs" if name is not None else f"{label}: extracting needs"
+        raise BuildError(f"{who} the folder {folder}, which cannot be created: {exc.strerror}") from exc
 
 
 def _open_reader(path: Path, *, label: str, limits: Limits) -> _Reader:
+    if not path.is_file():
+        raise InputUnavailableError(f"{label} is missing or not a file: {path}")
     kind = _sniff(path)
     if kind is None:
-        if not path.is_file():
-            raise InputUnavailableError(f"{label} is not a file: {path}")
         raise UnsafeArchiveError(f"{label} is neither a zip nor a tar archive (judged by its content)")
     if kind == "zip":
         return _ZipReader(path, label=label, limits=limits)

@@ -12,6 +12,7 @@ import stat
 import tarfile
 import time
 import zipfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,8 @@ BAD_NAMES = [
     ("lib/lpt9.h", "reserved device name"),
     ("nul.tar.gz", "reserved device name"),
     ("COM0", "reserved device name"),
+    ("CONOUT$", "reserved device name"),
+    ("prn .txt", "reserved device name"),
     ("com\u00b9.txt", "reserved device name"),
     ("lib./a.dll", "ending in a dot or space"),
     ("lib/a.dll ", "ending in a dot or space"),
@@ -107,7 +110,7 @@ def test_a_path_of_exactly_the_limit_is_accepted(tmp_path):
     path = make_zip(tmp_path / "a.zip", {name: b"x"})
     with SafeArchive.open(path, label=LABEL) as archive:
         assert archive.names() == [name]
-    assert "over" not in rejection(path, limits=Limits(max_path_length=199))
+    assert "has a path of 200 characters, above the limit of 199" in rejection(path, limits=Limits(max_path_length=199))
 
 
 def test_tar_name_that_is_not_utf8_is_rejected(tmp_path):
@@ -235,8 +238,6 @@ def test_a_header_declaring_less_than_the_data_holds_cannot_extract_more(tmp_pat
 
 def test_a_lying_header_whose_crc_matches_the_prefix_yields_only_the_declared_bytes(tmp_path):
     content = bytes(3 * 1024 * 1024)
-    import zlib
-
     member = deflated("bomb.bin", content, size=1000, crc=zlib.crc32(content[:1000]))
     path = write_raw_zip(tmp_path / "a.zip", [member])
     with SafeArchive.open(path, label=LABEL) as archive:
@@ -283,8 +284,6 @@ def test_pseudo_encrypted_entry_is_named_as_such(tmp_path):
 
 @pytest.mark.parametrize("method", [0, 8])
 def test_truly_encrypted_entry_is_named_as_such(tmp_path, method):
-    import zlib
-
     content = b"secret weights " * 500
     crc = zlib.crc32(content)
     data = raw_deflate(content) if method == 8 else content
@@ -348,6 +347,12 @@ def test_plain_tar_cut_short_is_truncated(tmp_path, cut):
     assert "is a truncated tar" in rejection(path)
 
 
+def test_tar_with_data_after_its_end_marker_is_corrupt(tmp_path):
+    path = write_tar(tmp_path / "a.tar", [tar_member("a.txt", b"a")], compression="")
+    path.write_bytes(path.read_bytes() + b"smuggled")
+    assert "has data after its end-of-archive marker" in rejection(path)
+
+
 def test_gzip_that_holds_no_tar(tmp_path):
     path = tmp_path / "model.onnx.gz"
     path.write_bytes(gzip.compress(b"not a tar " * 100))
@@ -363,7 +368,7 @@ def test_neither_zip_nor_tar(tmp_path):
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(InputUnavailableError):
+    with pytest.raises(InputUnavailableError, match=r"^\[ort\] archive crafted is missing or not a file: "):
         SafeArchive.open(tmp_path / "absent.zip", label=LABEL)
 
 
@@ -385,7 +390,7 @@ def test_zip_is_detected_by_content_and_folders_are_not_archives(tmp_path):
     assert not is_archive(tmp_path / "plain.txt")
 
 
-def test_compression_magic_helpers_agree_with_the_stdlib(tmp_path):
+def test_bzip2_and_xz_files_that_hold_no_tar_are_not_archives(tmp_path):
     for name, compress in {"b.bz2": bz2.compress, "x.xz": lzma.compress}.items():
         (tmp_path / name).write_bytes(compress(b"not a tar"))
         assert not is_archive(tmp_path / name)
