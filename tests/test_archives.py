@@ -282,6 +282,12 @@ def test_pseudo_encrypted_entry_is_named_as_such(tmp_path):
     assert "entry 'lib/notes.txt' is pseudo-encrypted" in message
 
 
+def test_a_flagged_bomb_is_caught_by_its_ratio_before_any_trial_decompression(tmp_path):
+    path = write_raw_zip(tmp_path / "a.zip", [deflated("zeros.bin", bytes(8 * 1024 * 1024), flags=0x1)])
+    message = rejection(path)
+    assert "entry 'zeros.bin' expands" in message and "zip bomb" in message
+
+
 @pytest.mark.parametrize("method", [0, 8])
 def test_truly_encrypted_entry_is_named_as_such(tmp_path, method):
     content = b"secret weights " * 500
