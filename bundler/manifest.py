@@ -17,6 +17,8 @@ from typing import Any, Literal
 from urllib.parse import unquote, urlparse
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.tags import Tag
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from .errors import ManifestError
 
@@ -217,6 +219,8 @@ def parse(data: Mapping[str, Any], *, path: Path) -> Manifest:
         problems.add("vc_redist", f"found a VC++ redistributable for platform '{bundle.platform}', expected it only for win_amd64")
     if bundle and gpu and bundle.platform != "win_amd64":
         problems.add("gpu", f"found a [gpu] component for platform '{bundle.platform}'; the GPU component is supported for win_amd64 only")
+    if bundle and ort:
+        _check_wheel_serves(ort, bundle, problems)
     if problems.items:
         raise ManifestError(problems.items)
     assert bundle and ort  # no problems means both parsed
@@ -299,6 +303,37 @@ def _ort(table: Mapping[str, Any] | None, base: Path, problems: _Problems) -> Or
     if version is None:
         return None
     return Ort(version=version, archive=archive, wheel=wheel, capi=capi, dependencies=dependencies)
+
+
+def _check_wheel_serves(ort: Ort, bundle: Bundle, problems: _Problems) -> None:
+    """A wheel named in the manifest must fit the target platform and Python, or nothing else matters."""
+    for key, source in (("wheel", ort.wheel), ("capi", ort.capi)):
+        if source is None or not (source.filename or "").endswith(".whl"):
+            continue
+        try:
+            _, _, _, tags = parse_wheel_filename(source.filename)
+        except InvalidWheelFilename:
+            problems.found(f"ort.{key}", source.filename, "a wheel file name such as onnxruntime-1.23.1-cp311-cp311-win_amd64.whl")
+            continue
+        minor = int(bundle.python.split(".")[1])
+        if not any(_tag_serves(tag, bundle.platform, minor) for tag in tags):
+            problems.found(f"ort.{key}", source.filename,
+                           f"a wheel for {bundle.platform} and Python {bundle.python} (tag {bundle.python_tag}) "
+                           f"to match [bundle] platform and python")
+
+
+def _tag_serves(tag: Tag, platform: str, minor: int) -> bool:
+    if platform == "win_amd64":
+        platform_ok = tag.platform == "win_amd64"
+    else:
+        platform_ok = tag.platform == "linux_x86_64" or (tag.platform.startswith("manylinux") and tag.platform.endswith("_x86_64"))
+    if tag.interpreter.startswith("py3") and tag.abi == "none":
+        return platform_ok or tag.platform == "any"
+    match = re.fullmatch(r"cp3(\d+)", tag.interpreter)
+    if not match:
+        return False
+    version = int(match.group(1))
+    return platform_ok and (version == minor or (tag.abi == "abi3" and version <= minor))
 
 
 def _python(table: Mapping[str, Any] | None, base: Path, problems: _Problems) -> Python:

@@ -72,3 +72,26 @@ def make_identity_model(path: Path, *, shape=(1, 4), opset: int = 13) -> Path:
     onnx.checker.check_model(model)
     path.write_bytes(model.SerializeToString())
     return path
+
+
+REPO = Path(__file__).resolve().parents[1]
+MANIFESTS = REPO / "manifests"
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+            check: bool = True) -> subprocess.CompletedProcess[str]:
+    """`python -m bundler …` in a real subprocess, as a user runs it."""
+    proc = subprocess.run([sys.executable, "-m", "bundler", *args], capture_output=True, text=True,
+                          env=env, cwd=cwd)
+    if check:
+        assert proc.returncode == 0, f"ort-bundler {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}"
+    return proc
+
+
+@pytest.fixture(scope="session")
+def bundler_cache() -> Path:
+    """One ort-bundler cache for the whole test run, holding the quickstart inputs (fetched for real)."""
+    cache = cache_root() / "bundler-cache"
+    for name in ("quickstart-linux.toml", "quickstart-win.toml"):
+        run_cli("fetch", "-q", "--cache", str(cache), str(MANIFESTS / name))
+    return cache
