@@ -144,6 +144,26 @@ def test_missing_library_is_read_from_orts_words(evidence, missing):
     assert selfcheck.missing_library(evidence) == missing
 
 
+def test_native_stderr_is_captured_where_ort_logs_a_providers_missing_library():
+    captured: list[str] = []
+
+    with selfcheck.native_stderr(captured):
+        os.write(2, b"libcudnn.so.8: cannot open shared object file\n")
+
+    assert captured == ["libcudnn.so.8: cannot open shared object file\n"]
+    assert selfcheck.missing_library(captured[0]) == "libcudnn.so.8"
+
+
+def test_cache_space_is_measured_on_the_nearest_existing_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("ORT_BUNDLER_CACHE_DIR", str(tmp_path / "not" / "yet"))
+
+    check = selfcheck.check_cache_space(context(tmp_path))
+
+    assert check.details["cache_dir"] == str(tmp_path / "not" / "yet")
+    assert abs(check.details["free_bytes"] - shutil.disk_usage(tmp_path).free) < 1 << 28
+    assert check.status == ("pass" if check.details["free_bytes"] >= 1 << 30 else "warn")
+
+
 def test_non_ascii_install_path_fails(tmp_path):
     check = selfcheck.check_path(context(tmp_path / "Modèles"))
 
