@@ -46,6 +46,8 @@ MAX_INSTALL_DIR_LENGTH = 100
 PLAN_HELPER = "payload/installer/plan.py"
 
 PLATFORMS = ("win_amd64", "linux_x86_64")
+# Bundle names and versions become file names, a registry key and comment text in every script.
+_IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 # Characters PowerShell treats as a single quote inside a single-quoted string (its tokenizer's
@@ -223,6 +225,8 @@ def _validate(ctx: ScriptContext) -> None:
     problems: list[str] = []
     if ctx.platform not in PLATFORMS:
         problems.append(f"platform {ctx.platform!r} has no install scripts; expected one of {', '.join(PLATFORMS)}")
+    problems += [f"bundle {label} {value!r} must be letters, digits and . _ + - only"
+                 for label, value in (("name", ctx.name), ("version", ctx.version)) if not _IDENTIFIER.match(value)]
     if not re.fullmatch(r"3\.\d+", ctx.python):
         problems.append(f"python {ctx.python!r} is not a version like '3.11'")
     problems += [f"[launch] env name {key!r} is not a valid environment variable name"
