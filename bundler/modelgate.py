@@ -71,10 +71,17 @@ class ModelRecord:
 def gate_models(
     models: Sequence[ModelInput], *, ort_version: str, runner: Runner | None = None, work_dir: Path
 ) -> list[ModelRecord]:
-    """Check every model and record it, or fail the build naming each model that cannot ship."""
-    opsets = {model.name: check_model_file(model) for model in models}
-    probes = probe_models(models, ort_version=ort_version, runner=runner or runners.run, work_dir=work_dir)
-    problems = [problem for model in models if (problem := probe_problem(model, probes[model.name], ort_version))]
+    """Check every model and record it, or fail the build naming every model that cannot ship."""
+    opsets, problems = {}, []
+    for model in models:
+        try:
+            opsets[model.name] = check_model_file(model)
+        except BuildError as exc:
+            problems.append(str(exc))
+    parsed = [model for model in models if model.name in opsets]
+    probes = probe_models(parsed, ort_version=ort_version, runner=runner or runners.run, work_dir=work_dir)
+    problems += [problem for model in parsed
+                 if (problem := probe_problem(model, probes[model.name], opsets[model.name], ort_version))]
     if problems:
         raise BuildError("\n".join(problems))
     return [
@@ -118,20 +125,24 @@ def check_model_file(model: ModelInput) -> dict[str, int]:
     return {entry.domain or "ai.onnx": int(entry.version) for entry in proto.opset_import}
 
 
-def probe_problem(model: ModelInput, probe: dict, ort_version: str) -> str | None:
+def probe_problem(model: ModelInput, probe: dict, opsets: Mapping[str, int], ort_version: str) -> str | None:
     """The build's sentence for a model the pinned ORT cannot load or run, or None when it can."""
     if probe["ok"]:
         return None
-    what = {
-        "load": "does not load",
-        "inputs": "cannot be given synthesised inputs (check its [[models]] shapes)",
-        "run": f"fails to run on synthesised inputs (shapes {dict(model.shapes) or 'all dynamic dims 1'})",
-    }[probe["stage"]]
+    if probe["stage"] == "inputs":
+        return f"{model.label}: its [[models]] shapes do not fit the model: {probe['reason']}"
+    if probe["stage"] == "load":
+        imports = ", ".join(f"{domain} {version}" for domain, version in sorted(opsets.items()))
+        what = f"does not load (opset imports: {imports})"
+    else:
+        what = f"fails to run on synthesised inputs (shapes {dict(model.shapes) or 'all dynamic dims 1'})"
     return f"{model.label}: {what}, ORT {ort_version} says: {probe['reason']}"
 
 
 def probe_models(models: Sequence[ModelInput], *, ort_version: str, runner: Runner, work_dir: Path) -> dict:
     """Each model's probe from `synth.probe_model`, computed in the pinned ORT version."""
+    if not models:
+        return {}
     if in_process_ort_version() == ort_version:
         import onnxruntime
 
@@ -208,7 +219,8 @@ def selfcheck_script_bytes() -> bytes:
     synth_source = (package / "synth.py").read_text(encoding="utf-8")
     imports = [index for index, line in enumerate(script) if line.startswith(SYNTH_IMPORT)]
     if len(imports) != 1 or FUTURE_IMPORT not in synth_source:
-        msg = "bundler/target/selfcheck.py must import synth on exactly one line and synth.py must use postponed annotations"
+        msg = ("bundler/target/selfcheck.py must import synth on exactly one line, "
+               "and synth.py must start with postponed annotations")
         raise BuildError(msg)
     body = synth_source.replace(FUTURE_IMPORT, "", 1)
     banner = "# --- inlined from bundler/target/synth.py by ort-bundler ---\n"

@@ -119,7 +119,8 @@ def test_too_new_opset_fails_with_orts_reason(tmp_path):
         gate_one(model_input(path, "new"), tmp_path)
 
     message = str(caught.value)
-    assert message.startswith("model 'new' (models/new.onnx): does not load, ORT 1.23.1 says: ")
+    assert message.startswith("model 'new' (models/new.onnx): does not load (opset imports: ai.onnx 99), "
+                              "ORT 1.23.1 says: ")
     assert "Opset 99" in message and "till opset 23" in message
 
 
@@ -130,7 +131,8 @@ def test_custom_domain_operator_fails_with_orts_reason(tmp_path):
                         opsets=(("", 13), ("my.custom", 1)))
     path = save(model, tmp_path / "custom.onnx")
 
-    with pytest.raises(BuildError, match=r"model 'custom' .*does not load, ORT 1.23.1 says: .*my.custom:Foo"):
+    with pytest.raises(BuildError, match=r"model 'custom' .*does not load \(opset imports: ai.onnx 13, my.custom 1\), "
+                                         r"ORT 1.23.1 says: .*my.custom:Foo"):
         gate_one(model_input(path, "custom"), tmp_path)
 
 
@@ -161,7 +163,7 @@ def test_mismatched_static_matmul_fails_the_checker(tmp_path):
 def test_shapes_that_contradict_the_model_fail(tmp_path):
     path = make_identity_model(tmp_path / "m.onnx", shape=("n", 4))
 
-    with pytest.raises(BuildError, match=r"model 'm' .*cannot be given synthesised inputs.*given shape is \[2, 5\]"):
+    with pytest.raises(BuildError, match=r"model 'm' .*shapes do not fit the model: .*given shape is \[2, 5\]"):
         gate_one(model_input(path, shapes={"x": (2, 5)}), tmp_path)
 
 
@@ -169,13 +171,17 @@ def test_every_failing_model_is_named_at_once(tmp_path):
     bad_run = identity_with_opset(tmp_path / "a.onnx", 99)
     good = make_identity_model(tmp_path / "b.onnx")
     bad_shape = make_identity_model(tmp_path / "c.onnx", shape=("n", 4))
-    models = [model_input(bad_run, "a"), model_input(good, "b"), model_input(bad_shape, "c", shapes={"y": (1, 4)})]
+    truncated = tmp_path / "d.onnx"
+    truncated.write_bytes(good.read_bytes()[:-9])
+    models = [model_input(bad_run, "a"), model_input(good, "b"), model_input(bad_shape, "c", shapes={"y": (1, 4)}),
+              model_input(truncated, "d")]
 
     with pytest.raises(BuildError) as caught:
         gate_models(models, ort_version=ORT_VERSION, work_dir=tmp_path / "work")
 
     lines = str(caught.value).splitlines()
-    assert [line.split(":")[0] for line in lines] == ["model 'a' (models/a.onnx)", "model 'c' (models/c.onnx)"]
+    assert sorted(line.split(":")[0] for line in lines) == [
+        "model 'a' (models/a.onnx)", "model 'c' (models/c.onnx)", "model 'd' (models/d.onnx)"]
 
 
 def test_identity_model_bytes_are_deterministic_and_run_exactly():
@@ -229,7 +235,8 @@ def test_gate_in_an_isolated_environment_with_another_ort_version(tmp_path):
     opset23 = identity_with_opset(tmp_path / "opset23.onnx", 23)
 
     (record,) = gate_models([model_input(good, "good")], ort_version=OTHER_ORT_VERSION, work_dir=work)
-    with pytest.raises(BuildError, match=f"model 'opset23' .*does not load, ORT {OTHER_ORT_VERSION} says: .*Opset 23"):
+    with pytest.raises(BuildError, match=f"model 'opset23' .*does not load .*, ORT {OTHER_ORT_VERSION} says: "
+                                         ".*Opset 23"):
         gate_models([model_input(opset23, "opset23")], ort_version=OTHER_ORT_VERSION, work_dir=work)
 
     assert record.reference["outputs"]["y"]["values"] == [-125 / 16, -124 / 16, -123 / 16, -122 / 16]

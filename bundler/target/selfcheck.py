@@ -92,7 +92,8 @@ def check_python(ctx: Context) -> Check:
     running = f"{sys.version_info.major}.{sys.version_info.minor}"
     wanted = ctx.bundle.get("python", running)
     if running != wanted:
-        return Check(id="python", status="fail", message=f"{sys.executable} is Python {running}, the bundle targets {wanted}",
+        return Check(id="python", status="fail",
+                     message=f"{sys.executable} is Python {running}, the bundle targets {wanted}",
                      fix="Run the self-check through the installation's launcher (run --self-check).")
     return Check(id="python", status="pass", message=f"Python {running} at {sys.executable}")
 
@@ -154,12 +155,14 @@ def import_onnxruntime(ctx: Context):
     details = {"version": onnxruntime.__version__, "location": str(location)}
     if not location.is_relative_to(venv):
         return Check(id="onnxruntime", status="fail", details=details,
-                     message=f"onnxruntime was imported from {location}, not from this installation's environment {venv}",
+                     message=f"onnxruntime was imported from {location}, "
+                             f"not from this installation's environment {venv}",
                      fix="Run the self-check through the installation's launcher (run --self-check) and remove "
                          "PYTHONPATH entries or other onnxruntime copies that shadow it."), onnxruntime
     if onnxruntime.__version__ != pinned:
         return Check(id="onnxruntime", status="fail", details=details,
-                     message=f"onnxruntime {onnxruntime.__version__} is installed in {location}, the bundle pins {pinned}",
+                     message=f"onnxruntime {onnxruntime.__version__} is installed in {location}, "
+                             f"the bundle pins {pinned}",
                      fix=ctx.reinstall()), onnxruntime
     return Check(id="onnxruntime", status="pass", details=details,
                  message=f"onnxruntime {onnxruntime.__version__} from {location}"), onnxruntime
@@ -331,8 +334,10 @@ def check_identity(ctx: Context, ort) -> Check:
     (given,) = feeds.values()
     if result.dtype != given.dtype or not np.array_equal(result, given):
         return Check(id="identity", status="fail", fix=ctx.reinstall(),
-                     message=f"the identity model {path} returned {result.dtype}{list(result.shape)} that differs from its input")
-    return Check(id="identity", status="pass", message=f"identity model returned its {given.dtype}{list(given.shape)} input exactly")
+                     message=f"the identity model {path} returned {result.dtype}{list(result.shape)}, "
+                             "which differs from its input")
+    return Check(id="identity", status="pass",
+                 message=f"identity model returned its {given.dtype}{list(given.shape)} input exactly")
 
 
 def file_sha256(path: Path) -> str:
@@ -380,7 +385,8 @@ def check_model(ctx: Context, ort, record: dict, providers: list[str]) -> Check:
     drifted = [name for name, digest in reference.get("inputs", {}).items() if output_digest(feeds[name]) != digest]
     if drifted:
         return Check(id=check_id, status="fail", fix="Rebuild the bundle: its self-check and its references disagree.",
-                     message=f"model '{record['name']}': the synthesised inputs {drifted} differ from the ones the build used")
+                     message=f"model '{record['name']}': the synthesised inputs {drifted} differ "
+                             "from the ones the build used")
     try:
         session = ort.InferenceSession(str(ctx.root / record["file"]), session_options(ort), providers=providers)
         results, durations = timed_runs(session, feeds)
@@ -397,12 +403,14 @@ def check_model(ctx: Context, ort, record: dict, providers: list[str]) -> Check:
     ]
     if mismatches:
         return Check(id=check_id, status="fail", details=details,
-                     message=f"model '{record['name']}' ran but differs from the build's reference: {'; '.join(mismatches)}",
+                     message=f"model '{record['name']}' ran but differs from the build's reference: "
+                             f"{'; '.join(mismatches)}",
                      fix="Compare this machine's onnxruntime and libraries below with the bundle; re-run the installer "
                          "with -Force if files were changed.")
     compared = "matches the reference" if reference.get("outputs") else "ran (no reference recorded)"
     return Check(id=check_id, status="pass", details=details,
-                 message=f"model '{record['name']}' {compared}; median latency {latency:.2f} ms on {session.get_providers()[0]}")
+                 message=f"model '{record['name']}' {compared}; "
+                         f"median latency {latency:.2f} ms on {session.get_providers()[0]}")
 
 
 # ---------------------------------------------------------------- loaded libraries
