@@ -1,0 +1,201 @@
+"""Rendering: quoting filters, encodings, strict variables, and hostile values that must stay data."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jinja2
+import pytest
+import tree_sitter_pwsh
+from tree_sitter import Language, Parser
+
+from bundler.errors import BuildError
+from bundler.render import (
+    INSTALL_EXIT_CODES,
+    EntryPoint,
+    ScriptContext,
+    cmd_quote,
+    make_environment,
+    ps_quote,
+    render_scripts,
+    sh_quote,
+)
+
+HOSTILE = "it's \"$(touch PWNED)\" `touch PWNED` $HOME %PATH% & | ; > out ^ ! ‘’"
+PS_HOSTILE = "'; Invoke-Pwned; '\u2019; Invoke-Pwned; \u2018$(Invoke-Pwned)"
+
+
+def context(platform: str, **changes: object) -> ScriptContext:
+    windows = platform == "win_amd64"
+    values: dict[str, object] = dict(
+        name="demo", version="1.2.3", platform=platform, python="3.11",
+        vc_runtime_min="14.40.33810" if windows else None,
+        vc_redist="payload/vc_redist/VC_redist.x64.exe" if windows else None,
+        gpu_dll_dirs=("gpu",), gpu_preload=("gpu/cudart64_110.dll",) if windows else ("gpu/libcudart.so.11.0",),
+        dll_dirs=("venv/Lib/site-packages/onnxruntime/capi",) if windows
+        else ("venv/lib/python3.11/site-packages/onnxruntime/capi",),
+        entry_point=EntryPoint(kind="module", value="demo.app"), cache_dir=None, env={},
+        default_install_dir=r"C:\ort\demo" if windows else "/opt/demo")
+    values.update(changes)
+    return ScriptContext(**values)  # type: ignore[arg-type]
+
+
+def test_exit_codes_are_distinct_and_keep_the_deployment_tool_codes() -> None:
+    assert INSTALL_EXIT_CODES["ok"] == 0 and INSTALL_EXIT_CODES["reboot"] == 3010 and INSTALL_EXIT_CODES["retry"] == 1618
+    assert len(set(INSTALL_EXIT_CODES.values())) == len(INSTALL_EXIT_CODES)
+
+
+def test_ps_quote_doubles_every_quote_powershell_accepts() -> None:
+    assert ps_quote("a'b") == "'a''b'"
+    assert ps_quote("x\u2019y") == "'x\u2019\u2019y'"
+    assert ps_quote("$env:X `n") == "'$env:X `n'"
+
+
+def test_cmd_quote_escapes_metacharacters_and_refuses_what_cmd_cannot_carry() -> None:
+    assert cmd_quote('50% & "a|b" <c> (d) ^e !f') == '50%% ^& ^"a^|b^" ^<c^> ^(d^) ^^e !f'
+    with pytest.raises(BuildError, match="only printable ASCII"):
+        cmd_quote("café")
+    with pytest.raises(BuildError, match="only printable ASCII"):
+        cmd_quote("two\nlines")
+
+
+def test_sh_quote_round_trips_through_a_real_shell() -> None:
+    out = subprocess.run(["sh", "-c", f"printf '%s' {sh_quote(HOSTILE)}"], capture_output=True, text=True, check=True)
+    assert out.stdout == HOSTILE
+
+
+def test_a_missing_template_variable_is_an_error() -> None:
+    env = make_environment()
+    with pytest.raises(jinja2.UndefinedError):
+        env.get_template("run.sh.j2").render({"name": "demo"})
+    with pytest.raises(jinja2.UndefinedError):
+        env.from_string("{{ nowhere|sh_quote }}").render()
+
+
+@pytest.mark.parametrize("platform", ["win_amd64", "linux_x86_64"])
+def test_outputs_line_endings_and_encodings(platform: str) -> None:
+    greeting = "grüße" if platform == "linux_x86_64" else "hello"
+    scripts = render_scripts(context(platform, env={"GREETING": greeting}))
+    expected = {"README-INSTALL.txt", "payload/launchers/ort_bundle_hook.py", "payload/launchers/ort_bundle_hook.pth"}
+    expected |= ({"install.ps1", "install.cmd", "uninstall.ps1", "payload/launchers/run.ps1", "payload/launchers/run.cmd"}
+                 if platform == "win_amd64" else {"install.sh", "uninstall.sh", "payload/launchers/run.sh"})
+    assert set(scripts) == expected
+    for path, data in scripts.items():
+        if path.endswith(".ps1"):
+            assert data.startswith(b"\xef\xbb\xbf") and b"\n" not in data.replace(b"\r\n", b"")
+        elif path.endswith(".cmd"):
+            data.decode("ascii")
+            assert b"\n" not in data.replace(b"\r\n", b"")
+        elif path.endswith((".sh", ".py", ".pth")):
+            assert b"\r" not in data
+    if platform == "win_amd64":
+        assert "$variables['GREETING'] = 'hello'" in scripts["payload/launchers/run.ps1"].decode("utf-8-sig")
+        assert "set GREETING=hello\r\n" in scripts["payload/launchers/run.cmd"].decode("ascii")
+    else:
+        assert "export GREETING='grüße'\n" in scripts["payload/launchers/run.sh"].decode()
+
+
+def test_a_non_ascii_value_in_a_cmd_script_is_refused() -> None:
+    with pytest.raises(BuildError, match="only printable ASCII"):
+        render_scripts(context("win_amd64", env={"GREETING": "grüße"}, entry_point=None))
+    with pytest.raises(BuildError, match=r"cache_dir 'D:\\\\caché' must be printable ASCII"):
+        render_scripts(context("win_amd64", cache_dir="D:\\caché"))
+
+
+def test_unsafe_context_values_are_refused_with_every_problem_named() -> None:
+    with pytest.raises(BuildError) as caught:
+        render_scripts(context("linux_x86_64", name="de mo", env={"BAD-NAME": "x"}, dll_dirs=("../escape",),
+                               entry_point=EntryPoint(kind="module", value="os; import x")))
+    message = str(caught.value)
+    for fragment in ("bundle name 'de mo'", "'BAD-NAME'", "'../escape'", "'os; import x'"):
+        assert fragment in message
+
+
+def _sh_files(scripts: dict[str, bytes], folder: Path) -> list[Path]:
+    paths = []
+    for rel, data in scripts.items():
+        if rel.endswith(".sh"):
+            path = folder / Path(rel).name
+            path.write_bytes(data)
+            paths.append(path)
+    return paths
+
+
+def test_hostile_values_in_sh_scripts_parse_and_arrive_literally(tmp_path: Path) -> None:
+    """The launcher of an install whose path and values are hostile runs them as data only."""
+    root = tmp_path / "it's $HOME & `x`" / "demo"
+    (root / "venv" / "bin").mkdir(parents=True)
+    (root / "venv" / "bin" / "python").symlink_to(sys.executable)
+    scripts = render_scripts(context("linux_x86_64", env={"APP_VALUE": HOSTILE}, entry_point=None,
+                                     cache_dir="cache $HOME 'x'", default_install_dir=f"/opt/{HOSTILE}"))
+    for script in _sh_files(scripts, tmp_path):
+        subprocess.run(["sh", "-n", str(script)], check=True)
+    (root / "run.sh").write_bytes(scripts["payload/launchers/run.sh"])
+    probe = "import json, os; print(json.dumps([os.environ['APP_VALUE'], os.environ['TEMP']]))"
+    result = subprocess.run(["sh", str(root / "run.sh"), "-c", probe], capture_output=True, text=True,
+                            cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "ORT_BUNDLE_CACHE_DIR"})
+    assert result.returncode == 0, result.stderr
+    value, temp = json.loads(result.stdout)
+    assert value == HOSTILE
+    assert temp == f"{root}/cache $HOME 'x'/tmp"
+    assert not list(tmp_path.rglob("PWNED")) and not (tmp_path / "out").exists()
+    help_text = subprocess.run(["sh", str(tmp_path / "install.sh"), "--help"], capture_output=True, text=True, check=True)
+    assert f"Default install directory: /opt/{HOSTILE}" in help_text.stdout
+
+
+def _pwsh_tree(data: bytes):
+    return Parser(Language(tree_sitter_pwsh.language())).parse(data)
+
+
+def _nodes(node):
+    yield node
+    for child in node.children:
+        yield from _nodes(child)
+
+
+def test_hostile_values_in_ps1_scripts_stay_inside_string_literals() -> None:
+    scripts = render_scripts(context("win_amd64", env={"APP_VALUE": PS_HOSTILE.encode("ascii", "ignore").decode()},
+                                     default_install_dir="C:\\x'; Invoke-Pwned; '", cache_dir="D:\\$(Invoke-Pwned)"))
+    for rel in ("install.ps1", "uninstall.ps1", "payload/launchers/run.ps1"):
+        tree = _pwsh_tree(scripts[rel])
+        nodes = list(_nodes(tree.root_node))
+        assert not [n for n in nodes if n.type == "ERROR" or n.is_missing], rel
+        commands = {n.text.decode() for n in nodes if n.type == "command_name"}
+        assert "Invoke-Pwned" not in commands, rel
+        literals = [n.text.decode() for n in nodes if n.type == "verbatim_string_characters"]
+        assert any("Invoke-Pwned" in text for text in literals), rel
+    # The typographic quotes PowerShell also ends a '...' string with cannot reach a .cmd (ASCII only),
+    # but ps_quote must still hold them: a snippet shows it.
+    snippet = f"$value = {ps_quote(PS_HOSTILE)}\r\nWrite-Output $value\r\n".encode()
+    nodes = list(_nodes(_pwsh_tree(snippet).root_node))
+    assert not [n for n in nodes if n.type == "ERROR" or n.is_missing]
+    assert {n.text.decode() for n in nodes if n.type == "command_name"} == {"Write-Output"}
+
+
+def test_the_startup_hook_preloads_by_absolute_path_and_reports_what_failed(tmp_path: Path) -> None:
+    libm = next((p for p in (Path("/lib/x86_64-linux-gnu/libm.so.6"), Path("/usr/lib/x86_64-linux-gnu/libm.so.6"),
+                             Path("/lib64/libm.so.6")) if p.exists()), None)
+    if libm is None:
+        pytest.skip("no libm.so.6 to preload on this machine")
+    scripts = render_scripts(context("linux_x86_64", gpu_preload=("gpu/libm.so.6", "gpu/missing.so")))
+    hook_source = scripts["payload/launchers/ort_bundle_hook.py"].decode()
+    ast.parse(hook_source)
+    assert scripts["payload/launchers/ort_bundle_hook.pth"] == b"import ort_bundle_hook\n"
+    (tmp_path / "gpu").mkdir()
+    shutil.copyfile(libm, tmp_path / "gpu" / "libm.so.6")
+    hook = tmp_path / "ort_bundle_hook.py"
+    hook.write_text(hook_source)
+    probe = (f"import sys; sys.prefix = {str(tmp_path / 'venv')!r}; sys.path.insert(0, {str(tmp_path)!r}); "
+             "import ort_bundle_hook as h; print([getattr(k, '_name', '') for k in h._keep]); print(h.problems)")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                            env={**os.environ, "ORT_BUNDLE_CACHE_DIR": str(tmp_path), "ORT_BUNDLE_CACHE_MIN_FREE_MB": "0"})
+    loaded, problems = result.stdout.splitlines()
+    assert str(tmp_path / "gpu" / "libm.so.6") in loaded
+    assert "could not preload" in problems and "missing.so" in problems
+    assert "ort_bundle_hook: could not preload" in result.stderr
