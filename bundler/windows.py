@@ -1,0 +1,106 @@
+"""Windows payload checks: the DLL closure, the VC++ runtime minimum, and the pinned redistributable.
+
+Every PE file the bundle ships, loose or inside a wheel, is inspected once. Its imports must be provided
+by the payload, Windows, the VC++ runtime, the target Python or the GPU component; the newest MSVC linker
+among them sets the minimum VC++ runtime (FACTS.md §2), which the manifest may raise but never lower, and
+which the bundled `VC_redist.x64.exe` must meet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from .archives import SafeArchive
+from .cache import cached_sha256
+from .dllclosure import dll_closure, version_at_least, vc_runtime_minimum
+from .errors import BuildError, ManifestError
+from .manifest import Manifest
+from .pe import PeInfo, inspect_pe
+
+if TYPE_CHECKING:
+    from .build import Assembly
+
+PE_SUFFIXES = (".dll", ".pyd")
+
+
+def payload_binaries(assembly: Assembly, work: Path) -> dict[str, Path]:
+    """Every PE file of the bundle (label → file on disk), wheels opened once and their binaries extracted.
+
+    Labels are bundle paths, or `<wheel>!<member>` for a binary inside a wheel. The result is kept on the
+    assembly so later checks (signatures) reuse the extraction instead of reading the wheels again.
+    """
+    if assembly.binaries is not None:
+        return assembly.binaries
+    found: dict[str, Path] = {}
+    for name, member in sorted(assembly.members.items()):
+        if member.source is None:
+            continue
+        if name.lower().endswith(PE_SUFFIXES):
+            found[name] = member.source
+        elif name.endswith(".whl"):
+            found.update(_wheel_binaries(name, member.source, work / "pe" / PurePosixPath(name).name))
+    assembly.binaries = found
+    return found
+
+
+def _wheel_binaries(name: str, wheel: Path, dest: Path) -> dict[str, Path]:
+    with SafeArchive.open(wheel, label=name) as archive:
+        wanted = [e.name for e in archive.entries if not e.is_dir and e.name.lower().endswith(PE_SUFFIXES)]
+        if not wanted:
+            return {}
+        archive.extract(dest, members=wanted)
+    return {f"{name}!{member}": dest / member for member in wanted}
+
+
+def check_windows(assembly: Assembly, *, manifest: Manifest, work: Path) -> None:
+    """DLL closure and VC++ minimum for a win_amd64 bundle; both land in bundle.json."""
+    if manifest.bundle.platform != "win_amd64":
+        return
+    infos: dict[str, PeInfo] = {label: inspect_pe(path, label=label)
+                                for label, path in payload_binaries(assembly, work).items()}
+    report = dll_closure(infos, target_python=manifest.bundle.python,
+                         provided=[PurePosixPath(p).name for p in assembly.record.get("gpu", {}).get("dlls", [])])
+    assembly.record["dll_closure"] = report.to_json()
+    if report.problems:
+        msg = "the DLL closure is incomplete: " + "; ".join(report.problems)
+        raise BuildError(msg)
+    computed = vc_runtime_minimum(info.linker_version for info in infos.values())
+    assembly.record["vc_runtime_min"] = _raise_minimum(computed, manifest)
+    assembly.record["vc_runtime_min_computed"] = computed
+
+
+def _raise_minimum(computed: str | None, manifest: Manifest) -> str | None:
+    wanted = manifest.vc_redist.min_version if manifest.vc_redist else None
+    if wanted is None:
+        return computed
+    if computed and not version_at_least(wanted, computed):
+        msg = (f"{manifest.path.name}: vc_redist.min_version: found {wanted}, expected at least {computed}: the "
+               f"payload's binaries were linked by MSVC {'.'.join(computed.split('.')[:2])}, and an older "
+               "msvcp140.dll crashes them (FACTS.md §2: the STL's constexpr mutex), so the minimum can be raised, "
+               "never lowered")
+        raise ManifestError(msg)
+    return wanted
+
+
+def add_vc_redist(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, Path]) -> None:
+    """The pinned VC_redist.x64.exe, whose own version must meet the bundle's minimum."""
+    if manifest.vc_redist is None:
+        return
+    path = files[manifest.vc_redist.source.key]
+    info = inspect_pe(path, label="vc_redist")
+    version = info.product_version or info.file_version
+    minimum = assembly.record.get("vc_runtime_min")
+    if version is None:
+        msg = f"vc_redist ({path.name}): no version resource, expected a Visual C++ redistributable"
+        raise BuildError(msg)
+    if minimum and not version_at_least(version.replace(",", "."), minimum):
+        msg = (f"vc_redist ({path.name}): version {version} is older than the runtime this bundle needs "
+               f"({minimum}); pin a newer VC_redist.x64.exe")
+        raise BuildError(msg)
+    bundle_path = "payload/vc_redist/VC_redist.x64.exe"
+    assembly.add_file(bundle_path, path, cached_sha256(path))
+    assembly.record["vc_redist"] = {"file": bundle_path, "version": version, "sha256": cached_sha256(path)}
+    assembly.record["vc_redist_file"] = bundle_path
+
