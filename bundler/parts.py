@@ -22,6 +22,7 @@ from .errors import BuildError, ManifestError
 from .hashing import file_sha256
 from .lock import Lock, LockedWheel, requirements_txt
 from .manifest import Manifest
+from .modelgate import ModelInput, gate_models, identity_model_bytes, selfcheck_script_bytes
 from .render import PLAN_HELPER, EntryPoint, ScriptContext, render_scripts
 from .windows import add_vc_redist, check_windows
 from .wheelbuild import build_wheel, read_capi, verify_official_wheel
@@ -36,6 +37,7 @@ def add_all(assembly: Assembly, *, manifest: Manifest, lock: Lock | None, files:
     check_windows(assembly, manifest=manifest, work=work)
     add_vc_redist(assembly, manifest=manifest, files=files)
     add_models(assembly, manifest=manifest, files=files, work=work, cache=cache)
+    add_selfcheck(assembly)
     entry_point = add_entry_point(assembly, manifest=manifest, files=files)
     add_scripts(assembly, manifest=manifest, entry_point=entry_point)
 
@@ -129,16 +131,23 @@ def add_python(assembly: Assembly, *, manifest: Manifest, lock: Lock | None, fil
 
 def add_models(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, Path], work: Path,
                cache: Cache) -> None:
-    records = []
-    for model in manifest.models:
-        path = files[model.source.key]
-        sha = cached_sha256(path)
+    """Every model passes the gate in the pinned ORT version; its signature and reference output are recorded."""
+    inputs = [ModelInput(name=m.name, path=files[m.source.key], sha256=cached_sha256(files[m.source.key]),
+                         shapes=m.shapes) for m in manifest.models]
+    records = gate_models(inputs, ort_version=manifest.ort.version, work_dir=cache.work_dir("ort-envs"))
+    for model, record in zip(inputs, records):
         bundle_path = f"payload/models/{model.name}.onnx"
-        assembly.add_file(bundle_path, path, sha)
+        assembly.add_file(bundle_path, model.path, model.sha256)
         assembly.install(bundle_path, f"models/{model.name}.onnx")
-        records.append({"name": model.name, "file": f"models/{model.name}.onnx", "sha256": sha,
-                        "shapes": {k: list(v) for k, v in model.shapes.items()}})
-    assembly.record["models"] = records
+    assembly.record["models"] = [{**r.to_json(), "file": f"models/{r.name}.onnx"} for r in records]
+
+
+def add_selfcheck(assembly: Assembly) -> None:
+    """The self-check script and its identity model, installed under selfcheck/."""
+    for name, data in (("selfcheck.py", selfcheck_script_bytes()), ("identity.onnx", identity_model_bytes())):
+        assembly.add_bytes(f"payload/selfcheck/{name}", data)
+        assembly.install(f"payload/selfcheck/{name}", f"selfcheck/{name}")
+    assembly.record["selfcheck"] = {"identity_model": "selfcheck/identity.onnx", "script": "selfcheck/selfcheck.py"}
 
 
 # -- entry point and scripts ---------------------------------------------------------------------------------
