@@ -116,6 +116,10 @@ def _text_chunks(size: int, pool: list[str], rng: random.Random) -> Iterator[byt
         yield block
 
 
+def random_file(root: Path, name: str, size: int) -> PayloadFile:
+    return _write(root, name, _random_chunks(size))
+
+
 def generate(root: Path, *, total: int, seed: int = 2024) -> Payload:
     """Write a payload of about `total` bytes under `root` (which must not hold one already)."""
     rng = random.Random(seed)
@@ -123,7 +127,7 @@ def generate(root: Path, *, total: int, seed: int = 2024) -> Payload:
     files: list[PayloadFile] = []
     for label, index, size in _layout(half):
         name = f"data/random/{label}-{index:03d}.bin"
-        files.append(_write(root, name, _random_chunks(size)))
+        files.append(random_file(root, name, size))
     pools = {label: [make(rng) for _ in range(POOL_LINES)] for label, (_, make) in STYLES.items()}
     for label, index, size in _layout(half):
         extension = STYLES[label][0]
