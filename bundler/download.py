@@ -7,10 +7,12 @@ the sha256 of what it wrote. Client errors (4xx) are final: retrying a 404 only 
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import requests
 
@@ -49,12 +51,15 @@ def _hash_existing(path: Path) -> tuple["hashlib._Hash", int]:
 
 
 def download(url: str, partial: Path, *, label: str, session: requests.Session,
-             progress: Progress | None = None, policy: RetryPolicy = RetryPolicy()) -> str:
+             progress: Progress | None = None, policy: RetryPolicy = RetryPolicy(),
+             stop: threading.Event | None = None) -> str:
     """Complete `partial` from `url` and return the sha256 of the whole file.
 
     Bytes already in `partial` (from an interrupted run) are kept and hashed once; the rest is asked for
     with `Range: bytes=N-`. A server that ignores the range (200 instead of 206) restarts the file.
+    `stop` (set on Ctrl-C) ends the download at the next chunk or backoff, keeping `partial` for a resume.
     """
+    stop = stop or threading.Event()
     digest, offset = _hash_existing(partial)
     if progress and offset:
         progress(offset)
@@ -62,19 +67,27 @@ def download(url: str, partial: Path, *, label: str, session: requests.Session,
     while True:
         try:
             digest, offset = _attempt(url, partial, label=label, session=session, digest=digest,
-                                      offset=offset, progress=progress, timeout=policy.timeout)
+                                      offset=offset, progress=progress, timeout=policy.timeout, stop=stop)
             return digest.hexdigest()
         except _Transient as exc:
             failures += 1
             if failures >= policy.attempts:
                 msg = f"{label}: download of {url} failed after {failures} attempts: {exc}"
                 raise InputUnavailableError(msg) from None
-            time.sleep(min(policy.backoff * 2 ** (failures - 1), policy.max_backoff))
+            if stop.wait(min(policy.backoff * 2 ** (failures - 1), policy.max_backoff)):
+                _stopped(label)
             digest, offset = _hash_existing(partial)
 
 
+def _stopped(label: str) -> NoReturn:
+    """A worker thread cannot receive Ctrl-C itself; it ends the way the main thread did."""
+    msg = f"{label}: download stopped; the bytes so far are kept for the next run"
+    raise KeyboardInterrupt(msg)
+
+
 def _attempt(url: str, partial: Path, *, label: str, session: requests.Session, digest: "hashlib._Hash",
-             offset: int, progress: Progress | None, timeout: float) -> tuple["hashlib._Hash", int]:
+             offset: int, progress: Progress | None, timeout: float,
+             stop: threading.Event) -> tuple["hashlib._Hash", int]:
     headers = {"Range": f"bytes={offset}-", "Accept-Encoding": "identity"} if offset else {"Accept-Encoding": "identity"}
     try:
         with session.get(url, stream=True, timeout=timeout, headers=headers) as resp:
@@ -90,6 +103,8 @@ def _attempt(url: str, partial: Path, *, label: str, session: requests.Session, 
                 digest, offset = hashlib.sha256(), 0  # the server ignored Range: start over
             with partial.open("ab" if offset else "wb") as fh:
                 for chunk in resp.raw.stream(NET_CHUNK, decode_content=False):
+                    if stop.is_set():
+                        _stopped(label)
                     fh.write(chunk)
                     digest.update(chunk)
                     offset += len(chunk)

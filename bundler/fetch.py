@@ -8,12 +8,12 @@ hash is locked while it is fetched, so processes sharing a cache do the work onc
 from __future__ import annotations
 
 import hashlib
+import queue
 import shutil
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -61,21 +61,57 @@ def fetch_inputs(inputs: Sequence[Input], *, cache: Cache, target: Target, optio
     """Fetch every input (in parallel) and return key → cached file; all failures are reported together."""
     fetcher = _Fetcher(cache=cache, target=target, options=options, runner=runner)
     overall = tqdm(total=len(inputs), desc="inputs", unit="file", disable=options.quiet, position=0, leave=False)
-    results: dict[str, Path] = {}
-    errors: list[BundleError] = []
-    with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
-        futures = {pool.submit(fetcher.fetch, item): item for item in inputs}
-        for future, item in futures.items():
-            try:
-                results[item.key] = future.result()
-            except BundleError as exc:
-                errors.append(exc)
-            overall.update(1)
-    overall.close()
+    try:
+        outcomes = _in_parallel(fetcher.fetch, inputs, jobs=options.jobs, stop=fetcher.stop,
+                                done=lambda: overall.update(1))
+    except BaseException:
+        fetcher.stop.set()
+        raise
+    finally:
+        overall.close()
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException) and not isinstance(outcome, BundleError):
+            raise outcome
+    errors = [o for o in outcomes if isinstance(o, BundleError)]
     if errors:
         kind = type(errors[0]) if all(type(e) is type(errors[0]) for e in errors) else InputUnavailableError
         raise kind("\n".join(str(e) for e in errors))
-    return results
+    return {item.key: path for item, path in zip(inputs, outcomes)}
+
+
+def _in_parallel(work: Callable[[Input], Path], inputs: Sequence[Input], *, jobs: int, stop: threading.Event,
+                 done: Callable[[], None]) -> list[Path | BaseException | None]:
+    """Run `work` on each input on daemon threads; the outcome of each, in input order.
+
+    Daemon threads, not a ThreadPoolExecutor: the executor joins its threads at exit, so Ctrl-C during a
+    stalled read would hang until the read timed out and the retries ran out. An abandoned thread leaves
+    only a partial download, which is never under a final name.
+    """
+    pending: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for index in range(len(inputs)):
+        pending.put(index)
+    outcomes: list[Path | BaseException | None] = [None] * len(inputs)  # every slot is filled before returning
+    finished = threading.Semaphore(0)
+
+    def worker() -> None:
+        while not stop.is_set():
+            try:
+                index = pending.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                outcomes[index] = work(inputs[index])
+            except BaseException as exc:  # handed to the caller, who decides what is fatal
+                outcomes[index] = exc
+            finished.release()
+
+    for _ in range(min(max(1, jobs), len(inputs))):
+        threading.Thread(target=worker, name="fetch", daemon=True).start()
+    for _ in inputs:
+        while not finished.acquire(timeout=0.5):  # a timed wait stays interruptible by Ctrl-C on Windows too
+            pass
+        done()
+    return outcomes
 
 
 class _Fetcher:
@@ -84,6 +120,7 @@ class _Fetcher:
         self.target = target
         self.options = options
         self.runner = runner
+        self.stop = threading.Event()  # set on Ctrl-C: downloads end at their next chunk
         self._slots = list(range(options.jobs, 0, -1))
         self._slot_lock = threading.Lock()
         self._mirror_index: dict[str, Path] | None = None
@@ -128,7 +165,7 @@ class _Fetcher:
         partial = self.cache.partial(item.sha256[0])
         with self._bar(item) as bar:
             actual = download(item.location, partial, label=item.key, session=self._session(),
-                              progress=bar.update, policy=self.options.retry)
+                              progress=bar.update, policy=self.options.retry, stop=self.stop)
         if actual not in item.sha256:
             partial.unlink(missing_ok=True)
             raise HashMismatchError(mismatch_message(item.key, item.location, item.sha256, actual))

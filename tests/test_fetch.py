@@ -261,7 +261,7 @@ def test_sigkill_mid_body_leaves_no_final_file_and_the_next_fetch_resumes(server
     proc = subprocess.Popen(cli("fetch", manifest, "--cache", cache.root, "-q"), cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_for_stable_size(partial, timeout=20)
+        _wait_for_partial(partial, stable=True)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
@@ -276,18 +276,43 @@ def test_sigkill_mid_body_leaves_no_final_file_and_the_next_fetch_resumes(server
     assert leftovers(cache) == []
 
 
-def _wait_for_stable_size(path: Path, *, timeout: float) -> None:
-    """Until `path` has bytes and has stopped growing: the client wrote all it got before the stall."""
+def _wait_for_partial(path: Path, *, stable: bool, timeout: float = 20) -> None:
+    """Until `path` has bytes (and, if `stable`, stopped growing: the client wrote all it got before a stall)."""
     deadline = time.monotonic() + timeout
     last = -1
     while time.monotonic() < deadline:
         size = path.stat().st_size if path.exists() else 0
-        if size and size == last:
+        if size and (size == last or not stable):
             return
         last = size
-        time.sleep(0.2)
-    msg = f"{path} never held a stable, non-empty partial download within {timeout} s (last size {last})"
+        time.sleep(0.2 if stable else 0.02)
+    msg = f"{path} never held a {'stable, ' if stable else ''}non-empty partial download within {timeout} s"
     raise AssertionError(msg)
+
+
+@pytest.mark.parametrize("body", ["stalled", "flowing"])
+def test_ctrl_c_stops_at_once_and_keeps_the_partial(server: LocalHTTPServer, tmp_path: Path, body: str) -> None:
+    data = payload(2_000_000, 70)
+    served = stall_after(data, 250_000) if body == "stalled" else slowly(data, pieces=100, delay=0.05)
+    url = server.route("/big.zip", served)
+    manifest = write_manifest(tmp_path, archive=(url, sha256(data)))
+    cache = Cache(tmp_path / "cache")
+    partial = cache.root / "partial" / f"{sha256(data)}.part"
+    proc = subprocess.Popen(cli("fetch", manifest, "--cache", cache.root, "-q"), cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_partial(partial, stable=body == "stalled")
+        proc.send_signal(signal.SIGINT)
+        interrupted = time.monotonic()
+        _, stderr = proc.communicate(timeout=15)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert time.monotonic() - interrupted < 3  # not after the read timeout, nor after the download finished
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    assert final_files(cache) == []
+    assert 0 < partial.stat().st_size < len(data)
 
 
 # -- offline and mirror: never the network --------------------------------------------------------------
