@@ -221,7 +221,11 @@ def _template_values(ctx: ScriptContext) -> dict[str, object]:
 
 
 def _validate(ctx: ScriptContext) -> None:
-    """Refuse what no quoting can make safe, naming the field, before any template runs."""
+    """Refuse what no quoting can make safe, naming the field, before any template runs.
+
+    Windows paths may not hold '%': run.cmd expands them inside other values, and cmd.exe
+    implementations differ on whether an expanded '%' is read again (Wine's does).
+    """
     problems: list[str] = []
     if ctx.platform not in PLATFORMS:
         problems.append(f"platform {ctx.platform!r} has no install scripts; expected one of {', '.join(PLATFORMS)}")
@@ -270,8 +274,8 @@ def _relative_path_problem(rel: str) -> str | None:
 def _windows_problems(ctx: ScriptContext) -> list[str]:
     problems = []
     for label, value in (("default install dir", ctx.default_install_dir), ("[launch] cache_dir", ctx.cache_dir)):
-        if value is not None and ('"' in value or any(ord(c) < 0x20 or ord(c) > 0x7E for c in value)):
-            problems.append(f"{label} {value!r} must be printable ASCII without '\"' on Windows")
+        if value is not None and ('"' in value or "%" in value or any(ord(c) < 0x20 or ord(c) > 0x7E for c in value)):
+            problems.append(f"{label} {value!r} must be printable ASCII without '\"' or '%' on Windows")
     if ctx.vc_runtime_min and not re.fullmatch(r"\d+\.\d+\.\d+(\.\d+)?", ctx.vc_runtime_min):
         problems.append(f"vc_runtime_min {ctx.vc_runtime_min!r} is not a version like '14.40.33810'")
     return problems

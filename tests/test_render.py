@@ -106,6 +106,8 @@ def test_a_non_ascii_value_in_a_cmd_script_is_refused() -> None:
         render_scripts(context("win_amd64", env={"GREETING": "grüße"}, entry_point=None))
     with pytest.raises(BuildError, match=r"cache_dir 'D:\\\\caché' must be printable ASCII"):
         render_scripts(context("win_amd64", cache_dir="D:\\caché"))
+    with pytest.raises(BuildError, match=r"default install dir 'C:\\\\100%' must be printable ASCII without"):
+        render_scripts(context("win_amd64", default_install_dir="C:\\100%"))
 
 
 def test_unsafe_context_values_are_refused_with_every_problem_named() -> None:

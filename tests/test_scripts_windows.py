@@ -1,0 +1,318 @@
+"""Windows scripts: every .ps1 parses as Windows PowerShell 5.1 code, and every .cmd runs under Wine.
+
+There is no PowerShell here, so the .ps1 files are checked with the tree-sitter PowerShell grammar:
+no ERROR or MISSING node, and no PowerShell-7-only construct (a guard that is itself tested on
+snippets). The .cmd wrappers run under `wine64 cmd`, with a stand-in for powershell.exe and
+python.exe: a small C program, cross-compiled here, that writes its argv and a few environment
+variables to a file and exits with a code the test chooses. Wine's own powershell.exe is a stub
+that exits 0; its exit code is never taken as evidence.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import tree_sitter_pwsh
+from tree_sitter import Language, Node, Parser
+
+from bundler.render import INSTALL_EXIT_CODES, EntryPoint, ScriptContext, render_scripts
+from wine import Wine, compile_windows_exe, mingw_gcc, wine  # noqa: F401  (fixtures)
+
+CODES = INSTALL_EXIT_CODES
+DLL_DIRS = ("venv/Lib/site-packages/onnxruntime/capi",)
+APP_VALUE = "it's 100% \"quoted\" & <piped> | ^caret! $HOME (x)"
+STANDIN_ENV = ("PATH", "PYTHONNOUSERSITE", "PIP_NO_INDEX", "TEMP", "TMP", "PYTHONPYCACHEPREFIX",
+               "CUDA_CACHE_PATH", "ORT_TENSORRT_CACHE_PATH", "ORT_BUNDLE_CACHE_DIR", "APP_VALUE")
+
+STANDIN_C = r"""
+/* Stand-in for powershell.exe / python.exe: records argv and environment, exits as told. */
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {
+    const char *names[] = {%NAMES%, 0};
+    const char *out = getenv("STANDIN_OUT");
+    const char *code = getenv("STANDIN_EXIT");
+    if (out) {
+        FILE *f = fopen(out, "wb");
+        for (int i = 0; i < argc; i++) fprintf(f, "ARG %s\n", argv[i]);
+        for (int j = 0; names[j]; j++) {
+            const char *v = getenv(names[j]);
+            fprintf(f, "ENV %s=%s\n", names[j], v ? v : "<unset>");
+        }
+        fclose(f);
+    }
+    return code ? atoi(code) : 0;
+}
+"""
+
+
+def windows_context(**changes: object) -> ScriptContext:
+    values: dict[str, object] = dict(
+        name="demo", version="1.2.3", platform="win_amd64", python="3.11", vc_runtime_min="14.40.33810",
+        vc_redist="payload/vc_redist/VC_redist.x64.exe", gpu_dll_dirs=("gpu",), gpu_preload=("gpu/cudart64_110.dll",),
+        dll_dirs=DLL_DIRS, entry_point=EntryPoint(kind="script", value="app/main.py"), cache_dir=None,
+        env={"APP_VALUE": APP_VALUE}, default_install_dir=r"C:\ort\demo")
+    values.update(changes)
+    return ScriptContext(**values)  # type: ignore[arg-type]
+
+
+CONTEXTS = {
+    "gpu-script": windows_context(),
+    "cpu-module": windows_context(gpu_dll_dirs=(), gpu_preload=(), vc_redist=None,
+                                  entry_point=EntryPoint(kind="module", value="demo.cli"), cache_dir="cache"),
+    "no-entry-hostile": windows_context(entry_point=None, vc_runtime_min=None, vc_redist=None,
+                                        default_install_dir="C:\\a'b $(Stop-Computer) & c",
+                                        cache_dir="D:\\x'; Stop-Computer; '", env={"X": "'; Stop-Computer; '"}),
+}
+
+
+# --- the PowerShell 5.1 guard ----------------------------------------------------------------------
+
+_PARSER = Parser(Language(tree_sitter_pwsh.language()))
+
+
+def _walk(node: Node) -> Iterator[Node]:
+    yield node
+    for child in node.children:
+        yield from _walk(child)
+
+
+def parse_problems(source: bytes) -> list[str]:
+    """ERROR and MISSING nodes: places the grammar could not read as PowerShell."""
+    tree = _PARSER.parse(source)
+    return [f"{'MISSING' if n.is_missing else 'ERROR'} at line {n.start_point[0] + 1}: {n.text.decode(errors='replace')[:60]!r}"
+            for n in _walk(tree.root_node) if n.type == "ERROR" or n.is_missing]
+
+
+def powershell7_constructs(source: bytes) -> list[str]:
+    """Syntax Windows PowerShell 5.1 cannot run, found in the parse tree (not by text search)."""
+    tree = _PARSER.parse(source)
+    found = []
+    for node in _walk(tree.root_node):
+        text = node.text.decode(errors="replace")
+        if node.type == "null_coalesce_expression":
+            found.append("?? (null-coalescing)")
+        elif node.type == "assignment_operator" and text == "??=":
+            found.append("??= (null-coalescing assignment)")
+        elif node.type == "ternary_expression":
+            found.append("a ? b : c (ternary)")
+        elif node.type == "pipeline_chain_tail":
+            found.append("&& / || (pipeline chain)")
+        elif node.type == "named_block" and node.children and node.children[0].text.decode().lower() == "clean":
+            found.append("clean {} block")
+        elif node.type == "command" and _is_parallel_foreach(node):
+            found.append("ForEach-Object -Parallel")
+        elif node.type in ("ERROR", "member_access", "element_access") and _null_conditional(node, source):
+            found.append("?. / ?[ (null-conditional)")
+    return found
+
+
+def _is_parallel_foreach(node: Node) -> bool:
+    name = node.child_by_field_name("command_name")
+    if name is None or name.text.decode().lower() not in ("foreach-object", "%", "foreach"):
+        return False
+    return any(n.type == "command_parameter" and "-parallel".startswith(n.text.decode().lower()) and len(n.text) > 3
+               for n in _walk(node))
+
+
+def _null_conditional(node: Node, source: bytes) -> bool:
+    """`$a?.b` / `${a}?[0]`: a variable directly followed by `?.` or `?[`."""
+    for child in _walk(node):
+        if child.type in ("variable", "braced_variable"):
+            after = source[child.end_byte:child.end_byte + 2]
+            if child.text.endswith(b"?") and source[child.end_byte:child.end_byte + 1] in (b".", b"["):
+                return True
+            if after in (b"?.", b"?["):
+                return True
+    return False
+
+
+@pytest.mark.parametrize(("snippet", "construct"), [
+    ("$a = $b ?? 'x'", "??"),
+    ("$a ??= 1", "??="),
+    ("$n = $obj?.Name", "?."),
+    ("$n = ${obj}?[0]", "?["),
+    ("$a = $ok ? 1 : 2", "ternary"),
+    ("Get-Item x && Write-Host ok", "pipeline chain"),
+    ("Get-Item x || Write-Host no", "pipeline chain"),
+    ("1..3 | ForEach-Object -Parallel { $_ }", "-Parallel"),
+    ("function f { process { 1 } clean { 2 } }", "clean"),
+])
+def test_the_guard_finds_each_powershell7_construct(snippet: str, construct: str) -> None:
+    found = powershell7_constructs(snippet.encode())
+    assert any(construct in item for item in found), found
+
+
+def test_the_guard_accepts_windows_powershell_51_code() -> None:
+    snippet = b"$a = if ($b) { 1 } else { 2 }\r\n1..3 | ForEach-Object { $_ }\r\nif ($x -and $y) { $z = $null }\r\n"
+    assert powershell7_constructs(snippet) == []
+    assert parse_problems(snippet) == []
+
+
+@pytest.mark.parametrize("case", sorted(CONTEXTS))
+def test_every_rendered_ps1_parses_as_windows_powershell_51(case: str) -> None:
+    scripts = render_scripts(CONTEXTS[case])
+    ps1 = {rel: data for rel, data in scripts.items() if rel.endswith(".ps1")}
+    assert set(ps1) == {"install.ps1", "uninstall.ps1", "payload/launchers/run.ps1"}
+    for rel, data in ps1.items():
+        assert parse_problems(data) == [], rel
+        assert powershell7_constructs(data) == [], rel
+        commands = {n.text.decode() for n in _walk(_PARSER.parse(data).root_node) if n.type == "command_name"}
+        assert "Stop-Computer" not in commands, rel
+
+
+def test_install_ps1_has_the_documented_interface() -> None:
+    text = render_scripts(CONTEXTS["gpu-script"])["install.ps1"].decode("utf-8-sig")
+    for fragment in ("SupportsShouldProcess = $true", "Set-StrictMode -Version Latest", "$ErrorActionPreference = 'Stop'",
+                     "[string]$InstallDir", "[string]$PythonExe", "[string]$CacheDir", "[switch]$SkipVCRedist",
+                     "[switch]$Force", "[switch]$NoSelfCheck", "[string]$LogPath", "Get-FileHash", "Unblock-File",
+                     "'/install', '/quiet', '/norestart', '/log'", "--require-hashes", "--no-index",
+                     "$env:PIP_CONFIG_FILE = 'nul'", "Registry64", "Registry32"):
+        assert fragment in text, fragment
+    for name, code in CODES.items():
+        assert f"    {name} = {code}\r\n" in text
+
+
+# --- .cmd wrappers under Wine ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def standin_exe(mingw_gcc: str, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
+    folder = tmp_path_factory.mktemp("standin")
+    source = folder / "standin.c"
+    source.write_text(STANDIN_C.replace("%NAMES%", ", ".join(f'"{n}"' for n in STANDIN_ENV)))
+    return compile_windows_exe(mingw_gcc, source, folder / "standin.exe")
+
+
+@pytest.fixture
+def powershell_slot(wine: Wine) -> Iterator[Path]:  # noqa: F811
+    """Wine's powershell.exe location, restored after the test (it is Wine's do-nothing stub)."""
+    slot = wine.drive_c() / "windows" / "system32" / "WindowsPowerShell" / "v1.0" / "powershell.exe"
+    backup = slot.with_name("powershell.exe.wine-stub")
+    if slot.exists() or slot.is_symlink():
+        os.replace(slot, backup)
+    slot.parent.mkdir(parents=True, exist_ok=True)
+    yield slot
+    if slot.exists() or slot.is_symlink():
+        slot.unlink()
+    if backup.exists() or backup.is_symlink():
+        os.replace(backup, slot)
+
+
+def read_report(path: Path) -> tuple[list[str], dict[str, str]]:
+    args, env = [], {}
+    for line in path.read_text(encoding="latin-1").splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind == "ARG":
+            args.append(rest)
+        else:
+            key, _, value = rest.partition("=")
+            env[key] = value
+    return args, env
+
+
+def write_scripts(folder: Path, context: ScriptContext) -> dict[str, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for rel, data in render_scripts(context).items():
+        if rel.endswith(".cmd"):
+            path = folder / Path(rel).name
+            path.write_bytes(data)
+            written[path.name] = path
+    return written
+
+
+@pytest.mark.wine
+def test_install_cmd_passes_arguments_and_exit_code_through(wine: Wine, standin_exe: Path, powershell_slot: Path,  # noqa: F811
+                                                            tmp_path: Path) -> None:
+    shutil.copyfile(standin_exe, powershell_slot)
+    bundle = tmp_path / "my bundle & co" / "demo-1.2.3-win_amd64"
+    script = write_scripts(bundle, windows_context())["install.cmd"]
+    report = tmp_path / "report.txt"
+    result = wine.cmd(script, "-InstallDir", '"C:\\Program Files\\a & b"', "-PythonExe", "C:\\py\\python.exe", "-Force",
+                      env={"STANDIN_OUT": wine.to_windows(report), "STANDIN_EXIT": str(CODES["install"])})
+    assert result.returncode == CODES["install"], result.stdout + result.stderr
+    args, _ = read_report(report)
+    assert args[1:7] == ["-NoProfile", "-NonInteractive", "-ExecutionPolicy", "Bypass", "-File",
+                         wine.to_windows(bundle / "install.ps1")]
+    assert args[7:] == ["-InstallDir", "C:\\Program Files\\a & b", "-PythonExe", "C:\\py\\python.exe", "-Force"]
+    # A Linux exit status keeps 8 bits, so 3010 is read inside Windows: a caller prints %ERRORLEVEL%.
+    # (`cmd /c` on a plain path: Wine's `call "script"` reports 1 whatever the script returned.)
+    plain = write_scripts(tmp_path / "plain", windows_context())["install.cmd"]
+    caller = tmp_path / "caller.cmd"
+    caller.write_bytes(f'@echo off\r\ncmd /c {wine.to_windows(plain)} -Force\r\necho EXIT=%ERRORLEVEL%\r\n'.encode())
+    reboot = wine.run(["cmd", "/c", wine.to_windows(caller)], env={"STANDIN_OUT": wine.to_windows(report), "STANDIN_EXIT": "3010"})
+    assert "EXIT=3010" in reboot.stdout, reboot.stdout + reboot.stderr
+
+
+@pytest.mark.wine
+def test_install_cmd_without_powershell_is_a_prerequisite_failure(wine: Wine, powershell_slot: Path,  # noqa: F811
+                                                                  tmp_path: Path) -> None:
+    assert not powershell_slot.exists()
+    script = write_scripts(tmp_path / "bundle", windows_context())["install.cmd"]
+    result = wine.cmd(script, "-Force")
+    assert result.returncode == CODES["prerequisite"]
+    assert "Windows PowerShell 5.1 was not found at" in result.stdout + result.stderr
+
+
+def make_install_root(folder: Path, standin_exe: Path, context: ScriptContext) -> Path:
+    """An install folder as install.ps1 leaves it, with the stand-in as the venv's python.exe."""
+    run_cmd = write_scripts(folder, context)["run.cmd"]
+    python = folder / "venv" / "Scripts" / "python.exe"
+    python.parent.mkdir(parents=True)
+    shutil.copyfile(standin_exe, python)
+    return run_cmd
+
+
+@pytest.mark.wine
+def test_run_cmd_sets_the_environment_and_passes_arguments_and_exit_code(wine: Wine, standin_exe: Path,  # noqa: F811
+                                                                         tmp_path: Path) -> None:
+    root = tmp_path / "ort & apps" / "demo"
+    run_cmd = make_install_root(root, standin_exe, windows_context())
+    (root / "selfcheck").mkdir()
+    (root / "selfcheck" / "selfcheck.py").write_text("# the stand-in python.exe never reads this\n")
+    report = tmp_path / "report.txt"
+    cache = tmp_path / "cache & temp"
+    env = {"STANDIN_OUT": wine.to_windows(report), "STANDIN_EXIT": "7", "ORT_BUNDLE_CACHE_DIR": wine.to_windows(cache)}
+    result = wine.cmd(run_cmd, '"two words"', "--flag=1", '"a & b"', env=env)
+    assert result.returncode == 7, result.stdout + result.stderr
+    args, seen = read_report(report)
+    win_root = wine.to_windows(root)
+    assert args[1:] == [f"{win_root}\\app\\main.py", "two words", "--flag=1", "a & b"]
+    assert seen["PATH"].startswith(f"{win_root}\\gpu;{win_root}\\venv\\Lib\\site-packages\\onnxruntime\\capi;")
+    assert seen["PYTHONNOUSERSITE"] == "1" and seen["PIP_NO_INDEX"] == "1"
+    win_cache = wine.to_windows(cache)
+    assert seen["TEMP"] == seen["TMP"] == f"{win_cache}\\tmp" and (cache / "tmp").is_dir()
+    assert seen["PYTHONPYCACHEPREFIX"] == f"{win_cache}\\pycache"
+    assert seen["CUDA_CACHE_PATH"] == f"{win_cache}\\cuda" and seen["ORT_TENSORRT_CACHE_PATH"] == f"{win_cache}\\tensorrt"
+    assert seen["APP_VALUE"] == APP_VALUE
+    check = wine.cmd(run_cmd, "--self-check", "--json", env={**env, "STANDIN_EXIT": "0"})
+    assert check.returncode == 0
+    assert read_report(report)[0][1:] == [f"{win_root}\\selfcheck\\selfcheck.py", "--json"]
+
+
+@pytest.mark.wine
+def test_run_cmd_relative_cache_dir_from_the_install_and_module_entry(wine: Wine, standin_exe: Path,  # noqa: F811
+                                                                      tmp_path: Path) -> None:
+    root = tmp_path / "demo"
+    context = windows_context(entry_point=EntryPoint(kind="module", value="demo.cli"), cache_dir="cache & (x)")
+    run_cmd = make_install_root(root, standin_exe, context)
+    report = tmp_path / "report.txt"
+    env = {k: v for k, v in os.environ.items() if k != "ORT_BUNDLE_CACHE_DIR"}
+    result = wine.cmd(run_cmd, "x", env={**env, "STANDIN_OUT": wine.to_windows(report), "STANDIN_EXIT": "0"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    args, seen = read_report(report)
+    assert args[1:] == ["-m", "demo.cli", "x"]
+    assert seen["TEMP"] == f"{wine.to_windows(root)}\\cache & (x)\\tmp"
+
+
+@pytest.mark.wine
+def test_run_cmd_without_python_is_a_prerequisite_failure(wine: Wine, tmp_path: Path) -> None:  # noqa: F811
+    root = tmp_path / "a & b"
+    run_cmd = write_scripts(root, windows_context())["run.cmd"]
+    result = wine.cmd(run_cmd, "x")
+    assert result.returncode == CODES["prerequisite"]
+    assert f"{wine.to_windows(root)}\\venv\\Scripts\\python.exe\" was not found" in result.stdout + result.stderr
