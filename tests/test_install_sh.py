@@ -274,7 +274,7 @@ def test_run_sh_self_check_and_missing_environment(installed: Path, tmp_path: Pa
 
 
 def test_uninstall_removes_exactly_what_install_created(installed: Path, bundle: Path, tmp_path: Path) -> None:
-    """Last in this file: it removes the shared install the tests above read."""
+    """Removes the shared install: keep it below every test that reads `installed`."""
     assert (installed / "cache_dir.txt").read_text().endswith("install-time cache\n")
     (installed / "models" / "mine.onnx").write_bytes(b"user data")
     before = tree(installed)
@@ -287,3 +287,22 @@ def test_uninstall_removes_exactly_what_install_created(installed: Path, bundle:
     assert remaining == ["models", "models/mine.onnx"]
     again = run_sh(bundle / "uninstall.sh", "--install-dir", str(installed))
     assert again.returncode == CODES["usage"] and "receipt.json does not exist" in again.stderr
+
+
+def test_plan_helper_refuses_paths_outside_its_roots_and_unverified_inputs(tmp_path: Path) -> None:
+    from bundler.target import plan as plan_module
+
+    root = make_bundle(tmp_path / "bundle")
+    plan = plan_module.load_plan(root)
+    created = plan_module.apply_copies(plan, root, tmp_path / "install")
+    assert created == [entry["to"] for entry in plan["copy"]]
+    assert (tmp_path / "install" / "models" / "m.onnx").read_bytes() == (root / "payload/models/m.onnx").read_bytes()
+    assert plan_module.unverified_inputs(plan, root) == []
+    sums = (root / "SHA256SUMS").read_text().splitlines()
+    (root / "SHA256SUMS").write_text("\n".join(line for line in sums if not line.endswith("payload/app/entry.py")) + "\n")
+    assert plan_module.unverified_inputs(plan, root) == ["payload/app/entry.py"]
+    for bad in ("../evil", "/etc/passwd", "C:/x", "a/../../b"):
+        hostile = {**plan, "copy": [{"from": "bundle.json", "to": bad}]}
+        (root / "install-plan.json").write_text(json.dumps(hostile))
+        with pytest.raises(plan_module.PlanError, match="not a relative path below its root"):
+            plan_module.load_plan(root)
