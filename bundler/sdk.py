@@ -1,0 +1,492 @@
+"""The ONNX Runtime C/C++ release archive: inspected for agreement, shipped as `payload/sdk/`.
+
+C/C++ users fail in three ways: "cannot open include file", LNK2019 against `onnxruntime.lib`, and
+"onnxruntime.dll was not found" at run time. So the bundle carries the archive's `include/` and `lib/`
+byte for byte, plus a relocatable CMake package, an MSBuild property sheet that also copies the DLLs next
+to the built program, and a small sample. Upstream's own `lib/cmake/onnxruntime` files (Linux archives) name
+`lib64/` and `include/onnxruntime/`, which the archive does not have (onnxruntime #23642, #24003, #25242),
+so ours replace them.
+
+The archive is checked before anything is shipped: one top folder, `VERSION_NUMBER`, `GIT_COMMIT_ID`, the
+headers and the main library; and the facts must agree with each other and with `[ort] version` (a DLL's
+FileVersion ends with the short commit, FACTS.md §1; the library's build-info string names the commit).
+
+Linux archives hold the `libonnxruntime.so -> .so.1 -> .so.1.23.1` symlink chain, which `SafeArchive`
+refuses. The deliberate policy here: a symlink is accepted only inside `lib/` and only when it names a
+sibling file; the archive is then re-packed without links (each accepted link becomes an empty placeholder,
+so `SafeArchive` still checks its name) and the link is shipped as a regular copy of the file it resolves to.
+"""
+
+from __future__ import annotations
+
+import gzip
+import lzma
+import mmap
+import re
+import tarfile
+import tempfile
+import zipfile
+import zlib
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from .archives import Limits, SafeArchive
+from .errors import BuildError, InputUnavailableError, UnsafeArchiveError
+from .hashing import file_sha256
+from .manifest import Manifest
+from .pe import inspect_pe
+from .render import make_environment
+
+if TYPE_CHECKING:
+    from .build import Assembly
+
+SDK_BUNDLE_DIR = "payload/sdk"
+SDK_INSTALL_DIR = "sdk"
+CMAKE_DIR = "lib/cmake/onnxruntime"
+PROPS_PATH = "build/native/onnxruntime.props"
+SAMPLE_DIR = "sample"
+
+_WINDOWS = "win_amd64"
+_X64_MACHINE = 0x8664
+_ELF_X86_64 = 62
+# ORT's FileVersion is <major>.<minor>.<build date>.<build number>.<short commit> (FACTS.md §1).
+_FILE_VERSION = re.compile(r"^(\d+)\.(\d+)\.\d+\.\d+\.([0-9a-f]{7,40})$")
+_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
+_COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
+# "ORT Build Info: git-branch=HEAD, git-commit-id=d9b2048791, build type=Release" in both the DLL and the .so.
+_BUILD_INFO_COMMIT = re.compile(rb"git-commit-id=([0-9a-f]{7,40})")
+_SHARED_OBJECT = re.compile(r"\.so(\.\d+)*$")
+# Names that end up inside CMake, MSBuild XML and C strings: kept to characters none of them treat specially.
+_PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+_PLAIN_PATH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*(/[A-Za-z0-9][A-Za-z0-9._+-]*)*$")
+_MAX_LINK_HOPS = 8
+
+
+@dataclass(frozen=True, kw_only=True)
+class OrtArchive:
+    """What an ORT release archive is, read from its own files; paths are relative to its top folder."""
+
+    top: str
+    version: str
+    commit: str
+    files: tuple[str, ...]
+    binaries: dict[str, str | None]  # lib path -> PE FileVersion (None for a Linux shared object)
+    links: dict[str, str] = field(default_factory=dict)  # accepted symlink -> the regular file it resolves to
+
+    def to_json(self) -> dict[str, Any]:
+        return {"top": self.top, "version": self.version, "commit": self.commit, "files": list(self.files),
+                "binaries": dict(sorted(self.binaries.items())), "links": dict(sorted(self.links.items()))}
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Layout:
+    """The files a platform's archive must have, relative to the top folder."""
+
+    library: str
+    import_library: str | None
+
+    @classmethod
+    def of(cls, platform: str, version: str) -> _Layout:
+        if platform == _WINDOWS:
+            return cls(library="lib/onnxruntime.dll", import_library="lib/onnxruntime.lib")
+        return cls(library=f"lib/libonnxruntime.so.{version}", import_library=None)
+
+
+def inspect_ort_archive(path: Path, *, label: str, platform: str, expected_version: str | None = None) -> OrtArchive:
+    """Read and cross-check an archive without keeping it: only its binaries and version files are extracted.
+
+    Raises BuildError when the archive disagrees with itself or with `expected_version` (the manifest's).
+    """
+    with tempfile.TemporaryDirectory(prefix="ort-archive-") as tmp:
+        archive, _ = extract_ort_archive(path, label=label, platform=platform, dest=Path(tmp),
+                                         expected_version=expected_version, everything=False)
+    return archive
+
+
+def extract_ort_archive(path: Path, *, label: str, platform: str, dest: Path, expected_version: str | None = None,
+                        everything: bool = True) -> tuple[OrtArchive, Path]:
+    """Extract (all of, or only what inspection needs from) an archive under `dest`; returns it and its top folder."""
+    dest.mkdir(parents=True, exist_ok=True)
+    source, links = _without_links(path, label=label, scratch=dest / "link-free.tar")
+    with SafeArchive.open(source, label=label) as archive:
+        top = _top_folder(archive.names(), label=label)
+        files = tuple(sorted(PurePosixPath(e.name).relative_to(top).as_posix() for e in archive.entries
+                             if not e.is_dir and e.name not in links))
+        wanted = None if everything else [f"{top}/{rel}" for rel in files if _needed_for_inspection(rel, platform)]
+        archive.extract(dest / "tree", members=wanted)
+    if source != path:
+        source.unlink()
+    root = dest / "tree" / top
+    relative_links = {PurePosixPath(k).relative_to(top).as_posix(): PurePosixPath(v).relative_to(top).as_posix()
+                      for k, v in links.items()}
+    result = _read_facts(root, top=top, files=files, links=relative_links, label=label, platform=platform)
+    problems = _disagreements(result, root, label=label, platform=platform, expected_version=expected_version)
+    if problems:
+        msg = f"{label} is not a consistent ONNX Runtime release archive: " + "; ".join(problems)
+        raise BuildError(msg)
+    return result, root
+
+
+def _needed_for_inspection(rel: str, platform: str) -> bool:
+    return rel in ("VERSION_NUMBER", "GIT_COMMIT_ID") or _is_binary(rel, platform)
+
+
+def _is_binary(rel: str, platform: str) -> bool:
+    path = PurePosixPath(rel)
+    if path.parent.as_posix() != "lib":
+        return False
+    return path.suffix.lower() == ".dll" if platform == _WINDOWS else bool(_SHARED_OBJECT.search(path.name))
+
+
+def _top_folder(names: list[str], *, label: str) -> str:
+    """The official archives hold exactly one folder, e.g. onnxruntime-win-x64-1.23.1/."""
+    tops = sorted({name.split("/", 1)[0] for name in names})
+    if len(tops) != 1 or not any("/" in name for name in names):
+        msg = (f"{label} has the top-level entries {tops[:5]}; expected the single top folder of an ONNX Runtime "
+               f"release archive (onnxruntime-<platform>-<version>/)")
+        raise BuildError(msg)
+    return tops[0]
+
+
+def _read_facts(root: Path, *, top: str, files: tuple[str, ...], links: dict[str, str], label: str,
+                platform: str) -> OrtArchive:
+    version = _read_text(root, "VERSION_NUMBER", files, label=label)
+    commit = _read_text(root, "GIT_COMMIT_ID", files, label=label)
+    binaries = {rel: (_file_version(root / rel, label=f"{label}: {rel}") if platform == _WINDOWS else None)
+                for rel in files if _is_binary(rel, platform)}
+    return OrtArchive(top=top, version=version, commit=commit, files=files, binaries=binaries, links=links)
+
+
+def _read_text(root: Path, name: str, files: tuple[str, ...], *, label: str) -> str:
+    if name not in files:
+        msg = f"{label} has no {name} in its top folder; expected the file every ONNX Runtime release archive carries"
+        raise BuildError(msg)
+    return (root / name).read_text(encoding="utf-8", errors="replace").strip()
+
+
+def _file_version(path: Path, *, label: str) -> str | None:
+    return inspect_pe(path, label=label).file_version
+
+
+def _disagreements(archive: OrtArchive, root: Path, *, label: str, platform: str,
+                   expected_version: str | None) -> list[str]:
+    """Every way the archive contradicts itself, the manifest or the target platform, each one sentence."""
+    problems = _version_problems(archive, expected_version)
+    layout = _Layout.of(platform, archive.version)
+    required = [layout.library, "include/onnxruntime_c_api.h"]
+    if layout.import_library:
+        required.append(layout.import_library)
+    shipped = set(archive.files) | set(archive.links)
+    problems += [f"it has no {rel}, expected for {platform} (is this the archive for another platform?)"
+                 for rel in required if rel not in shipped]
+    problems += _binary_problems(archive, root, platform=platform)
+    if layout.library in archive.files:
+        problems += _build_info_problems(archive, root / layout.library, layout.library)
+    return problems
+
+
+def _version_problems(archive: OrtArchive, expected_version: str | None) -> list[str]:
+    problems = []
+    if not _VERSION.match(archive.version):
+        problems.append(f"VERSION_NUMBER holds {archive.version!r}, expected a version such as '1.23.1'")
+    if expected_version is not None and archive.version != expected_version:
+        problems.append(f"VERSION_NUMBER says {archive.version} but [ort] version is {expected_version}")
+    if not _COMMIT.match(archive.commit):
+        problems.append(f"GIT_COMMIT_ID holds {archive.commit!r}, expected a hexadecimal git commit id")
+    named = re.search(r"-(\d+\.\d+\.\d+)$", archive.top)
+    if named and named.group(1) != archive.version:
+        problems.append(f"its top folder {archive.top} names version {named.group(1)} but VERSION_NUMBER says "
+                        f"{archive.version}")
+    return problems
+
+
+def _binary_problems(archive: OrtArchive, root: Path, *, platform: str) -> list[str]:
+    problems = []
+    for rel in sorted(archive.binaries):
+        if not _PLAIN_NAME.match(PurePosixPath(rel).name):
+            problems.append(f"{rel} has a name with characters other than letters, digits and . _ + -")
+        elif platform == _WINDOWS:
+            problems += _dll_problems(archive, rel, root / rel)
+        elif not _is_x86_64_elf(root / rel):
+            problems.append(f"{rel} is not an x86-64 ELF shared object, expected one for {platform}")
+    versions = sorted({v for v in archive.binaries.values() if v is not None})
+    if len(versions) > 1:
+        problems.append(f"its DLLs carry different FileVersions {versions}, expected one build")
+    return problems
+
+
+def _dll_problems(archive: OrtArchive, rel: str, path: Path) -> list[str]:
+    info = inspect_pe(path, label=rel)
+    problems = []
+    if info.machine != _X64_MACHINE:
+        problems.append(f"{rel} is built for {info.machine_name}, expected x64")
+    version = archive.binaries[rel]
+    if version is None:
+        if rel == _Layout.of(_WINDOWS, archive.version).library:
+            problems.append(f"{rel} has no FileVersion, expected the ORT form <major>.<minor>.<date>.<build>.<commit>")
+        return problems
+    match = _FILE_VERSION.match(version)
+    if match is None:
+        problems.append(f"{rel} has FileVersion {version}, expected the ORT form <major>.<minor>.<date>.<build>.<commit>")
+        return problems
+    major_minor = ".".join(archive.version.split(".")[:2])
+    if f"{match.group(1)}.{match.group(2)}" != major_minor:
+        problems.append(f"{rel} has FileVersion {version} but VERSION_NUMBER says {archive.version}")
+    if not _same_commit(match.group(3), archive.commit):
+        problems.append(f"{rel} has FileVersion {version}, whose commit {match.group(3)} is not GIT_COMMIT_ID "
+                        f"{archive.commit}")
+    return problems
+
+
+def _build_info_problems(archive: OrtArchive, library: Path, rel: str) -> list[str]:
+    """The main library names the commit it was built from; a swapped library shows up here."""
+    with library.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        found = _BUILD_INFO_COMMIT.search(data)
+    if found is None:
+        return []
+    built = found.group(1).decode("ascii")
+    if _same_commit(built, archive.commit):
+        return []
+    return [f"{rel} was built from commit {built} but GIT_COMMIT_ID is {archive.commit}"]
+
+
+def _same_commit(a: str, b: str) -> bool:
+    """Short and full ids of one commit: one is a prefix of the other."""
+    return a.startswith(b) or b.startswith(a)
+
+
+def _is_x86_64_elf(path: Path) -> bool:
+    with path.open("rb") as fh:
+        head = fh.read(20)
+    return len(head) == 20 and head[:5] == b"\x7fELF\x02" and int.from_bytes(head[18:20], "little") == _ELF_X86_64
+
+
+# -- the symlink policy ------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _tar_errors(label: str) -> Iterator[None]:
+    try:
+        yield
+    except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile) as exc:
+        msg = f"{label} cannot be read as a tar archive ({exc}); expected a complete .tgz release archive"
+        raise UnsafeArchiveError(msg) from exc
+    except OSError as exc:
+        msg = f"{label} cannot be re-packed without its links: {exc.strerror or exc}"
+        raise BuildError(msg) from exc
+
+
+def _without_links(path: Path, *, label: str, scratch: Path) -> tuple[Path, dict[str, str]]:
+    """The archive to open with SafeArchive, and its accepted links (archive names) -> resolved regular file.
+
+    A zip, or a tar without symlinks, is used as it is. A tar with symlinks is re-packed into `scratch`
+    with every accepted link as an empty placeholder; anything else unusual is copied through unchanged so
+    that SafeArchive refuses it with its own message.
+    """
+    if not path.is_file():
+        raise InputUnavailableError(f"{label} is missing or not a file: {path}")
+    if zipfile.is_zipfile(path) or not _is_tar(path, label=label):
+        return path, {}
+    symlinks: dict[str, str] = {}
+    regular: set[str] = set()
+    limits = Limits()
+    total = 0
+    with _tar_errors(label), tarfile.open(path, "r:*") as source, tarfile.open(scratch, "w",
+                                                                             format=tarfile.PAX_FORMAT) as out:
+        for count, member in enumerate(source, 1):
+            if count > limits.max_members or total > limits.max_total_size:
+                msg = f"{label} is beyond the limit of {limits.max_members} members or {limits.max_total_size} bytes"
+                raise UnsafeArchiveError(msg)
+            name = _normal(member.name)
+            if member.issym():
+                symlinks[name] = member.linkname
+                out.addfile(_placeholder(member.name))
+                continue
+            if member.isreg():
+                regular.add(name)
+                total += member.size
+                out.addfile(member, source.extractfile(member))
+            else:
+                out.addfile(member)
+    if not symlinks:
+        scratch.unlink()
+        return path, {}
+    return scratch, _accept_links(symlinks, regular, label=label)
+
+
+def _is_tar(path: Path, *, label: str) -> bool:
+    with _tar_errors(label):
+        return tarfile.is_tarfile(path)
+
+
+def _normal(name: str) -> str:
+    return "/".join(part for part in name.split("/") if part not in ("", "."))
+
+
+def _placeholder(name: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.mode = 0o644
+    return info
+
+
+def _accept_links(symlinks: Mapping[str, str], regular: set[str], *, label: str) -> dict[str, str]:
+    """Each link -> the regular file its chain ends at; any link outside the policy is refused by name."""
+    accepted = {}
+    for name in sorted(symlinks):
+        target = _resolve(name, symlinks, regular)
+        if target is None:
+            msg = (f"{label}: entry {name!r} is a symbolic link to {symlinks[name]!r}; only links inside a top "
+                   f"folder's lib/ that name a sibling file (the libonnxruntime.so chain) are accepted")
+            raise UnsafeArchiveError(msg)
+        accepted[name] = target
+    return accepted
+
+
+def _resolve(name: str, symlinks: Mapping[str, str], regular: set[str]) -> str | None:
+    seen = {name}
+    current = name
+    for _ in range(_MAX_LINK_HOPS):
+        parts = current.split("/")
+        target = symlinks[current]
+        if len(parts) != 3 or parts[1] != "lib" or not _PLAIN_NAME.match(parts[2]) or not _PLAIN_NAME.match(target):
+            return None
+        current = f"{parts[0]}/lib/{target}"
+        if current in regular:
+            return current
+        if current not in symlinks or current in seen:
+            return None
+        seen.add(current)
+    return None
+
+
+# -- the SDK in the bundle ---------------------------------------------------------------------------------
+
+
+def add_sdk(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, Path], work: Path) -> None:
+    """payload/sdk/: the archive's files unchanged, plus CMake, MSBuild (Windows) and sample files.
+
+    Runs after the GPU part (so the property sheet can copy GPU DLLs) and before the Windows checks (so
+    the SDK's DLLs join the DLL closure and the VC++ runtime minimum).
+    """
+    source = manifest.ort.archive
+    if source is None:
+        return
+    path = files[source.key]
+    platform = manifest.bundle.platform
+    archive, root = extract_ort_archive(path, label=f"{source.key} ({path.name})", platform=platform,
+                                        dest=work / "ort-archive", expected_version=manifest.ort.version)
+    replaced = _add_archive_files(assembly, archive, root)
+    generated = render_sdk_files(archive, platform=platform, gpu_dlls=_gpu_dlls(assembly),
+                                 model=assembly.record.get("selfcheck", {}).get("identity_model"))
+    for rel, data in sorted(generated.items()):
+        _ship_bytes(assembly, rel, data)
+    assembly.record["ort_archive"] = archive.to_json()
+    assembly.record["sdk"] = _sdk_record(archive, platform=platform, replaced=replaced)
+
+
+def _add_archive_files(assembly: Assembly, archive: OrtArchive, root: Path) -> list[str]:
+    """Every file of the archive, byte for byte, except upstream CMake files that ours replace."""
+    replaced = []
+    for rel in archive.files:
+        if rel.startswith(f"{CMAKE_DIR}/"):
+            replaced.append(rel)
+            continue
+        _ship_file(assembly, rel, root / rel)
+    for rel, target in sorted(archive.links.items()):
+        _ship_file(assembly, rel, root / target)
+    return replaced
+
+
+def _ship_file(assembly: Assembly, rel: str, source: Path) -> None:
+    bundle_path = f"{SDK_BUNDLE_DIR}/{rel}"
+    assembly.add_file(bundle_path, source, file_sha256(source))
+    assembly.install(bundle_path, f"{SDK_INSTALL_DIR}/{rel}")
+
+
+def _ship_bytes(assembly: Assembly, rel: str, data: bytes) -> None:
+    bundle_path = f"{SDK_BUNDLE_DIR}/{rel}"
+    assembly.add_bytes(bundle_path, data)
+    assembly.install(bundle_path, f"{SDK_INSTALL_DIR}/{rel}")
+
+
+def _gpu_dlls(assembly: Assembly) -> list[str]:
+    """Install paths of the GPU DLLs the GPU part placed, for the property sheet to copy."""
+    folders = [folder.rstrip("/") + "/" for folder in assembly.record.get("gpu_dll_dirs", ())]
+    return sorted(copy["to"] for copy in assembly.copies
+                  if copy["to"].lower().endswith(".dll") and any(copy["to"].startswith(f) for f in folders))
+
+
+def _sdk_record(archive: OrtArchive, *, platform: str, replaced: list[str]) -> dict[str, Any]:
+    layout = _Layout.of(platform, archive.version)
+    windows = platform == _WINDOWS
+    return {
+        "root": SDK_INSTALL_DIR,
+        "include_dir": f"{SDK_INSTALL_DIR}/include",
+        "lib_dir": f"{SDK_INSTALL_DIR}/lib",
+        "cmake_dir": f"{SDK_INSTALL_DIR}/{CMAKE_DIR}",
+        "props": f"{SDK_INSTALL_DIR}/{PROPS_PATH}" if windows else None,
+        "sample": f"{SDK_INSTALL_DIR}/{SAMPLE_DIR}",
+        "library": f"{SDK_INSTALL_DIR}/{layout.library}",
+        "import_library": f"{SDK_INSTALL_DIR}/{layout.import_library}" if layout.import_library else None,
+        "runtime_files": [f"{SDK_INSTALL_DIR}/{rel}" for rel in _runtime_files(archive, platform)],
+        "licenses": [f"{SDK_INSTALL_DIR}/{rel}" for rel in archive.files if rel in ("LICENSE", "ThirdPartyNotices.txt")],
+        "replaced_upstream_cmake": [f"{SDK_INSTALL_DIR}/{rel}" for rel in replaced],
+    }
+
+
+def _runtime_files(archive: OrtArchive, platform: str) -> list[str]:
+    """What a program needs beside it at run time: the DLLs (Windows) or the shared objects and links (Linux)."""
+    names = [*archive.binaries, *(link for link in archive.links if _is_binary(link, platform))]
+    return sorted(names)
+
+
+# -- generated files ---------------------------------------------------------------------------------------
+
+
+def render_sdk_files(archive: OrtArchive, *, platform: str, gpu_dlls: list[str], model: str | None) -> dict[str, bytes]:
+    """SDK-relative path -> bytes of the CMake package, the property sheet (Windows) and the sample.
+
+    `gpu_dlls` are install-relative paths that the property sheet and the CMake helper copy next to a built
+    program too; `model` is the install-relative identity model the sample runs when given no argument.
+    Both come from other parts of the bundle and end up in CMake, XML and C text, so they must be plain.
+    """
+    for value in (*gpu_dlls, *([model] if model else [])):
+        if not _PLAIN_PATH.match(value):
+            msg = (f"install path {value!r} cannot be written into the SDK's CMake and MSBuild files; expected "
+                   f"'/'-separated names of letters, digits and . _ + -")
+            raise BuildError(msg)
+    windows = platform == _WINDOWS
+    layout = _Layout.of(platform, archive.version)
+    major, minor, _ = archive.version.split(".")
+    values = {
+        "version": archive.version, "major": major, "minor": minor, "commit": archive.commit, "windows": windows,
+        "library": layout.library, "import_library": layout.import_library,
+        "soname": None if windows else _soname(layout.library),
+        "runtime_files": _runtime_files(archive, platform), "gpu_dlls": gpu_dlls, "model": model,
+    }
+    env = make_environment()
+    outputs = {
+        f"{CMAKE_DIR}/onnxruntimeConfig.cmake": "onnxruntimeConfig.cmake.j2",
+        f"{CMAKE_DIR}/onnxruntimeConfigVersion.cmake": "onnxruntimeConfigVersion.cmake.j2",
+        f"{SAMPLE_DIR}/CMakeLists.txt": "sdk_sample_CMakeLists.txt.j2",
+        f"{SAMPLE_DIR}/main.c": "sdk_sample_main.c.j2",
+    }
+    if windows:
+        outputs[PROPS_PATH] = "onnxruntime.props.j2"
+    return {rel: _encode(env.get_template(template).render(values), windows=windows)
+            for rel, template in sorted(outputs.items())}
+
+
+def _soname(library: str) -> str:
+    """libonnxruntime.so.1.23.1 -> libonnxruntime.so.1, the name the dynamic loader looks for."""
+    stem, _, numbers = PurePosixPath(library).name.partition(".so.")
+    return f"{stem}.so.{numbers.split('.')[0]}"
+
+
+def _encode(text: str, *, windows: bool) -> bytes:
+    """CRLF in Windows bundles (as Visual Studio writes its own files), LF otherwise; UTF-8 without BOM."""
+    text = text.replace("\r\n", "\n")
+    return (text.replace("\n", "\r\n") if windows else text).encode("utf-8")
