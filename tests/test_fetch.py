@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -65,7 +66,7 @@ def leftovers(cache: Cache) -> list[Path]:
 
 
 @pytest.fixture
-def server():
+def server() -> Iterator[LocalHTTPServer]:
     with LocalHTTPServer() as running:
         yield running
 
