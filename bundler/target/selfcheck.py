@@ -557,13 +557,24 @@ def run_checks(ctx: Context) -> list[Check]:
     checks = [check_path(ctx), check_python(ctx)]
     imported, ort = import_onnxruntime(ctx)
     checks.append(imported)
-    if ort is None:
+    if ort is None or imported.status == "fail":
+        # A missing or foreign onnxruntime makes every later answer meaningless: report, don't guess.
         skipped = ["providers", "identity", *(f"model:{record['name']}" for record in ctx.bundle.get("models", []))]
-        checks.extend(Check(id=name, status="skip", message="skipped: onnxruntime did not import") for name in skipped)
+        checks.extend(Check(id=name, status="skip", message="skipped: the onnxruntime check failed")
+                      for name in skipped)
     else:
-        checks.extend(onnxruntime_checks(ctx, ort))
+        checks.extend(guarded("onnxruntime", lambda: onnxruntime_checks(ctx, ort)))
     checks.extend([check_libraries(ctx), check_cpu(ctx), check_cache_space(ctx)])
     return checks
+
+
+def guarded(check_id: str, run) -> list[Check]:
+    """An unexpected exception in a check is a failed check with its reason, never a traceback."""
+    try:
+        return run()
+    except Exception as exc:  # the target's environment can be broken in any way: that is what we report
+        return [Check(id=check_id, status="fail", message=f"the {check_id} checks crashed: {type(exc).__name__}: {exc}",
+                      fix="reinstall the bundle with install --force; if it persists, send this report to the vendor")]
 
 
 def render_human(root: Path, bundle: dict, checks: list[Check]) -> str:

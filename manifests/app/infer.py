@@ -16,5 +16,5 @@ x = np.arange(8, dtype=np.float32).reshape(2, 4) / 4.0
 (y,) = session.run(None, {"x": x})
 print(f"onnxruntime {ort.__version__} from {Path(ort.__file__).parent}")
 print(f"providers {session.get_providers()}")
-print(f"y {y.round(4).tolist()}")
+print(f"y {[[round(float(v), 4) for v in row] for row in y]}")
 sys.exit(0 if y.shape == (2, 3) else 1)

@@ -1,0 +1,172 @@
+"""The whole flow, for real, on linux_x86_64: lock (committed), fetch, build, unzip, install.sh,
+self-check, run a model through run.sh, tamper, fail midway, re-run, uninstall."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import MANIFESTS, run_cli
+
+pytestmark = pytest.mark.integration
+
+STEM = "quickstart-linux-1.0.0-linux_x86_64"
+OK, INTEGRITY, INSTALL, SELFCHECK = 0, 11, 13, 14
+
+
+def sh(script: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["sh", str(script), *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def unzip(zip_path: Path, dest: Path) -> Path:
+    with zipfile.ZipFile(zip_path) as archive:
+        archive.extractall(dest)
+    for script in (dest / STEM).glob("*.sh"):
+        script.chmod(0o755)
+    return dest / STEM
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Every file under root with its sha256: what "untouched" is compared against."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+
+
+@pytest.fixture(scope="module")
+def bundle_zip(bundler_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    run_cli("build", "-q", "--cache", str(bundler_cache), "-o", str(out), str(MANIFESTS / "quickstart-linux.toml"))
+    return out / f"{STEM}.zip"
+
+
+@pytest.fixture(scope="module")
+def installed(bundle_zip: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(bundle folder, install root) after one real install."""
+    work = tmp_path_factory.mktemp("install")
+    bundle = unzip(bundle_zip, work)
+    root = work / "opt" / "quick start"
+    proc = sh(bundle / "install.sh", "--install-dir", str(root), "--log-path", str(work / "install.log"))
+    assert proc.returncode == OK, proc.stdout + proc.stderr + (work / "install.log").read_text()
+    return bundle, root
+
+
+def test_install_runs_the_self_check_and_the_entry_point(installed: tuple[Path, Path]) -> None:
+    _, root = installed
+    receipt = json.loads((root / "receipt.json").read_text())
+    assert receipt["selfcheck"]["passed"] is True and receipt["install_id"] == "quickstart-linux-1.0.0"
+    check = subprocess.run([str(root / "run.sh"), "--self-check", "--json"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    report = json.loads(check.stdout)
+    statuses = {c["id"]: c["status"] for c in report["checks"]}
+    assert statuses["onnxruntime"] == statuses["identity"] == statuses["model:tiny-mlp"] == "pass"
+    run = subprocess.run([str(root / "run.sh")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert f"onnxruntime 1.23.1 from {root}/venv/" in run.stdout
+    assert "y [[0.5312, 0.0, 1.6562], [0.0312, 0.0, 2.1562]]" in run.stdout  # relu(x @ W + b), computed by ORT
+
+
+def test_rerun_of_the_same_bundle_is_a_no_op(installed: tuple[Path, Path]) -> None:
+    bundle, root = installed
+    before = tree(root)
+    proc = sh(bundle / "install.sh", "--install-dir", str(root))
+    assert proc.returncode == OK, proc.stderr
+    assert tree(root) == before
+
+
+def test_tampered_payload_is_refused_and_nothing_is_installed(bundle_zip: Path, tmp_path: Path) -> None:
+    bundle = unzip(bundle_zip, tmp_path)
+    model = bundle / "payload" / "models" / "tiny-mlp.onnx"
+    model.write_bytes(model.read_bytes() + b"\0")
+    root = tmp_path / "root"
+    proc = sh(bundle / "install.sh", "--install-dir", str(root))
+    assert proc.returncode == INTEGRITY
+    assert "payload/models/tiny-mlp.onnx" in proc.stdout + proc.stderr
+    assert not root.exists()
+
+
+def test_failure_midway_leaves_the_previous_install_working(installed: tuple[Path, Path], bundle_zip: Path,
+                                                            tmp_path: Path) -> None:
+    """A bundle whose wheel is broken (its sums regenerated, as if built from a bad input) fails in pip."""
+    _, good_root = installed
+    root = tmp_path / "root"
+    shutil.copytree(good_root, root, symlinks=True)
+    bundle = unzip(bundle_zip, tmp_path / "bad")
+    wheel = next((bundle / "payload" / "wheels").glob("flatbuffers-*.whl"))
+    wheel.write_bytes(b"not a wheel")
+    sums = bundle / "SHA256SUMS"
+    text = sums.read_text()
+    rel = str(wheel.relative_to(bundle))
+    old = next(line for line in text.splitlines() if line.endswith(rel)).split()[0]
+    sums.write_text(text.replace(old, hashlib.sha256(b"not a wheel").hexdigest()))
+    before = tree(root)
+    proc = sh(bundle / "install.sh", "--install-dir", str(root), "--force")
+    assert proc.returncode == INSTALL, proc.stdout + proc.stderr
+    assert tree(root) == before
+    assert not [p for p in root.parent.iterdir() if p.name != "root" and p.name.startswith(".")]  # no staging left
+    run = subprocess.run([str(root / "run.sh"), "--self-check"], capture_output=True, text=True)
+    assert run.returncode == 0 and "Result: PASSED" in run.stdout, run.stdout + run.stderr
+
+
+def quickstart_model():
+    """The quickstart's model as built by its script (to derive a changed copy from)."""
+    sys.path.insert(0, str(MANIFESTS / "models"))
+    try:
+        from make_models import tiny_mlp
+    finally:
+        sys.path.remove(str(MANIFESTS / "models"))
+    return tiny_mlp()
+
+
+def test_self_check_catches_a_stray_onnxruntime_a_missing_model_and_a_changed_model(
+        installed: tuple[Path, Path], tmp_path: Path) -> None:
+    _, root = installed
+    selfcheck = [str(root / "run.sh"), "--self-check", "--json"]
+
+    stray = tmp_path / "stray"
+    (stray / "onnxruntime").mkdir(parents=True)
+    (stray / "onnxruntime" / "__init__.py").write_text("__version__ = '0.0.0'\n")
+    env = {**os.environ, "PYTHONPATH": str(stray)}
+    proc = subprocess.run(selfcheck, capture_output=True, text=True, env=env)
+    assert proc.returncode != 0
+    failed = {c["id"]: c["message"] for c in json.loads(proc.stdout)["checks"] if c["status"] == "fail"}
+    assert str(stray) in failed["onnxruntime"]
+
+    model = root / "models" / "tiny-mlp.onnx"
+    original = model.read_bytes()
+    try:
+        model.unlink()
+        proc = subprocess.run(selfcheck, capture_output=True, text=True)
+        failed = {c["id"]: c["message"] for c in json.loads(proc.stdout)["checks"] if c["status"] == "fail"}
+        assert proc.returncode != 0 and "tiny-mlp" in failed["model:tiny-mlp"]
+
+        changed = quickstart_model()  # same model, other bias: loads, runs, answers differently
+        changed.graph.initializer[1].raw_data = bytes(reversed(changed.graph.initializer[1].raw_data))
+        model.write_bytes(changed.SerializeToString())
+        proc = subprocess.run(selfcheck, capture_output=True, text=True)
+        failed = {c["id"]: c["message"] for c in json.loads(proc.stdout)["checks"] if c["status"] == "fail"}
+        assert proc.returncode != 0 and "model:tiny-mlp" in failed
+    finally:
+        model.write_bytes(original)
+    assert subprocess.run(selfcheck, capture_output=True, text=True).returncode == 0
+
+
+def test_uninstall_removes_exactly_what_the_install_created(bundle_zip: Path, tmp_path: Path) -> None:
+    bundle = unzip(bundle_zip, tmp_path)
+    parent = tmp_path / "opt"
+    parent.mkdir()
+    (parent / "keep.txt").write_text("not ours\n")
+    root = parent / "app"
+    assert sh(bundle / "install.sh", "--install-dir", str(root), "--no-self-check").returncode == OK
+    (root / "user-data.txt").write_text("made by the user after the install\n")
+    proc = sh(bundle / "uninstall.sh", "--install-dir", str(root))
+    assert proc.returncode == OK, proc.stdout + proc.stderr
+    assert sorted(p.name for p in parent.iterdir()) == ["app", "keep.txt"]
+    assert sorted(p.name for p in root.iterdir()) == ["user-data.txt"]
