@@ -115,6 +115,7 @@ class Model:
 class Launch:
     module: str | None
     script: Input | None
+    program: Input | None  # a native executable (C/C++ applications built against the SDK)
     cache_dir: str | None
     env: Mapping[str, str]
 
@@ -139,7 +140,7 @@ class Manifest:
         if self.gpu:
             found.extend(s.source for s in self.gpu.sources)
         found.extend(m.source for m in self.models)
-        found.append(self.launch.script)
+        found.extend([self.launch.script, self.launch.program])
         return [i for i in found if i is not None]
 
 
@@ -155,7 +156,7 @@ KEYS = {
     "gpu": {"cuda", "cudnn", "sources"},
     "gpu.sources": INPUT_KEYS | {"include"},
     "models": INPUT_KEYS | {"name", "shapes"},
-    "launch": {"module", "script", "cache_dir", "env"},
+    "launch": {"module", "script", "program", "cache_dir", "env"},
 }
 
 
@@ -440,8 +441,10 @@ def _launch(table: Mapping[str, Any] | None, base: Path, problems: _Problems) ->
                      pattern=re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"),
                      expected="a dotted Python module name such as 'myapp.main'")
     script = _input(table.get("script"), "launch.script", base, problems, required=False)
-    if "module" in table and "script" in table:
-        problems.add("launch", "found both 'module' and 'script', expected one entry point")
+    program = _input(table.get("program"), "launch.program", base, problems, required=False)
+    entries = [k for k in ("module", "script", "program") if k in table]
+    if len(entries) > 1:
+        problems.add("launch", f"found {' and '.join(repr(e) for e in entries)}, expected one entry point")
     cache_dir = _string(table, "cache_dir", "launch", problems, required=False, expected="a directory path")
     env = table.get("env", {})
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
@@ -450,7 +453,7 @@ def _launch(table: Mapping[str, Any] | None, base: Path, problems: _Problems) ->
     for name in env:
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
             problems.found(f"launch.env.{name}", name, "an environment variable name of letters, digits and '_'")
-    return Launch(module=module, script=script, cache_dir=cache_dir, env=dict(env))
+    return Launch(module=module, script=script, program=program, cache_dir=cache_dir, env=dict(env))
 
 
 def _input(table: Any, where: str, base: Path, problems: _Problems, *, required: bool = True,

@@ -154,17 +154,21 @@ def add_selfcheck(assembly: Assembly) -> None:
 
 
 def add_entry_point(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, Path]) -> EntryPoint | None:
+    """The [launch] entry point: a module of the installed wheels, or a script or program shipped in app/."""
     launch = manifest.launch
     if launch.module:
+        assembly.record["entry_point"] = {"module": launch.module}
         return EntryPoint(kind="module", value=launch.module)
-    if launch.script is None:
-        return None
-    path = files[launch.script.key]
-    bundle_path = f"payload/app/{path.name}"
-    assembly.add_file(bundle_path, path, cached_sha256(path))
-    assembly.install(bundle_path, f"app/{path.name}")
-    assembly.record["entry_point"] = {"script": f"app/{path.name}"}
-    return EntryPoint(kind="script", value=f"app/{path.name}")
+    for kind, source in (("script", launch.script), ("program", launch.program)):
+        if source is None:
+            continue
+        path = files[source.key]
+        bundle_path = f"payload/app/{path.name}"
+        assembly.add_file(bundle_path, path, cached_sha256(path), executable=kind == "program")
+        assembly.install(bundle_path, f"app/{path.name}")
+        assembly.record["entry_point"] = {kind: f"app/{path.name}"}
+        return EntryPoint(kind=kind, value=f"app/{path.name}")
+    return None
 
 
 def add_scripts(assembly: Assembly, *, manifest: Manifest, entry_point: EntryPoint | None) -> None:
