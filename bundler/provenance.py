@@ -50,6 +50,7 @@ MICROSOFT = "Microsoft"
 ORT_LICENSE = "MIT"
 
 _LICENSE_NAME = re.compile(r"(LICEN[CS]E|COPYING|NOTICE|THIRDPARTYNOTICES|EULA)([._-][^/]*)?", re.IGNORECASE)
+_CODE_SUFFIXES = (".py", ".pyc", ".pyi", ".h", ".c", ".cpp")
 _ORT_BINARY = re.compile(r"onnxruntime[^/]*\.dll|onnxruntime_pybind11_state[^/]*\.pyd", re.IGNORECASE)
 _VC_REDIST = re.compile(r"vc_redist[^/]*\.exe", re.IGNORECASE)
 _ARCHIVE_SUFFIX = re.compile(r"(\.tar)?\.(zip|whl|tgz|gz|xz|bz2|tar)$", re.IGNORECASE)
@@ -96,6 +97,11 @@ def declared_license(metadata: Message) -> str | None:
     if value and "\n" not in value and len(value) <= 100 and value.upper() != "UNKNOWN":
         return value
     return None
+
+
+def is_license_text(filename: str) -> bool:
+    """LICENSE, COPYING, NOTICE, ThirdPartyNotices, EULA and their variants; never a module named license.py."""
+    return bool(_LICENSE_NAME.fullmatch(filename)) and not filename.lower().endswith(_CODE_SUFFIXES)
 
 
 def wheel_license(name: str, metadata: Message) -> str | None:
@@ -297,7 +303,7 @@ def _wheel_license_members(names: list[str], dist_info: str, declared: list[str]
         members.extend(c for c in (f"{dist_info}/licenses/{value}", f"{dist_info}/{value}") if c in present)
     for name in sorted(names):
         parts = name.split("/")
-        if not _LICENSE_NAME.fullmatch(parts[-1]):
+        if not is_license_text(parts[-1]):
             continue
         if parts[0] == dist_info or len(parts) == 2:
             members.append(name)
@@ -312,7 +318,7 @@ def sdk_licenses(assembly: Assembly) -> LicenseSet:
     """LICENSE and ThirdPartyNotices.txt of the C/C++ release archive, as the SDK part placed them."""
     texts = {}
     for path in sorted(assembly.members):
-        if path.startswith("payload/sdk/") and path.count("/") == 2 and _LICENSE_NAME.fullmatch(path.rsplit("/", 1)[1]):
+        if path.startswith("payload/sdk/") and path.count("/") == 2 and is_license_text(path.rsplit("/", 1)[1]):
             texts[f"{LICENSES}onnxruntime-sdk/{path.rsplit('/', 1)[1]}"] = assembly.members[path]
     return LicenseSet(component="onnxruntime-sdk", license=ORT_LICENSE if texts else None, texts=texts)
 
@@ -337,7 +343,7 @@ def archive_licenses(source: Input, path: Path) -> LicenseSet:
 def _archive_license_target(name: str, *, is_wheel: bool) -> str | None:
     """Where a licence text of a GPU source goes under licenses/<component>/, or None if it is not one."""
     parts = name.split("/")
-    if not _LICENSE_NAME.fullmatch(parts[-1]):
+    if not is_license_text(parts[-1]):
         return None
     if is_wheel:
         if not parts[0].endswith(".dist-info"):

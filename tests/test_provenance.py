@@ -1,0 +1,495 @@
+"""Provenance parts: the signing policy on real Microsoft/NVIDIA binaries and tampered copies, licence
+collection from real wheels, and the CycloneDX SBOM validated against its schema."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pefile
+import pytest
+from conftest import MANIFESTS, REPO, pip_download
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
+
+from bundler.build import Assembly, all_inputs, load_lock
+from bundler.cache import Cache
+from bundler.errors import BuildError, ManifestError
+from bundler.fetch import cached_inputs
+from bundler.hashing import file_sha256
+from bundler.manifest import Manifest, load
+from bundler.parts import add_entry_point, add_models, add_python, add_scripts
+from bundler.pe import inspect_pe
+from bundler.provenance import (
+    ORT_RULE,
+    PATH_PROPERTY,
+    REPORT_RULE,
+    SBOM,
+    VC_REDIST_RULE,
+    add_licenses,
+    add_sbom,
+    check_signatures,
+    serial_number,
+    signature_problem,
+    signing_rule,
+)
+from bundler.signatures import SignatureEvidence
+
+ORT_WHEEL = "onnxruntime-1.23.1-cp311-cp311-win_amd64.whl"
+ORT_DLL = "onnxruntime/capi/onnxruntime.dll"
+SHA = "0" * 64
+
+
+# -- helpers ----------------------------------------------------------------------------------------------------
+
+
+def write_manifest(folder: Path, *, platform: str = "linux_x86_64", extra: str = "") -> Manifest:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "bundle.toml"
+    path.write_text(f"""
+[bundle]
+name = "demo"
+version = "2.0.0"
+platform = "{platform}"
+python = "3.11"
+source_date_epoch = 1767225600
+
+[ort]
+version = "1.23.1"
+archive = {{ path = "onnxruntime-1.23.1.tgz", sha256 = "{'a' * 64}" }}
+{extra}
+""", encoding="utf-8")
+    return load(path)
+
+
+def allowing_unsigned(manifest: Manifest) -> Manifest:
+    """`[ort] allow_unsigned = true`, set on the parsed manifest until the loader knows the key."""
+    raw = {**manifest.raw, "ort": {**manifest.raw["ort"], "allow_unsigned": True}}
+    return dataclasses.replace(manifest, raw=raw)
+
+
+def make_wheel(folder: Path, filename: str, files: dict[str, str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / filename
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+    return path
+
+
+def evidence(path: str, *, signed: bool, verified: bool, signer: str | None) -> SignatureEvidence:
+    return SignatureEvidence(path=path, signed=signed, verified=verified, signer=signer,
+                             reason=None if verified else "a reason")
+
+
+def sbom_json(assembly: Assembly) -> dict:
+    return json.loads(assembly.members[SBOM].data)
+
+
+def all_components(components: list[dict]) -> list[dict]:
+    found = []
+    for component in components:
+        found.append(component)
+        found.extend(all_components(component.get("components", [])))
+    return found
+
+
+def covered_paths(document: dict) -> list[str]:
+    return [p["value"] for c in all_components(document["components"]) for p in c.get("properties", [])
+            if p["name"] == PATH_PROPERTY]
+
+
+def assert_valid_cyclonedx(data: bytes) -> None:
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(data.decode("utf-8")) is None
+
+
+# -- the signing policy, decided from the evidence --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "rule"), [
+    (f"wheel:{ORT_WHEEL}!{ORT_DLL}", ORT_RULE),
+    ("wheel:x.whl!onnxruntime/capi/onnxruntime_pybind11_state.pyd", ORT_RULE),
+    ("payload/gpu/onnxruntime_providers_cuda.dll", ORT_RULE),
+    ("payload/sdk/lib/onnxruntime_providers_shared.dll", ORT_RULE),
+    ("payload/vc_redist/VC_redist.x64.exe", VC_REDIST_RULE),
+    ("payload/gpu/cudart64_110.dll", REPORT_RULE),
+    ("wheel:numpy.whl!numpy/_core/_multiarray_umath.cp311-win_amd64.pyd", REPORT_RULE),
+])
+def test_signing_rule_follows_the_file_name(name: str, rule) -> None:
+    assert signing_rule(name) == rule
+
+
+@pytest.mark.parametrize(("case", "rule", "problem"), [
+    (evidence("ort.dll", signed=True, verified=True, signer="Microsoft Corporation"), ORT_RULE, None),
+    (evidence("ort.dll", signed=False, verified=False, signer=None), ORT_RULE,
+     "ort.dll: carries no Authenticode signature; expected one by Microsoft"),
+    (evidence("ort.dll", signed=True, verified=True, signer="Evil Corp"), ORT_RULE,
+     "ort.dll: signed by Evil Corp; expected a signature by Microsoft"),
+    (evidence("ort.dll", signed=True, verified=False, signer="Microsoft Corporation"), ORT_RULE,
+     "ort.dll: its Authenticode signature by Microsoft Corporation does not verify (a reason); "
+     "expected a valid signature"),
+    (evidence("cudart64_110.dll", signed=False, verified=False, signer=None), REPORT_RULE, None),
+    (evidence("x.pyd", signed=True, verified=False, signer=None), REPORT_RULE,
+     "x.pyd: its Authenticode signature by an unknown signer does not verify (a reason); expected a valid signature"),
+    (evidence("VC_redist.x64.exe", signed=False, verified=False, signer=None), VC_REDIST_RULE,
+     "VC_redist.x64.exe: carries no Authenticode signature; expected one by Microsoft"),
+])
+def test_signature_problem(case: SignatureEvidence, rule, problem: str | None) -> None:
+    assert signature_problem(case, rule) == problem
+
+
+def test_allow_unsigned_must_be_a_boolean(tmp_path: Path) -> None:
+    manifest = write_manifest(tmp_path)
+    raw = {**manifest.raw, "ort": {**manifest.raw["ort"], "allow_unsigned": "yes"}}
+    with pytest.raises(ManifestError, match=r"bundle\.toml: ort\.allow_unsigned: found 'yes', expected true or false"):
+        check_signatures(Assembly(), manifest=dataclasses.replace(manifest, raw=raw), work=tmp_path)
+
+
+def test_a_bundle_without_binaries_records_no_signatures(tmp_path: Path) -> None:
+    assembly = Assembly()
+    wheel = make_wheel(tmp_path, "pure-1.0-py3-none-any.whl", {"pure/__init__.py": "", "pure-1.0.dist-info/METADATA": "Name: pure\n"})
+    assembly.add_file(f"payload/wheels/{wheel.name}", wheel, file_sha256(wheel))
+    check_signatures(assembly, manifest=write_manifest(tmp_path / "m"), work=tmp_path / "work")
+    assert assembly.record["signatures"] == []
+
+
+def test_a_file_named_like_a_binary_that_is_not_one_fails_naming_it(tmp_path: Path) -> None:
+    assembly = Assembly()
+    assembly.add_bytes("payload/gpu/cudart64_110.dll", b"not a PE file")
+    with pytest.raises(BuildError, match=r"payload/gpu/cudart64_110\.dll is not a valid PE file"):
+        check_signatures(assembly, manifest=write_manifest(tmp_path / "m"), work=tmp_path / "work")
+
+
+# -- licences and the SBOM on small generated inputs --------------------------------------------------------------
+
+
+def demo_wheel(folder: Path) -> Path:
+    return make_wheel(folder, "demo_pkg-1.2.3-py3-none-any.whl", {
+        "demo_pkg/__init__.py": "",
+        "demo_pkg/NOTICE": "notice text",
+        "demo_pkg/license.py": "not a licence",
+        "demo_pkg/vendored/LICENSE": "undeclared, deep: left to the declared files",
+        "demo_pkg-1.2.3.dist-info/METADATA": ("Metadata-Version: 2.4\nName: demo-pkg\nVersion: 1.2.3\n"
+                                              "License-Expression: MIT OR Apache-2.0\nLicense-File: LICENSE\n"
+                                              "License-File: AUTHORS\n"),
+        "demo_pkg-1.2.3.dist-info/licenses/LICENSE": "MIT text",
+        "demo_pkg-1.2.3.dist-info/licenses/AUTHORS": "the authors",
+        "demo_pkg-1.2.3.dist-info/COPYING.legacy": "legacy copying",
+        "demo_pkg-1.2.3.dist-info/RECORD": "",
+    })
+
+
+def demo_assembly(tmp_path: Path) -> Assembly:
+    assembly = Assembly()
+    wheel = demo_wheel(tmp_path / "wheels")
+    assembly.add_file(f"payload/wheels/{wheel.name}", wheel, file_sha256(wheel))
+    assembly.add_bytes("payload/wheels/requirements.txt", b"demo-pkg==1.2.3\n")
+    assembly.add_bytes("payload/sdk/LICENSE", b"MIT License\n")
+    assembly.add_bytes("payload/sdk/ThirdPartyNotices.txt", b"notices\n")
+    assembly.add_bytes("payload/sdk/include/onnxruntime_c_api.h", b"/* api */\n")
+    assembly.add_bytes("payload/models/net.onnx", b"model bytes")
+    assembly.add_bytes("payload/selfcheck/selfcheck.py", b"print('ok')\n")
+    assembly.add_bytes("install.sh", b"#!/bin/sh\n", executable=True)
+    return assembly
+
+
+def test_licences_come_from_dist_info_declared_files_and_package_notices(tmp_path: Path) -> None:
+    assembly = demo_assembly(tmp_path)
+    add_licenses(assembly, manifest=write_manifest(tmp_path / "m"), files={}, work=tmp_path / "work")
+    assert assembly.record["licenses"] == [
+        {"component": "demo-pkg", "license": "MIT OR Apache-2.0", "files": [
+            "licenses/demo-pkg/AUTHORS", "licenses/demo-pkg/COPYING.legacy", "licenses/demo-pkg/LICENSE",
+            "licenses/demo-pkg/demo_pkg/NOTICE"]},
+        {"component": "onnxruntime-sdk", "license": "MIT", "files": [
+            "licenses/onnxruntime-sdk/LICENSE", "licenses/onnxruntime-sdk/ThirdPartyNotices.txt"]},
+    ]
+    assert assembly.members["licenses/demo-pkg/LICENSE"].data == b"MIT text"
+    assert assembly.members["licenses/demo-pkg/demo_pkg/NOTICE"].data == b"notice text"
+    assert assembly.members["licenses/onnxruntime-sdk/ThirdPartyNotices.txt"].data == b"notices\n"
+    installed = {c["to"] for c in assembly.copies}
+    assert {"licenses/demo-pkg/AUTHORS", "licenses/onnxruntime-sdk/LICENSE"} <= installed
+
+
+def test_sbom_validates_and_lists_every_member(tmp_path: Path) -> None:
+    manifest = write_manifest(tmp_path / "m")
+    assembly = demo_assembly(tmp_path)
+    add_licenses(assembly, manifest=manifest, files={}, work=tmp_path / "work")
+    add_sbom(assembly, manifest=manifest)
+    data = assembly.members[SBOM].data
+    assert_valid_cyclonedx(data)
+    document = json.loads(data)
+    paths = covered_paths(document)
+    assert sorted(paths) == sorted(set(assembly.members) - {SBOM})
+    assert document["specVersion"] == "1.6"
+    assert document["metadata"]["timestamp"] == "2026-01-01T00:00:00+00:00"
+    assert document["serialNumber"] == f"urn:uuid:{serial_number(manifest)}"
+    by_name = {c["name"]: c for c in document["components"]}
+    wheel = by_name["demo-pkg"]
+    assert wheel["purl"] == "pkg:pypi/demo-pkg@1.2.3?file_name=demo_pkg-1.2.3-py3-none-any.whl"
+    assert wheel["licenses"] == [{"expression": "MIT OR Apache-2.0"}]
+    assert wheel["hashes"] == [{"alg": "SHA-256", "content": assembly.members[wheel["bom-ref"]].digest}]
+    model = by_name["net"]
+    assert model["type"] == "machine-learning-model"
+    assert model["purl"].startswith(f"pkg:generic/net@{model['version']}?checksum=sha256:")
+    sdk = by_name["onnxruntime-sdk"]
+    assert sdk["hashes"] == [{"alg": "SHA-256", "content": "a" * 64}]
+    assert {c["name"] for c in sdk["components"]} == {"payload/sdk/LICENSE", "payload/sdk/ThirdPartyNotices.txt",
+                                                       "payload/sdk/include/onnxruntime_c_api.h"}
+    assert "payload/selfcheck/selfcheck.py" in {c["name"] for c in by_name["ort-bundler-selfcheck"]["components"]}
+    assert str(tmp_path) not in data.decode("utf-8"), "the build machine's paths must not leak into the SBOM"
+    assert SBOM in {c["to"] for c in assembly.copies}
+
+
+def test_sbom_is_byte_identical_and_its_serial_follows_the_manifest(tmp_path: Path) -> None:
+    manifest = write_manifest(tmp_path / "m")
+    first, second = demo_assembly(tmp_path / "a"), demo_assembly(tmp_path / "b")
+    add_sbom(first, manifest=manifest)
+    add_sbom(second, manifest=manifest)
+    assert first.members[SBOM].data == second.members[SBOM].data
+    other = write_manifest(tmp_path / "m2", extra="# a changed manifest")
+    assert serial_number(other) != serial_number(manifest)
+
+
+# -- real quickstart assemblies -------------------------------------------------------------------------------
+
+
+def quickstart_assembly(name: str, cache_root: Path, work: Path) -> tuple[Manifest, Assembly]:
+    """The assembly the build makes from a quickstart manifest, up to the provenance parts."""
+    manifest = load(MANIFESTS / name)
+    cache = Cache(cache_root)
+    files = cached_inputs(all_inputs(manifest), cache)
+    assembly = Assembly()
+    add_python(assembly, manifest=manifest, lock=load_lock(manifest), files=files, work=work)
+    add_models(assembly, manifest=manifest, files=files, work=work, cache=cache)
+    add_scripts(assembly, manifest=manifest, entry_point=add_entry_point(assembly, manifest=manifest, files=files))
+    return manifest, assembly
+
+
+@pytest.fixture(scope="module")
+def win_quickstart(bundler_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Manifest, Assembly]:
+    work = tmp_path_factory.mktemp("win-work")
+    manifest, assembly = quickstart_assembly("quickstart-win.toml", bundler_cache, work)
+    check_signatures(assembly, manifest=manifest, work=work)
+    add_licenses(assembly, manifest=manifest, files={}, work=work)
+    add_sbom(assembly, manifest=manifest)
+    return manifest, assembly
+
+
+@pytest.mark.integration
+def test_win_quickstart_passes_the_signing_policy_with_microsoft_signed_ort_binaries(win_quickstart) -> None:
+    _, assembly = win_quickstart
+    records = {r["path"]: r for r in assembly.record["signatures"]}
+    for member in (ORT_DLL, "onnxruntime/capi/onnxruntime_pybind11_state.pyd",
+                   "onnxruntime/capi/onnxruntime_providers_shared.dll"):
+        record = records[f"wheel:{ORT_WHEEL}!{member}"]
+        assert (record["signed"], record["verified"], record["signer"]) == (True, True, "Microsoft Corporation")
+        assert record["expected_signer"] == "Microsoft"
+        assert record["bundle_path"] == f"payload/wheels/{ORT_WHEEL}"
+    numpy = [r for p, r in records.items() if p.startswith("wheel:numpy-") and p.endswith(".pyd")]
+    assert numpy and all(not r["signed"] and r["expected_signer"] is None for r in numpy)
+    assert not any(r["allowed_by_manifest"] for r in records.values())
+
+
+@pytest.mark.integration
+def test_win_quickstart_licences_cover_ort_and_its_dependencies(win_quickstart) -> None:
+    _, assembly = win_quickstart
+    index = {entry["component"]: entry for entry in assembly.record["licenses"]}
+    assert {"numpy", "protobuf", "sympy", "packaging", "coloredlogs", "onnxruntime"} <= index.keys()
+    assert index["onnxruntime"]["files"] == ["licenses/onnxruntime/onnxruntime/LICENSE",
+                                             "licenses/onnxruntime/onnxruntime/ThirdPartyNotices.txt"]
+    assert index["onnxruntime"]["license"] == "MIT"
+    assert index["numpy"]["license"] == "BSD-3-Clause AND 0BSD AND MIT AND Zlib AND CC0-1.0"
+    assert "licenses/numpy/numpy/linalg/lapack_lite/LICENSE.txt" in index["numpy"]["files"]
+    assert b"Microsoft" in assembly.members["licenses/onnxruntime/onnxruntime/LICENSE"].data
+    for entry in index.values():
+        assert all(path in assembly.members for path in entry["files"])
+
+
+@pytest.mark.integration
+def test_win_quickstart_sbom_validates_and_lists_every_files_component(win_quickstart) -> None:
+    _, assembly = win_quickstart
+    data = assembly.members[SBOM].data
+    assert_valid_cyclonedx(data)
+    document = json.loads(data)
+    assert sorted(covered_paths(document)) == sorted(set(assembly.members) - {SBOM})
+    wheels = {c["bom-ref"]: c for c in document["components"] if c.get("purl", "").startswith("pkg:pypi/")}
+    assert set(wheels) == {p for p in assembly.members if p.startswith("payload/wheels/") and p.endswith(".whl")}
+    for path, component in wheels.items():
+        assert component["hashes"] == [{"alg": "SHA-256", "content": assembly.members[path].sha256}]
+    assert wheels[f"payload/wheels/{ORT_WHEEL}"]["licenses"] == [{"license": {"id": "MIT"}}]
+    model = next(c for c in document["components"] if c["type"] == "machine-learning-model")
+    assert model["name"] == "tiny-mlp"
+
+
+SBOM_SCRIPT = """
+import hashlib, sys, tempfile
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from test_provenance import quickstart_assembly
+from bundler.provenance import add_licenses, add_sbom, check_signatures
+with tempfile.TemporaryDirectory() as work:
+    manifest, assembly = quickstart_assembly("quickstart-linux.toml", Path(sys.argv[1]), Path(work))
+    check_signatures(assembly, manifest=manifest, work=Path(work))
+    add_licenses(assembly, manifest=manifest, files={}, work=Path(work))
+    add_sbom(assembly, manifest=manifest)
+    sys.stdout.write(assembly.members["sbom.cdx.json"].data.decode())
+"""
+
+
+@pytest.mark.integration
+def test_linux_quickstart_sbom_is_byte_identical_across_processes(bundler_cache: Path) -> None:
+    outputs = []
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        proc = subprocess.run([sys.executable, "-c", SBOM_SCRIPT, str(bundler_cache), str(REPO / "tests")],
+                              capture_output=True, text=True, env=env, cwd=REPO, check=True)
+        outputs.append(proc.stdout)
+    assert outputs[0] == outputs[1]
+    assert_valid_cyclonedx(outputs[0].encode())
+    document = json.loads(outputs[0])
+    assert {c["name"] for c in document["components"]} >= {"onnxruntime", "numpy", "protobuf", "tiny-mlp"}
+
+
+# -- tampered and unsigned binaries -------------------------------------------------------------------------------
+
+
+def rewritten_wheel(source: Path, dest: Path, change) -> Path:
+    """A copy of a wheel whose onnxruntime.dll went through `change` (stored, so the copy is quick)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(source) as src, zipfile.ZipFile(dest, "w", zipfile.ZIP_STORED) as out:
+        for info in src.infolist():
+            data = src.read(info)
+            out.writestr(info.filename, change(data) if info.filename == ORT_DLL else data)
+    return dest
+
+
+def flip_one_byte(data: bytes) -> bytes:
+    changed = bytearray(data)
+    changed[5_000_000] ^= 0xFF
+    return bytes(changed)
+
+
+def strip_signature(data: bytes) -> bytes:
+    pe = pefile.PE(data=data, fast_load=True)
+    offset = pe.OPTIONAL_HEADER.DATA_DIRECTORY[pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_SECURITY"]].get_file_offset()
+    pe.close()
+    changed = bytearray(data)
+    changed[offset:offset + 8] = bytes(8)
+    return bytes(changed)
+
+
+def wheel_assembly(wheel: Path) -> Assembly:
+    assembly = Assembly()
+    assembly.add_file(f"payload/wheels/{wheel.name}", wheel, file_sha256(wheel))
+    return assembly
+
+
+@pytest.fixture(scope="module")
+def tampered_wheel(ort_win_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return rewritten_wheel(ort_win_wheel, tmp_path_factory.mktemp("tampered") / ORT_WHEEL, flip_one_byte)
+
+
+@pytest.mark.integration
+def test_an_ort_dll_with_one_flipped_byte_fails_the_build_naming_it(tampered_wheel: Path, tmp_path: Path) -> None:
+    assembly = wheel_assembly(tampered_wheel)
+    with pytest.raises(BuildError) as caught:
+        check_signatures(assembly, manifest=write_manifest(tmp_path / "m", platform="win_amd64"), work=tmp_path / "w")
+    message = str(caught.value)
+    assert message.startswith(f"wheel:{ORT_WHEEL}!{ORT_DLL}: its Authenticode signature by Microsoft Corporation "
+                              f"does not verify (the file's Authenticode digest does not match")
+    assert "set `allow_unsigned = true` under [ort] in bundle.toml" in message
+    assert "onnxruntime_pybind11_state.pyd" not in message
+    assert "signatures" not in assembly.record
+
+
+@pytest.mark.integration
+def test_allow_unsigned_lets_a_tampered_ort_dll_through_and_records_it(tampered_wheel: Path, tmp_path: Path) -> None:
+    assembly = wheel_assembly(tampered_wheel)
+    manifest = allowing_unsigned(write_manifest(tmp_path / "m", platform="win_amd64"))
+    check_signatures(assembly, manifest=manifest, work=tmp_path / "w")
+    records = {r["path"]: r for r in assembly.record["signatures"]}
+    tampered = records[f"wheel:{ORT_WHEEL}!{ORT_DLL}"]
+    assert (tampered["signed"], tampered["verified"], tampered["allowed_by_manifest"]) == (True, False, True)
+    intact = records[f"wheel:{ORT_WHEEL}!onnxruntime/capi/onnxruntime_pybind11_state.pyd"]
+    assert (intact["verified"], intact["allowed_by_manifest"]) == (True, False)
+
+
+@pytest.mark.integration
+def test_an_unsigned_ort_dll_fails_unless_allowed(ort_win_wheel: Path, tmp_path: Path) -> None:
+    assembly = wheel_assembly(rewritten_wheel(ort_win_wheel, tmp_path / "stripped" / ORT_WHEEL, strip_signature))
+    manifest = write_manifest(tmp_path / "m", platform="win_amd64")
+    with pytest.raises(BuildError, match=rf"wheel:{ORT_WHEEL}!{ORT_DLL}: carries no Authenticode signature; "
+                                         r"expected one by Microsoft"):
+        check_signatures(assembly, manifest=manifest, work=tmp_path / "w1")
+    check_signatures(assembly, manifest=allowing_unsigned(manifest), work=tmp_path / "w2")
+    assert any(r["path"].endswith(ORT_DLL) and not r["signed"] for r in assembly.record["signatures"])
+
+
+@pytest.fixture(scope="module")
+def cudart(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    wheel = pip_download("nvidia-cuda-runtime-cu11==11.8.89", "win_amd64")
+    with zipfile.ZipFile(wheel) as archive:
+        return Path(archive.extract("nvidia/cuda_runtime/bin/cudart64_110.dll", tmp_path_factory.mktemp("cudart")))
+
+
+@pytest.mark.integration
+def test_unsigned_nvidia_dll_is_reported_under_its_install_path(cudart: Path, tmp_path: Path) -> None:
+    assembly = Assembly()
+    assembly.add_file("payload/gpu/cudart64_110.dll", cudart, file_sha256(cudart))
+    assembly.install("payload/gpu/cudart64_110.dll", "gpu/cudart64_110.dll")
+    check_signatures(assembly, manifest=write_manifest(tmp_path / "m", platform="win_amd64"), work=tmp_path / "w")
+    [record] = assembly.record["signatures"]
+    assert record["path"] == "gpu/cudart64_110.dll"
+    assert record["bundle_path"] == "payload/gpu/cudart64_110.dll"
+    assert (record["signed"], record["verified"], record["expected_signer"]) == (False, False, None)
+
+
+@pytest.mark.integration
+def test_an_unsigned_vc_redist_fails_even_when_ort_may_be_unsigned(cudart: Path, tmp_path: Path) -> None:
+    assembly = Assembly()
+    assembly.add_file("payload/vc_redist/VC_redist.x64.exe", cudart, file_sha256(cudart))
+    manifest = allowing_unsigned(write_manifest(tmp_path / "m", platform="win_amd64"))
+    with pytest.raises(BuildError, match=r"payload/vc_redist/VC_redist\.x64\.exe: carries no Authenticode signature; "
+                                         r"expected one by Microsoft"):
+        check_signatures(assembly, manifest=manifest, work=tmp_path / "w")
+
+
+@pytest.mark.integration
+def test_gpu_wheel_licences_and_sbom_grouping(cudart: Path, tmp_path: Path) -> None:
+    wheel = pip_download("nvidia-cuda-runtime-cu11==11.8.89", "win_amd64")
+    manifest = write_manifest(tmp_path / "m", platform="win_amd64", extra=f"""
+[gpu]
+cuda = "11.8"
+cudnn = "8.6"
+[[gpu.sources]]
+path = "{wheel.as_posix()}"
+sha256 = "{file_sha256(wheel)}"
+include = ["nvidia/cuda_runtime/bin/*.dll"]
+""")
+    assembly = Assembly()
+    assembly.add_file("payload/gpu/cudart64_110.dll", cudart, file_sha256(cudart))
+    assembly.add_file("payload/vc_redist/VC_redist.x64.exe", cudart, file_sha256(cudart))
+    add_licenses(assembly, manifest=manifest, files={"gpu.sources[0]": wheel}, work=tmp_path / "w")
+    assert assembly.record["licenses"] == [{"component": "nvidia-cuda-runtime-cu11",
+                                            "files": ["licenses/nvidia-cuda-runtime-cu11/License.txt"],
+                                            "license": "NVIDIA Proprietary Software"}]
+    assert b"NVIDIA" in assembly.members["licenses/nvidia-cuda-runtime-cu11/License.txt"].data
+    add_sbom(assembly, manifest=manifest)
+    data = assembly.members[SBOM].data
+    assert_valid_cyclonedx(data)
+    document = json.loads(data)
+    by_name = {c["name"]: c for c in document["components"]}
+    gpu = by_name["gpu-runtime"]
+    assert gpu["version"] == "cuda-11.8+cudnn-8.6"
+    assert [c["name"] for c in gpu["components"]] == ["payload/gpu/cudart64_110.dll"]
+    assert gpu["properties"] == [{"name": "ort-bundler:source",
+                                  "value": f"gpu.sources[0]: {wheel.name} sha256:{file_sha256(wheel)}"}]
+    redist = by_name["VC_redist.x64.exe"]
+    version = inspect_pe(cudart).file_version
+    assert version is not None and redist["version"] == version
+    assert str(wheel.parent) not in data.decode("utf-8")
