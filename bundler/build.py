@@ -8,7 +8,6 @@ The data flows one way: manifest → cached inputs → inspected and derived par
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .atomic import write_atomic
 from .cache import Cache
 from .errors import BuildError, ManifestError
 from .fetch import cached_inputs
@@ -110,7 +110,7 @@ def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None =
         write_zip(members, zip_path, epoch=manifest.bundle.source_date_epoch,
                   member_cache=MemberCache(cache.work_dir("members")), jobs=jobs)
     digest = file_sha256(zip_path)
-    _write_atomic(out_dir / f"{stem}.zip.sha256", f"{digest}  {zip_path.name}\n".encode("ascii"))
+    write_atomic(out_dir / f"{stem}.zip.sha256", f"{digest}  {zip_path.name}\n".encode("ascii"))
     return BuildResult(zip_path=zip_path, sha256=digest, size=zip_path.stat().st_size)
 
 
@@ -154,16 +154,4 @@ def sha256sums(members: Mapping[str, Member]) -> str:
 def _rooted(stem: str, member: Member) -> Member:
     return Member(name=f"{stem}/{member.name}", source=member.source, data=member.data, sha256=member.sha256,
                   executable=member.executable)
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import difflib
 import json
 import logging
-import os
 import re
 import sys
 import tempfile
@@ -28,12 +27,12 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import tomli_w
-from packaging.markers import Marker
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
+from bundler.atomic import write_atomic
 from bundler.errors import BuildError, InputUnavailableError, ManifestError, UnsupportedError
 from bundler.runner import Runner, run
 
@@ -305,17 +304,7 @@ def write_lock(lock: Lock, path: Path) -> None:
             for wheel in sorted(lock.wheels, key=lambda wheel: wheel.name)
         ],
     }
-    payload = (LOCK_HEADER + tomli_w.dumps(data)).encode("utf-8")
-    handle = tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False)
-    try:
-        with handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(handle.name, path)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
+    write_atomic(path, (LOCK_HEADER + tomli_w.dumps(data)).encode("utf-8"))
 
 
 LOCK_KEYS = {"target": {"platform", "python"}, "resolve": {"requirements"}}

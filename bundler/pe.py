@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import mmap
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,15 +74,26 @@ def inspect_pe(path: Path, *, label: str | None = None) -> PeInfo:
     The file is memory-mapped, not read: a CUDA provider DLL is over 400 MB.
     """
     name = label or str(path)
+    with mapped(path, name=name) as data:
+        return _inspect(data, name=name)
+
+
+@contextmanager
+def mapped(path: Path, *, name: str) -> Iterator[mmap.mmap]:
+    """A PE file memory-mapped read-only, with an empty or unreadable file reported as such."""
     try:
-        with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return _inspect(data, name=name)
-    except ValueError:
-        msg = f"{name} is empty; expected a Windows DLL, PYD or EXE."
-        raise BuildError(msg) from None
+        handle = path.open("rb")
     except OSError as exc:
         msg = f"{name} cannot be read ({exc.strerror}); expected a readable DLL or PYD file."
         raise InputUnavailableError(msg) from exc
+    with handle:
+        try:
+            data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        except ValueError:
+            msg = f"{name} is empty; expected a Windows DLL, PYD or EXE."
+            raise BuildError(msg) from None
+        with data:
+            yield data
 
 
 def _inspect(data: mmap.mmap, *, name: str) -> PeInfo:

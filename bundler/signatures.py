@@ -35,7 +35,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from bundler.errors import BuildError, InputUnavailableError
+from bundler.errors import BuildError
+from bundler.pe import mapped
 
 NOT_CHECKED = "certificate revocation and lifetimes (offline verification)"
 _SECURITY = pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_SECURITY"]
@@ -66,15 +67,8 @@ class _Unverified(Exception):
 def signature_evidence(path: Path, *, label: str | None = None) -> SignatureEvidence:
     """Check the embedded Authenticode signature of one PE file, without network access."""
     name = label or str(path)
-    try:
-        with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return _evidence(data, name=name)
-    except ValueError:
-        msg = f"{name} is empty; expected a Windows DLL, PYD or EXE."
-        raise BuildError(msg) from None
-    except OSError as exc:
-        msg = f"{name} cannot be read ({exc.strerror}); expected a readable DLL or PYD file."
-        raise InputUnavailableError(msg) from exc
+    with mapped(path, name=name) as data:
+        return _evidence(data, name=name)
 
 
 def _evidence(data: mmap.mmap, *, name: str) -> SignatureEvidence:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -19,6 +18,7 @@ from typing import Any
 import jinja2
 import tomli_w
 
+from .atomic import write_atomic
 from .errors import InputUnavailableError, UsageError
 from .hashing import file_sha256
 
@@ -96,15 +96,5 @@ def write_starter(output: Path, files: Sequence[Path], *, force: bool = False) -
     if output.exists() and not force:
         msg = f"{output}: already exists; pass --force to overwrite it"
         raise UsageError(msg)
-    text = render_starter(output, files)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, output)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(output, render_starter(output, files).encode("utf-8"))
     return output
