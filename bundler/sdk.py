@@ -245,9 +245,9 @@ def _build_info_problems(archive: OrtArchive, library: Path, rel: str) -> list[s
     """The main library names the commit it was built from; a swapped library shows up here."""
     with library.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
         found = _BUILD_INFO_COMMIT.search(data)
-    if found is None:
+        built = found.group(1).decode("ascii") if found else None
+    if built is None:
         return []
-    built = found.group(1).decode("ascii")
     if _same_commit(built, archive.commit):
         return []
     return [f"{rel} was built from commit {built} but GIT_COMMIT_ID is {archive.commit}"]
@@ -389,21 +389,14 @@ def add_sdk(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, Path]
 
 def _add_archive_files(assembly: Assembly, archive: OrtArchive, root: Path) -> list[str]:
     """Every file of the archive, byte for byte, except upstream CMake files that ours replace."""
-    replaced = []
-    for rel in archive.files:
-        if rel.startswith(f"{CMAKE_DIR}/"):
-            replaced.append(rel)
-            continue
-        _ship_file(assembly, rel, root / rel)
-    for rel, target in sorted(archive.links.items()):
-        _ship_file(assembly, rel, root / target)
+    replaced = [rel for rel in archive.files if rel.startswith(f"{CMAKE_DIR}/")]
+    sources = {rel: rel for rel in archive.files if rel not in replaced} | archive.links
+    hashes = {target: file_sha256(root / target) for target in set(sources.values())}
+    for rel, target in sorted(sources.items()):
+        bundle_path = f"{SDK_BUNDLE_DIR}/{rel}"
+        assembly.add_file(bundle_path, root / target, hashes[target])
+        assembly.install(bundle_path, f"{SDK_INSTALL_DIR}/{rel}")
     return replaced
-
-
-def _ship_file(assembly: Assembly, rel: str, source: Path) -> None:
-    bundle_path = f"{SDK_BUNDLE_DIR}/{rel}"
-    assembly.add_file(bundle_path, source, file_sha256(source))
-    assembly.install(bundle_path, f"{SDK_INSTALL_DIR}/{rel}")
 
 
 def _ship_bytes(assembly: Assembly, rel: str, data: bytes) -> None:
@@ -438,9 +431,15 @@ def _sdk_record(archive: OrtArchive, *, platform: str, replaced: list[str]) -> d
 
 
 def _runtime_files(archive: OrtArchive, platform: str) -> list[str]:
-    """What a program needs beside it at run time: the DLLs (Windows) or the shared objects and links (Linux)."""
-    names = [*archive.binaries, *(link for link in archive.links if _is_binary(link, platform))]
-    return sorted(names)
+    """What a program needs beside it at run time: every DLL on Windows; on Linux the shared objects by the
+    names the loader asks for (libonnxruntime.so.1, not the development link or the fully versioned file)."""
+    if platform == _WINDOWS:
+        return sorted(archive.binaries)
+    library = _Layout.of(platform, archive.version).library
+    soname = f"lib/{_soname(library)}"
+    main = {library, soname, "lib/libonnxruntime.so"}
+    others = [rel for rel in [*archive.binaries, *archive.links] if rel not in main and _is_binary(rel, platform)]
+    return sorted({soname, *others})
 
 
 # -- generated files ---------------------------------------------------------------------------------------
