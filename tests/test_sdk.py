@@ -27,6 +27,7 @@ from bundler.manifest import Manifest, load
 from bundler.parts import add_selfcheck
 from bundler.sdk import add_sdk, inspect_ort_archive
 from bundler.target.plan import apply_copies
+from wine import mingw_gcc, wine  # noqa: F401
 from sdk_fixtures import (
     LINUX_TOP, ORT_COMMIT, ORT_VERSION, STANDIN_HEADER_MINIMAL, STANDIN_HEADER_SAMPLE, WIN_TOP, import_library,
     linux_release_archive, wheel_member, windows_release_archive,
@@ -436,3 +437,30 @@ def test_the_windows_cmake_config_names_the_dll_and_lib_that_exist(win_sdk: Asse
     assert record["props"] == "sdk/build/native/onnxruntime.props" and record["import_library"] == "sdk/lib/onnxruntime.lib"
     sample = win_sdk.members["payload/sdk/sample/CMakeLists.txt"].data.decode()
     assert "../../selfcheck/identity.onnx" in sample and "onnxruntime_copy_runtime_files(ort_sample)" in sample
+
+
+@pytest.mark.integration
+@pytest.mark.wine
+def test_the_windows_sample_built_with_the_cmake_package_runs_beside_its_copied_dlls(  # noqa: F811
+        win_dlls: list[Path], win_implib: Path, cmake_tool: str, mingw_gcc: str, wine, tmp_path: Path) -> None:
+    """Cross-compiled with mingw through find_package: linked by IMPORTED_IMPLIB, the DLLs copied after the build.
+
+    Run under Wine with no PATH change: the program starts only because the real onnxruntime.dll sits beside it.
+    """
+    archive = windows_release_archive(tmp_path, win_dlls, win_implib, header=STANDIN_HEADER_SAMPLE)
+    assembly = sdk_assembly(archive, tmp_path, platform=WINDOWS, selfcheck=True, prepare=add_gpu_stand_in)
+    root = install(assembly, tmp_path)
+    build = tmp_path / "sample-build"
+    configure = cmake("-S", str(root / "sdk" / "sample"), "-B", str(build), "-DCMAKE_SYSTEM_NAME=Windows",
+                      f"-DCMAKE_C_COMPILER={mingw_gcc}")
+    assert configure.returncode == 0, configure.stdout + configure.stderr
+    compiled = cmake("--build", str(build))
+    assert compiled.returncode == 0, compiled.stdout + compiled.stderr
+    for dll in ("onnxruntime.dll", "onnxruntime_providers_shared.dll", "cudart64_110.dll"):
+        assert (build / dll).is_file(), dll
+    assert sha256(build / "onnxruntime.dll") == sha256(win_dlls[0])
+    model = wine.to_windows(root / "selfcheck" / "identity.onnx")
+    run = wine.run([wine.to_windows(build / "ort_sample.exe"), model], cwd=build)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"ONNX Runtime {ORT_VERSION}" in run.stdout
+    assert "identity: output equals input" in run.stdout
