@@ -16,6 +16,7 @@ import multiprocessing
 import subprocess
 import time
 from collections.abc import Callable
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -100,8 +101,8 @@ def main() -> None:
             print(f"serving {args.size} MiB of random bytes at {url} (sendfile, separate process)")
             fetches, curls = [], []
             for run in range(args.repeat):
-                curls.append(timed(lambda: curl_once(url, work / f"curl-{run}.bin")))
-                fetches.append(timed(lambda: fetch_once(url, served.sha256, work / f"cache-{run}")))
+                curls.append(timed(partial(curl_once, url, work / f"curl-{run}.bin")))
+                fetches.append(timed(partial(fetch_once, url, served.sha256, work / f"cache-{run}")))
         finally:
             server.terminate()
             server.join()
