@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import pickle
 import subprocess
 import sys
 import zipfile
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pefile
 import pytest
-from conftest import MANIFESTS, REPO, pip_download
+from conftest import MANIFESTS, pip_download
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
@@ -327,32 +328,40 @@ def test_win_quickstart_sbom_validates_and_lists_every_files_component(win_quick
 
 
 SBOM_SCRIPT = """
-import hashlib, sys, tempfile
+import pickle, sys
 from pathlib import Path
-sys.path.insert(0, sys.argv[2])
-from test_provenance import quickstart_assembly
-from bundler.provenance import add_licenses, add_sbom, check_signatures
-with tempfile.TemporaryDirectory() as work:
-    manifest, assembly = quickstart_assembly("quickstart-linux.toml", Path(sys.argv[1]), Path(work))
-    check_signatures(assembly, manifest=manifest, work=Path(work))
-    add_licenses(assembly, manifest=manifest, files={}, work=Path(work))
-    add_sbom(assembly, manifest=manifest)
-    sys.stdout.write(assembly.members["sbom.cdx.json"].data.decode())
+from bundler.provenance import add_sbom
+manifest, assembly = pickle.loads(Path(sys.argv[1]).read_bytes())
+add_sbom(assembly, manifest=manifest)
+sys.stdout.buffer.write(assembly.members["sbom.cdx.json"].data)
 """
 
 
 @pytest.mark.integration
-def test_linux_quickstart_sbom_is_byte_identical_across_processes(bundler_cache: Path) -> None:
-    outputs = []
-    for seed in ("1", "2"):
-        env = {**os.environ, "PYTHONHASHSEED": seed}
-        proc = subprocess.run([sys.executable, "-c", SBOM_SCRIPT, str(bundler_cache), str(REPO / "tests")],
-                              capture_output=True, text=True, env=env, cwd=REPO, check=True)
-        outputs.append(proc.stdout)
-    assert outputs[0] == outputs[1]
-    assert_valid_cyclonedx(outputs[0].encode())
-    document = json.loads(outputs[0])
-    assert {c["name"] for c in document["components"]} >= {"onnxruntime", "numpy", "protobuf", "tiny-mlp"}
+def test_sbom_is_byte_identical_in_another_process(win_quickstart, tmp_path: Path) -> None:
+    """Another hash seed changes set and dict-of-set orders: nothing in the SBOM may depend on them."""
+    manifest, assembly = win_quickstart
+    before = Assembly(members={p: m for p, m in assembly.members.items() if p != SBOM}, record=dict(assembly.record),
+                      copies=[c for c in assembly.copies if c["from"] != SBOM])
+    state = tmp_path / "assembly.pickle"
+    state.write_bytes(pickle.dumps((manifest, before)))
+    seed = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"
+    proc = subprocess.run([sys.executable, "-c", SBOM_SCRIPT, str(state)], capture_output=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONHASHSEED": seed}, check=True)
+    assert proc.stdout == assembly.members[SBOM].data
+
+
+@pytest.mark.integration
+def test_linux_quickstart_has_no_binaries_to_sign_and_a_valid_sbom(bundler_cache: Path, tmp_path: Path) -> None:
+    manifest, assembly = quickstart_assembly("quickstart-linux.toml", bundler_cache, tmp_path)
+    check_signatures(assembly, manifest=manifest, work=tmp_path)
+    add_licenses(assembly, manifest=manifest, files={}, work=tmp_path)
+    add_sbom(assembly, manifest=manifest)
+    assert assembly.record["signatures"] == []
+    assert {"numpy", "onnxruntime", "protobuf"} <= {e["component"] for e in assembly.record["licenses"]}
+    data = assembly.members[SBOM].data
+    assert_valid_cyclonedx(data)
+    assert sorted(covered_paths(json.loads(data))) == sorted(set(assembly.members) - {SBOM})
 
 
 # -- tampered and unsigned binaries -------------------------------------------------------------------------------
