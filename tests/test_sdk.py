@@ -240,7 +240,7 @@ int main(void) {
 def consumer_project(folder: Path, requirement: str, *, languages: str = "C") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "main.c").write_text(VERSION_PROGRAM)
-    body = [f"cmake_minimum_required(VERSION 3.16)", f"project(consumer LANGUAGES {languages})",
+    body = ["cmake_minimum_required(VERSION 3.16)", f"project(consumer LANGUAGES {languages})",
             f"find_package(onnxruntime {requirement} CONFIG REQUIRED)",
             'message(STATUS "found onnxruntime ${onnxruntime_VERSION}")']
     if languages != "NONE":
