@@ -1,10 +1,11 @@
 """The native Windows probe (`tests/native/ortprobe.c`) and real Windows ONNX Runtime DLLs, for the Wine tier.
 
 The probe is the stand-in for a user's program: it loads `onnxruntime.dll` by name, so whatever set-up
-runs before it (a test's `.cmd`, later the generated `run.cmd`) decides which copy it gets. This module
-compiles it, extracts the `capi/` folder of real `win_amd64` wheels, reads its report, and reproduces its
-deterministic inputs with the Linux onnxruntime, so a digest printed under Wine can be checked against
-the same computation done here.
+runs before it (a test's `.cmd`, or the generated `run.cmd` with the probe as the bundle's program) decides
+which copy it gets. This module compiles it, extracts the `capi/` folder of real `win_amd64` wheels, reads
+its report, and runs the Linux onnxruntime on the very inputs the build synthesises (`bundler.target.synth`,
+which the probe mirrors in C), so a digest printed under Wine can be checked against the same computation
+done here or recorded in a bundle.
 
 Import the fixtures into a test module with
 `from native_fixtures import ortprobe_exe, ort_win_capi  # noqa: F401` next to `from wine import wine, mingw_gcc`.
@@ -12,10 +13,9 @@ Import the fixtures into a test module with
 
 from __future__ import annotations
 
-import hashlib
 import zipfile
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from enum import IntEnum
 from pathlib import Path
 
@@ -23,6 +23,8 @@ import numpy as np
 import pytest
 from conftest import pip_download
 from wine import Wine, compile_windows_exe
+
+from bundler.target import synth
 
 PROBE_SOURCE = Path(__file__).parent / "native" / "ortprobe.c"
 
@@ -46,7 +48,9 @@ class ProbeExit(IntEnum):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ProbeOutput:
+class ProbeTensor:
+    """One "input …" or "output …" line: a tensor's name, shape and the digest of its raw bytes."""
+
     name: str
     shape: tuple[int, ...]
     sha256: str
@@ -55,8 +59,9 @@ class ProbeOutput:
 @dataclass(frozen=True, kw_only=True)
 class ProbeModel:
     path: str
-    outputs: tuple[ProbeOutput, ...]
-    identity: str | None
+    inputs: tuple[ProbeTensor, ...] = ()
+    outputs: tuple[ProbeTensor, ...] = ()
+    identity: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,11 +72,13 @@ class ProbeReport:
     version: str | None
     models: tuple[ProbeModel, ...]
     args: tuple[str, ...]
+    env: Mapping[str, str | None]
 
     @classmethod
     def parse(cls, stdout: str) -> ProbeReport:
         module = version = None
         args: list[str] = []
+        env: dict[str, str | None] = {}
         models: list[ProbeModel] = []
         for line in stdout.splitlines():
             key, _, value = line.partition(": ")
@@ -81,70 +88,69 @@ class ProbeReport:
                 version = value
             elif key.startswith("arg "):
                 args.append(value.removeprefix("[").removesuffix("]"))
+            elif line.startswith("env "):
+                name, unset, _ = key.removeprefix("env ").partition(" unset")
+                env[name] = None if unset else value
             elif key == "model":
-                models.append(ProbeModel(path=value, outputs=(), identity=None))
+                models.append(ProbeModel(path=value))
             elif key == "identity":
-                models[-1] = ProbeModel(path=models[-1].path, outputs=models[-1].outputs, identity=value)
-            elif line.startswith("output "):
+                models[-1] = replace(models[-1], identity=value)
+            elif line.startswith(("input ", "output ")):
+                kind, _, rest = line.partition(" ")
                 last = models[-1]
-                models[-1] = ProbeModel(path=last.path, outputs=(*last.outputs, _parse_output(line)),
-                                        identity=last.identity)
-        return cls(module=module, version=version, models=tuple(models), args=tuple(args))
+                tensors = (*getattr(last, f"{kind}s"), _parse_tensor(rest))
+                models[-1] = replace(last, **{f"{kind}s": tensors})
+        return cls(module=module, version=version, models=tuple(models), args=tuple(args), env=env)
 
 
-def _parse_output(line: str) -> ProbeOutput:
-    # "output <name> shape [d0,d1] sha256 <hex>"; the name may itself contain spaces.
-    head, _, digest = line.rpartition(" sha256 ")
-    name_part, _, shape_text = head.rpartition(" shape ")
+def _parse_tensor(rest: str) -> ProbeTensor:
+    # "<name> shape [d0,d1] sha256 <hex>"; the name may itself contain spaces.
+    head, _, digest = rest.rpartition(" sha256 ")
+    name, _, shape_text = head.rpartition(" shape ")
     dims = shape_text.strip("[]")
-    return ProbeOutput(name=name_part.removeprefix("output "),
-                       shape=tuple(int(d) for d in dims.split(",")) if dims else (),
-                       sha256=digest)
+    return ProbeTensor(name=name, shape=tuple(int(d) for d in dims.split(",")) if dims else (), sha256=digest)
 
 
-def deterministic_inputs(shapes: Sequence[tuple[str, Sequence[int | str | None]]]) -> dict[str, np.ndarray]:
-    """The probe's inputs, mirrored: dynamic dims are 1, element k (across all inputs) is ((k % 251) - 125) / 16."""
-    inputs: dict[str, np.ndarray] = {}
-    k = 0
-    for name, dims in shapes:
-        shape = tuple(d if isinstance(d, int) and d >= 0 else 1 for d in dims)
-        count = int(np.prod(shape, dtype=np.int64))
-        values = ((np.arange(k, k + count) % 251) - 125).astype(np.float32) / np.float32(16)
-        inputs[name] = values.reshape(shape)
-        k += count
-    return inputs
+def probe_inputs(session, shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, np.ndarray]:
+    """The inputs the probe feeds `session`: the build's own synthesis, not a copy of it."""
+    return synth.synthesize_inputs(synth.describe_io(session.get_inputs()), shapes)
 
 
-def digest(array: np.ndarray) -> str:
-    """The probe's digest: sha256 of the tensor's raw little-endian bytes."""
-    contiguous = np.ascontiguousarray(array)
-    return hashlib.sha256(contiguous.astype(contiguous.dtype.newbyteorder("<")).tobytes()).hexdigest()
-
-
-def reference_run(model: Path) -> dict[str, np.ndarray]:
-    """Run `model` with the Linux onnxruntime installed here on the probe's inputs; outputs by name."""
+def _session(model: Path):
     import onnxruntime
 
-    session = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    feeds = deterministic_inputs([(i.name, i.shape) for i in session.get_inputs()])
+    return onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+
+
+def reference_run(model: Path, shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, np.ndarray]:
+    """Run `model` with the Linux onnxruntime installed here on the probe's inputs; outputs by name."""
+    session = _session(model)
     names = [o.name for o in session.get_outputs()]
-    return dict(zip(names, session.run(names, feeds), strict=True))
+    return dict(zip(names, session.run(names, probe_inputs(session, shapes)), strict=True))
 
 
-def reference_outputs(model: Path) -> tuple[ProbeOutput, ...]:
-    """What the probe must print for `model` when it loads the same ORT version."""
-    return tuple(ProbeOutput(name=name, shape=tuple(value.shape), sha256=digest(value))
-                 for name, value in reference_run(model).items())
+def _tensors(arrays: Mapping[str, np.ndarray]) -> tuple[ProbeTensor, ...]:
+    return tuple(ProbeTensor(name=name, shape=tuple(value.shape), sha256=synth.output_digest(value))
+                 for name, value in arrays.items())
 
 
-def write_path_cmd(script: Path, *, wine: Wine, probe: Path, path_first: Sequence[Path]) -> Path:
-    """A minimal caller that puts folders first on PATH and runs the probe, passing its arguments on.
+def reference_inputs(model: Path, shapes: Mapping[str, Sequence[int]] | None = None) -> tuple[ProbeTensor, ...]:
+    """The "input" lines the probe must print for `model`."""
+    return _tensors(probe_inputs(_session(model), shapes))
 
-    Only a stand-in until the generated launchers exist: it is what a user's shell would do, not what
-    `run.cmd` does.
+
+def reference_outputs(model: Path, shapes: Mapping[str, Sequence[int]] | None = None) -> tuple[ProbeTensor, ...]:
+    """The "output" lines the probe must print for `model` when it loads the same ORT version."""
+    return _tensors(reference_run(model, shapes))
+
+
+def write_path_cmd(script: Path, *, wine: Wine, target: Path, path_first: Sequence[Path]) -> Path:
+    """A user's console in a file: folders first on PATH, then `target` (a program or a .cmd) with the arguments.
+
+    It hands over to a .cmd target without `call`, so the target's `exit /b` code is the exit code.
     """
     folders = "".join(f"{wine.to_windows(folder)};" for folder in path_first)
-    lines = ["@echo off", f'set "PATH={folders}%PATH%"', f'"{wine.to_windows(probe)}" %*', "exit /b %ERRORLEVEL%"]
+    lines = ["@echo off", f'set "PATH={folders}%PATH%"', f'"{wine.to_windows(target)}" %*', "exit /b %ERRORLEVEL%"]
     script.write_bytes(("\r\n".join(lines) + "\r\n").encode("ascii"))
     return script
 

@@ -20,6 +20,7 @@ from native_fixtures import (  # noqa: F401
     ProbeReport,
     ort_win_capi,
     ortprobe_exe,
+    reference_inputs,
     reference_outputs,
     reference_run,
     write_path_cmd,
@@ -100,7 +101,7 @@ def ort_capi(ort_win_capi) -> Path:  # noqa: F811
 
 @pytest.fixture(scope="module")
 def with_ort_on_path(tmp_path_factory, wine, ortprobe_exe, ort_capi) -> Path:  # noqa: F811
-    return write_path_cmd(tmp_path_factory.mktemp("caller") / "probe.cmd", wine=wine, probe=ortprobe_exe,
+    return write_path_cmd(tmp_path_factory.mktemp("caller") / "probe.cmd", wine=wine, target=ortprobe_exe,
                           path_first=[ort_capi])
 
 
@@ -125,21 +126,41 @@ def test_probe_loads_the_dll_on_path_and_identity_is_exact(wine, with_ort_on_pat
 def test_probe_digests_match_linux_onnxruntime(wine, with_ort_on_path, models, tmp_path):  # noqa: F811
     dump = tmp_path / "dump"
     dump.mkdir()
-    result = wine.cmd(with_ort_on_path, "--dump", f'"{wine.to_windows(dump)}"',
-                      f'"{wine.to_windows(models["affine"])}"', f'"{wine.to_windows(models["identity"])}"')
+    affine_path, identity_path = (f'"{wine.to_windows(models[name])}"' for name in ("affine", "identity"))
+    result = wine.cmd(with_ort_on_path, "--dump", f'"{wine.to_windows(dump)}"', affine_path,
+                      "--shape", "x=2,3", affine_path, identity_path)
 
     assert result.returncode == ProbeExit.OK, result.stdout + result.stderr
-    affine, identity = ProbeReport.parse(result.stdout).models
+    dynamic, shaped, identity = ProbeReport.parse(result.stdout).models
     expected = reference_outputs(models["affine"])
     assert [o.name for o in expected] == ["scaled", "product"]
     assert all(o.shape == (1, 3) for o in expected), "the dynamic batch dim must be fed as 1"
-    assert affine.outputs == expected
+    assert dynamic.inputs == reference_inputs(models["affine"])
+    assert dynamic.outputs == expected
+    # Every input restarts the ramp at element 0, as the build's synth.py does: y's bytes equal x's first row.
+    assert dynamic.inputs[0].sha256 == dynamic.inputs[1].sha256
+    assert shaped.inputs == reference_inputs(models["affine"], {"x": [2, 3]})
+    assert [o.shape for o in shaped.outputs] == [(2, 3), (2, 3)]
+    assert shaped.outputs == reference_outputs(models["affine"], {"x": [2, 3]})
     assert identity.outputs == reference_outputs(models["identity"])
     # The raw dumps allow a comparison within tolerance where bit-exactness cannot be expected.
-    reference = reference_run(models["affine"])
+    reference = reference_run(models["affine"], {"x": [2, 3]})
     for index, name in enumerate(["scaled", "product"]):
-        windows = np.fromfile(dump / f"0_{index}.bin", dtype="<f4").reshape(reference[name].shape)
+        windows = np.fromfile(dump / f"1_{index}.bin", dtype="<f4").reshape(reference[name].shape)
         np.testing.assert_allclose(windows, reference[name], rtol=1e-6)
+
+
+@pytest.mark.parametrize(("shape", "error"), [
+    ("x=2,3,1", "error: --shape x has 3 dimensions, the model's input has 2"),
+    ("x=2,4", "error: --shape x gives dimension 1 as 4, the model declares 3"),
+    ("z=1", "error: --shape z names no input of the model"),
+    ("x=0,3", "error: --shape needs INPUT=D0,D1,... with positive dimensions"),
+])
+def test_a_shape_that_does_not_fit_the_model_is_a_usage_error(wine, with_ort_on_path, models, shape, error):  # noqa: F811
+    result = wine.cmd(with_ort_on_path, "--shape", shape, f'"{wine.to_windows(models["affine"])}"')
+
+    assert result.returncode == ProbeExit.USAGE, result.stdout + result.stderr
+    assert error in result.stderr.splitlines(), result.stderr
 
 
 def test_probe_without_the_dll_on_path_fails_to_load_with_126(wine, ortprobe_exe, models):  # noqa: F811
@@ -153,7 +174,7 @@ def test_probe_without_the_dll_on_path_fails_to_load_with_126(wine, ortprobe_exe
 def test_decoy_first_on_path_shadows_the_real_dll_without_a_launcher(  # noqa: F811
         wine, ortprobe_exe, ort_win_capi, ort_capi, models, tmp_path):  # noqa: F811
     decoy = ort_win_capi(DECOY_ORT_VERSION)
-    caller = write_path_cmd(tmp_path / "shadowed.cmd", wine=wine, probe=ortprobe_exe, path_first=[decoy, ort_capi])
+    caller = write_path_cmd(tmp_path / "shadowed.cmd", wine=wine, target=ortprobe_exe, path_first=[decoy, ort_capi])
     result = wine.cmd(caller, "--expect-version", ORT_VERSION, f'"{wine.to_windows(models["identity"])}"')
     report = ProbeReport.parse(result.stdout)
 
@@ -180,9 +201,13 @@ def test_probe_failures_have_distinct_exit_codes(wine, with_ort_on_path, models,
         assert any(line.startswith(error) for line in result.stderr.splitlines()), result.stderr
 
 
-def test_probe_echoes_arguments_and_returns_the_requested_exit_code(wine, ortprobe_exe, tmp_path):  # noqa: F811
-    caller = write_path_cmd(tmp_path / "echo.cmd", wine=wine, probe=ortprobe_exe, path_first=[])
-    result = wine.cmd(caller, "--echo-args", "--exit", "42", '"two words"', '"say \\"hi\\""', "plain")
+def test_probe_echoes_arguments_environment_and_returns_the_requested_exit_code(wine, ortprobe_exe, tmp_path):  # noqa: F811
+    caller = write_path_cmd(tmp_path / "echo.cmd", wine=wine, target=ortprobe_exe, path_first=[])
+    result = wine.cmd(caller, "--echo-args", "--echo-env", "PROBE_VALUE", "--echo-env", "PROBE_UNSET", "--exit", "42",
+                      '"two words"', '"say \\"hi\\""', "plain", env={"PROBE_VALUE": "a b & c"})
 
     assert result.returncode == 42, result.stdout + result.stderr
-    assert ProbeReport.parse(result.stdout).args == ("--echo-args", "--exit", "42", "two words", 'say "hi"', "plain")
+    report = ProbeReport.parse(result.stdout)
+    assert report.args == ("--echo-args", "--echo-env", "PROBE_VALUE", "--echo-env", "PROBE_UNSET", "--exit", "42",
+                           "two words", 'say "hi"', "plain")
+    assert report.env == {"PROBE_VALUE": "a b & c", "PROBE_UNSET": None}

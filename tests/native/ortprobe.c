@@ -7,26 +7,33 @@
  * ORT's own header is deliberately not used: OrtApi is a table of function pointers that ORT only
  * ever appends to, so the few functions we need are called by their slot index (FACTS.md section 7).
  *
- * Usage: ortprobe.exe [--dll NAME] [--expect-version V] [--check-identity] [--dump DIR]
- *                     [--echo-args] [--exit N] MODEL...
+ * Usage: ortprobe.exe [--dll NAME] [--expect-version V] [--dump DIR] [--echo-args] [--echo-env NAME]...
+ *                     [--exit N] [[--shape INPUT=D0,D1,...]... [--check-identity] MODEL]...
+ * --shape and --check-identity apply to the MODEL that follows them; the other options to the run.
  *
  * Output (stdout, one fact per line, UTF-8):
+ *   arg <i>: [<argv[i]>]                               (with --echo-args, before anything else)
+ *   env <NAME>: <value> | env <NAME> unset             (with --echo-env NAME)
  *   module: <full path of the loaded DLL>
  *   version: <OrtGetApiBase()->GetVersionString()>
  *   model: <path>                                      (per model, in argument order)
+ *   input <name> shape [d0,d1,...] sha256 <hex>        (per input fed, raw little-endian bytes)
  *   output <name> shape [d0,d1,...] sha256 <hex>       (per output, raw little-endian bytes)
  *   identity: exact | identity: differs                (with --check-identity)
  * Errors go to stderr as "error: ..." lines.
  *
- * Inputs are filled deterministically so a Linux ORT of the same version can reproduce them: every
- * input must be a float tensor; dynamic dimensions become 1; element k (counted across all inputs
- * in input order) is ((k % 251) - 125) / 16.0f, which is exact in float32.
+ * Inputs are filled exactly as ort-bundler's build fills them when it records a model's reference
+ * output (bundler/target/synth.py), so the digests can be compared with bundle.json: every input must
+ * be a float tensor; its shape is the --shape given for it, else the declared one with dynamic
+ * dimensions as 1; element i of each input (i restarting at 0 for every input) is
+ * ((i % 251) - 125) / 16.0f, which is exact in float32.
  *
- * Exit codes: 0 ok, 2 usage, 3 LoadLibrary failed, 4 OrtGetApiBase/GetApi failed, 5 session
- * creation failed (including an unreadable model file), 6 run failed, 7 identity mismatch,
- * 8 model uses a type the probe does not support, 9 version differs from --expect-version.
- * With --exit N the probe exits N right after echoing its arguments, without loading anything,
- * so launcher tests can check that an entry point's exit code comes back.
+ * Exit codes: 0 ok, 2 usage (including a --shape that does not fit the model), 3 LoadLibrary failed,
+ * 4 OrtGetApiBase/GetApi failed, 5 session creation failed (including an unreadable model file),
+ * 6 run failed, 7 identity mismatch, 8 model uses a type the probe does not support, 9 version
+ * differs from --expect-version. With --exit N the probe exits N right after echoing its arguments
+ * and environment, without loading anything, so launcher tests can check that an entry point's exit
+ * code comes back.
  */
 
 #define WIN32_LEAN_AND_MEAN
@@ -302,8 +309,52 @@ static Obj *create_session(Obj *env, const wchar_t *path) {
     return session;
 }
 
-/* Reads one input's declared shape, with dynamic dimensions pinned to 1. */
-static size_t input_shape(Obj *session, size_t index, const char *name, int64_t **shape) {
+/* A --shape given for one input of the next model, as the build's [[models]] shapes give it. */
+typedef struct {
+    char *name;
+    int64_t *dims;
+    size_t rank;
+    int used;
+} ShapeOverride;
+
+typedef struct {
+    const wchar_t *path;
+    ShapeOverride *shapes;
+    size_t n_shapes;
+    int check_identity;
+} ModelArg;
+
+static ShapeOverride *find_shape(const ModelArg *model, const char *name) {
+    for (size_t s = 0; s < model->n_shapes; s++)
+        if (strcmp(model->shapes[s].name, name) == 0)
+            return &model->shapes[s];
+    return NULL;
+}
+
+/* Pins one input's shape: the --shape given for it (which must fit the declared shape), else the
+ * declared shape with dynamic dimensions as 1 -- the rule of synth.resolve_shape. */
+static void resolve_shape(const ModelArg *model, const char *name, int64_t *shape, size_t rank) {
+    ShapeOverride *given = find_shape(model, name);
+    if (given == NULL) {
+        for (size_t d = 0; d < rank; d++)
+            if (shape[d] < 0)
+                shape[d] = 1;
+        return;
+    }
+    if (given->rank != rank)
+        fail(EXIT_USAGE, "--shape %s has %llu dimensions, the model's input has %llu", name,
+             (unsigned long long)given->rank, (unsigned long long)rank);
+    for (size_t d = 0; d < rank; d++) {
+        if (shape[d] >= 0 && shape[d] != given->dims[d])
+            fail(EXIT_USAGE, "--shape %s gives dimension %llu as %lld, the model declares %lld", name,
+                 (unsigned long long)d, (long long)given->dims[d], (long long)shape[d]);
+        shape[d] = given->dims[d];
+    }
+    given->used = 1;
+}
+
+/* Reads one input's declared shape and pins it (resolve_shape). */
+static size_t input_shape(Obj *session, size_t index, const char *name, const ModelArg *model, int64_t **shape) {
     Obj *type_info = NULL;
     const Obj *tensor_info = NULL;
     int element_type = 0;
@@ -321,40 +372,56 @@ static size_t input_shape(Obj *session, size_t index, const char *name, int64_t 
     check(API(FnCount, SLOT_GET_DIMENSIONS_COUNT)(tensor_info, &rank), EXIT_SESSION, "GetDimensionsCount");
     *shape = calloc(rank + 1, sizeof **shape);
     check(API(FnDimensions, SLOT_GET_DIMENSIONS)(tensor_info, *shape, rank), EXIT_SESSION, "GetDimensions");
-    for (size_t d = 0; d < rank; d++)
-        if ((*shape)[d] < 0)
-            (*shape)[d] = 1;
+    resolve_shape(model, name, *shape, rank);
     API(FnRelease, SLOT_RELEASE_TYPE_INFO)(type_info);
     return rank;
 }
 
-static float deterministic_value(size_t k) { return (float)((int)(k % 251) - 125) / 16.0f; }
+static float deterministic_value(size_t i) { return (float)((int)(i % 251) - 125) / 16.0f; }
 
-static Inputs make_inputs(Obj *session, Obj *allocator, Obj *memory_info) {
+/* One "<kind> <name> shape [d0,...] sha256 <hex>" line; the digest is over the raw little-endian bytes,
+ * so it equals synth.output_digest of the same numpy array. */
+static void print_tensor(const char *kind, const char *name, const int64_t *shape, size_t rank, const void *data,
+                         size_t bytes) {
+    Sha256 hash;
+    char hex[65];
+    sha256_init(&hash);
+    sha256_update(&hash, data, bytes);
+    sha256_hex(&hash, hex);
+    printf("%s %s shape [", kind, name);
+    for (size_t d = 0; d < rank; d++)
+        printf(d ? ",%lld" : "%lld", (long long)shape[d]);
+    printf("] sha256 %s\n", hex);
+}
+
+static Inputs make_inputs(Obj *session, Obj *allocator, Obj *memory_info, const ModelArg *model) {
     Inputs in = {0};
     check(API(FnCount, SLOT_SESSION_GET_INPUT_COUNT)(session, &in.count), EXIT_SESSION, "SessionGetInputCount");
     in.names = calloc(in.count + 1, sizeof *in.names);
     in.values = calloc(in.count + 1, sizeof *in.values);
     in.buffers = calloc(in.count + 1, sizeof *in.buffers);
     in.elements = calloc(in.count + 1, sizeof *in.elements);
-    size_t k = 0;
     for (size_t i = 0; i < in.count; i++) {
         check(API(FnNameAt, SLOT_SESSION_GET_INPUT_NAME)(session, i, allocator, &in.names[i]), EXIT_SESSION,
               "SessionGetInputName");
         int64_t *shape = NULL;
-        size_t rank = input_shape(session, i, in.names[i], &shape);
+        size_t rank = input_shape(session, i, in.names[i], model, &shape);
         size_t n = 1;
         for (size_t d = 0; d < rank; d++)
             n *= (size_t)shape[d];
         in.elements[i] = n;
         in.buffers[i] = malloc((n + 1) * sizeof(float));
         for (size_t e = 0; e < n; e++)
-            in.buffers[i][e] = deterministic_value(k++);
+            in.buffers[i][e] = deterministic_value(e);
+        print_tensor("input", in.names[i], shape, rank, in.buffers[i], n * sizeof(float));
         check(API(FnCreateTensor, SLOT_CREATE_TENSOR_WITH_DATA_AS_ORT_VALUE)(
                   memory_info, in.buffers[i], n * sizeof(float), shape, rank, ELEMENT_FLOAT, &in.values[i]),
               EXIT_RUN, "CreateTensorWithDataAsOrtValue");
         free(shape);
     }
+    for (size_t s = 0; s < model->n_shapes; s++)
+        if (!model->shapes[s].used)
+            fail(EXIT_USAGE, "--shape %s names no input of the model", model->shapes[s].name);
     return in;
 }
 
@@ -383,8 +450,7 @@ typedef struct {
     int element_type;
 } OutputData;
 
-/* Prints one output's shape and digest; the digest is over its raw little-endian bytes, so it equals
- * hashlib.sha256(numpy_array.astype("<f4").tobytes()) for a float output. */
+/* Prints one output's shape and digest (print_tensor) and dumps its raw bytes when asked. */
 static OutputData report_output(Obj *value, const char *name, const wchar_t *dump_path) {
     Obj *info = NULL;
     OutputData out = {0};
@@ -405,15 +471,7 @@ static OutputData report_output(Obj *value, const char *name, const wchar_t *dum
     out.data = data;
     out.bytes = elements * size;
 
-    Sha256 hash;
-    char hex[65];
-    sha256_init(&hash);
-    sha256_update(&hash, out.data, out.bytes);
-    sha256_hex(&hash, hex);
-    printf("output %s shape [", name);
-    for (size_t d = 0; d < rank; d++)
-        printf(d ? ",%lld" : "%lld", (long long)shape[d]);
-    printf("] sha256 %s\n", hex);
+    print_tensor("output", name, shape, rank, out.data, out.bytes);
     free(shape);
 
     if (dump_path != NULL) {
@@ -428,7 +486,6 @@ typedef struct {
     const wchar_t *dll;
     const char *expect_version;
     const wchar_t *dump_dir;
-    int check_identity;
 } Options;
 
 static int check_identity(const Inputs *in, const OutputData *outputs, size_t n_outputs) {
@@ -441,14 +498,14 @@ static int check_identity(const Inputs *in, const OutputData *outputs, size_t n_
     return exact ? EXIT_OK : EXIT_IDENTITY;
 }
 
-static int run_model(Obj *env, const wchar_t *path, size_t model_index, const Options *options) {
-    print_utf8("model: ", path, "\n");
-    Obj *session = create_session(env, path);
+static int run_model(Obj *env, const ModelArg *model, size_t model_index, const Options *options) {
+    print_utf8("model: ", model->path, "\n");
+    Obj *session = create_session(env, model->path);
     Obj *allocator = NULL, *memory_info = NULL;
     check(API(FnOut, SLOT_GET_ALLOCATOR_WITH_DEFAULT_OPTIONS)(&allocator), EXIT_SESSION, "GetAllocatorWithDefaultOptions");
     check(API(FnCpuMemoryInfo, SLOT_CREATE_CPU_MEMORY_INFO)(ORT_ARENA_ALLOCATOR, ORT_MEM_TYPE_DEFAULT, &memory_info),
           EXIT_RUN, "CreateCpuMemoryInfo");
-    Inputs in = make_inputs(session, allocator, memory_info);
+    Inputs in = make_inputs(session, allocator, memory_info, model);
 
     size_t n_outputs = 0;
     check(API(FnCount, SLOT_SESSION_GET_OUTPUT_COUNT)(session, &n_outputs), EXIT_SESSION, "SessionGetOutputCount");
@@ -469,7 +526,7 @@ static int run_model(Obj *env, const wchar_t *path, size_t model_index, const Op
                        options->dump_dir, (unsigned long long)model_index, (unsigned long long)o);
         outputs[o] = report_output(output_values[o], output_names[o], options->dump_dir ? dump_path : NULL);
     }
-    int code = options->check_identity ? check_identity(&in, outputs, n_outputs) : EXIT_OK;
+    int code = model->check_identity ? check_identity(&in, outputs, n_outputs) : EXIT_OK;
 
     for (size_t o = 0; o < n_outputs; o++) {
         API(FnRelease, SLOT_RELEASE_VALUE)(output_values[o]);
@@ -487,9 +544,44 @@ static int run_model(Obj *env, const wchar_t *path, size_t model_index, const Op
 /* ---------------------------------------------------------------- command line */
 
 static int usage(const char *problem) {
-    fprintf(stderr, "error: %s\nusage: ortprobe.exe [--dll NAME] [--expect-version V] [--check-identity] "
-                    "[--dump DIR] [--echo-args] [--exit N] MODEL...\n", problem);
+    fprintf(stderr, "error: %s\nusage: ortprobe.exe [--dll NAME] [--expect-version V] [--dump DIR] [--echo-args] "
+                    "[--echo-env NAME]... [--exit N] [[--shape INPUT=D0,D1,...]... [--check-identity] MODEL]...\n",
+            problem);
     return EXIT_USAGE;
+}
+
+/* "INPUT=D0,D1,..." with every dimension a positive integer; NULL name on a malformed value. */
+static ShapeOverride parse_shape(const wchar_t *text) {
+    ShapeOverride shape = {0};
+    char *utf8 = to_utf8(text);
+    char *equals = strchr(utf8, '=');
+    if (equals == NULL || equals == utf8 || equals[1] == '\0')
+        return shape;
+    *equals = '\0';
+    size_t commas = 0;
+    for (const char *c = equals + 1; *c; c++)
+        commas += *c == ',';
+    int64_t *dims = calloc(commas + 1, sizeof *dims);
+    const char *cursor = equals + 1;
+    for (size_t d = 0; d <= commas; d++) {
+        char *end = NULL;
+        long long value = strtoll(cursor, &end, 10);
+        if (end == cursor || value < 1 || (*end != ',' && *end != '\0'))
+            return shape;
+        dims[d] = value;
+        cursor = end + 1;
+    }
+    shape.name = utf8;
+    shape.dims = dims;
+    shape.rank = commas + 1;
+    return shape;
+}
+
+static void echo_env(const wchar_t *name) {
+    const wchar_t *value = _wgetenv(name);
+    print_utf8("env ", name, value ? ": " : " unset\n");
+    if (value)
+        print_utf8("", value, "\n");
 }
 
 int wmain(int argc, wchar_t **argv) {
@@ -498,21 +590,29 @@ int wmain(int argc, wchar_t **argv) {
     setvbuf(stderr, NULL, _IONBF, 0);
 
     Options options = {.dll = L"onnxruntime.dll"};
-    int echo_args = 0, exit_early = 0, exit_code = 0, first_model = argc;
+    ModelArg *models = calloc((size_t)argc + 1, sizeof *models);
+    size_t n_models = 0;
+    ModelArg next = {.shapes = calloc((size_t)argc + 1, sizeof(ShapeOverride))};
+    int exit_early = 0, exit_code = 0;
     for (int i = 1; i < argc; i++)
         if (wcscmp(argv[i], L"--echo-args") == 0)
-            echo_args = 1;
-    if (echo_args)
-        for (int i = 1; i < argc; i++) {
-            printf("arg %d: ", i);
-            print_utf8("[", argv[i], "]\n");
-        }
+            for (int a = 1; a < argc; a++) {
+                printf("arg %d: ", a);
+                print_utf8("[", argv[a], "]\n");
+            }
     for (int i = 1; i < argc; i++) {
         int has_value = i + 1 < argc;
         if (wcscmp(argv[i], L"--echo-args") == 0) {
             continue;
+        } else if (wcscmp(argv[i], L"--echo-env") == 0 && has_value) {
+            echo_env(argv[++i]);
         } else if (wcscmp(argv[i], L"--check-identity") == 0) {
-            options.check_identity = 1;
+            next.check_identity = 1;
+        } else if (wcscmp(argv[i], L"--shape") == 0 && has_value) {
+            ShapeOverride shape = parse_shape(argv[++i]);
+            if (shape.name == NULL)
+                return usage("--shape needs INPUT=D0,D1,... with positive dimensions");
+            next.shapes[next.n_shapes++] = shape;
         } else if (wcscmp(argv[i], L"--dll") == 0 && has_value) {
             options.dll = argv[++i];
         } else if (wcscmp(argv[i], L"--expect-version") == 0 && has_value) {
@@ -525,13 +625,16 @@ int wmain(int argc, wchar_t **argv) {
         } else if (wcsncmp(argv[i], L"--", 2) == 0) {
             return usage("unknown option or option without its value");
         } else {
-            first_model = i;
-            break;
+            next.path = argv[i];
+            models[n_models++] = next;
+            next = (ModelArg){.shapes = calloc((size_t)argc + 1, sizeof(ShapeOverride))};
         }
     }
     if (exit_early)
         return exit_code;
-    if (first_model == argc)
+    if (next.n_shapes > 0 || next.check_identity)
+        return usage("--shape and --check-identity must be followed by the MODEL they apply to");
+    if (n_models == 0)
         return usage("no model given");
 
     const char *version = load_ort(options.dll);
@@ -541,8 +644,8 @@ int wmain(int argc, wchar_t **argv) {
     Obj *env = NULL;
     check(API(FnCreateEnv, SLOT_CREATE_ENV)(ORT_LOGGING_LEVEL_WARNING, "ortprobe", &env), EXIT_SESSION, "CreateEnv");
     int code = EXIT_OK;
-    for (int i = first_model; i < argc && code == EXIT_OK; i++)
-        code = run_model(env, argv[i], (size_t)(i - first_model), &options);
+    for (size_t m = 0; m < n_models && code == EXIT_OK; m++)
+        code = run_model(env, &models[m], m, &options);
     API(FnRelease, SLOT_RELEASE_ENV)(env);
     return code;
 }
