@@ -18,16 +18,16 @@ from email.parser import Parser
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from cyclonedx import spdx
 from cyclonedx.model import HashAlgorithm, HashType, Property
 from cyclonedx.model.bom import Bom
 from cyclonedx.model.component import Component, ComponentType
 from cyclonedx.model.license import DisjunctiveLicense, License, LicenseExpression
 from cyclonedx.output.json import JsonV1Dot6
 from cyclonedx.schema import SchemaVersion
-from cyclonedx import spdx
 from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import parse_wheel_filename
 
 from . import __version__
 from .archives import SafeArchive, is_archive
@@ -357,6 +357,8 @@ def source_name(source: Input, path: Path) -> str:
     if path.name.endswith(".whl"):
         return str(parse_wheel_filename(path.name)[0])
     return _ARCHIVE_SUFFIX.sub("", path.name) or source.key
+
+
 # -- §3 the SBOM -----------------------------------------------------------------------------------------------
 
 PATH_PROPERTY = "ort-bundler:bundle-path"
@@ -390,6 +392,8 @@ def add_sbom(assembly: Assembly, *, manifest: Manifest) -> None:
 
 
 def sbom(assembly: Assembly, *, manifest: Manifest) -> Bom:
+    """The bundle is the BOM's subject; every top-level component is one of its direct dependencies, which
+    completes the dependency graph (the library warns about a root without dependencies)."""
     bundle = manifest.bundle
     root = Component(type=ComponentType.APPLICATION, name=bundle.name, version=bundle.version, bom_ref=bundle.stem,
                      properties=[Property(name="ort-bundler:platform", value=bundle.platform),
