@@ -59,9 +59,11 @@ _CMD_CARET = set('^&|<>()"')
 
 @dataclass(frozen=True, kw_only=True)
 class EntryPoint:
-    """What the launcher starts: `python -m <value>` or `python <install root>/<value>`."""
+    """What the launcher starts: `python -m <value>`, `python <install root>/<value>`, or for "program"
+    the native executable `<install root>/<value>` itself (a C/C++ application built against the SDK,
+    which finds the bundle's ONNX Runtime through the launcher's DLL search path)."""
 
-    kind: Literal["module", "script"]
+    kind: Literal["module", "script", "program"]
     value: str
 
 
@@ -255,8 +257,8 @@ def _relative_paths(ctx: ScriptContext) -> list[tuple[str, str]]:
     paths += [("GPU preload DLL", p) for p in ctx.gpu_preload]
     if ctx.vc_redist:
         paths.append(("VC_redist path", ctx.vc_redist))
-    if ctx.entry_point and ctx.entry_point.kind == "script":
-        paths.append(("[launch] script", ctx.entry_point.value))
+    if ctx.entry_point and ctx.entry_point.kind in ("script", "program"):
+        paths.append((f"[launch] {ctx.entry_point.kind}", ctx.entry_point.value))
     return paths
 
 
@@ -276,6 +278,9 @@ def _windows_problems(ctx: ScriptContext) -> list[str]:
     for label, value in (("default install dir", ctx.default_install_dir), ("[launch] cache_dir", ctx.cache_dir)):
         if value is not None and ('"' in value or "%" in value or any(ord(c) < 0x20 or ord(c) > 0x7E for c in value)):
             problems.append(f"{label} {value!r} must be printable ASCII without '\"' or '%' on Windows")
+    program = ctx.entry_point if ctx.entry_point and ctx.entry_point.kind == "program" else None
+    if program and not program.value.lower().endswith(".exe"):
+        problems.append(f"[launch] program {program.value!r} must be a .exe file on Windows")
     if ctx.vc_runtime_min and not re.fullmatch(r"\d+\.\d+\.\d+(\.\d+)?", ctx.vc_runtime_min):
         problems.append(f"vc_runtime_min {ctx.vc_runtime_min!r} is not a version like '14.40.33810'")
     return problems
