@@ -20,10 +20,10 @@ from .hashing import CHUNK
 
 Progress = Callable[[int], None]
 
-# A network read blocks until it has this many bytes (or the connection ends), and bytes still in the read
-# buffer when a connection stalls or the process dies never reach the partial file. 64 KiB keeps that loss
-# small, so a resume really resumes; files on disk are still hashed in `CHUNK`s.
-NET_CHUNK = 64 * 1024
+# The most one network read returns. Reads take what has arrived (`read1`), so a stalled or killed
+# download has written every byte it received and a resume really resumes, while a fast connection
+# still moves large chunks (fewer, larger writes and hash updates).
+NET_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,7 +101,7 @@ def _attempt(url: str, partial: Path, *, label: str, session: requests.Session, 
             if offset and status != 206:
                 digest, offset = hashlib.sha256(), 0  # the server ignored Range: start over
             with partial.open("ab" if offset else "wb") as fh:
-                for chunk in resp.raw.stream(NET_CHUNK, decode_content=False):
+                while chunk := resp.raw.read1(NET_CHUNK, decode_content=False):
                     if stop.is_set():
                         _stopped(label)
                     fh.write(chunk)
@@ -112,7 +112,7 @@ def _attempt(url: str, partial: Path, *, label: str, session: requests.Session, 
             return digest, offset
     except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
         raise _Transient(str(exc) or type(exc).__name__) from None
-    except Exception as exc:  # urllib3 errors surface raw from resp.raw.stream
+    except Exception as exc:  # urllib3 errors surface raw from resp.raw.read1
         if type(exc).__module__.startswith("urllib3"):
             raise _Transient(f"{type(exc).__name__}: {exc}") from None
         raise

@@ -23,6 +23,7 @@ from .hashing import file_sha256
 from .lock import Lock, LockedWheel, requirements_txt
 from .manifest import Manifest
 from .modelgate import ModelInput, gate_models, identity_model_bytes, selfcheck_script_bytes
+from .sdk import add_sdk
 from .render import PLAN_HELPER, EntryPoint, ScriptContext, render_scripts
 from .windows import add_vc_redist, check_windows
 from .wheelbuild import build_wheel, read_capi, verify_official_wheel
@@ -34,10 +35,11 @@ if TYPE_CHECKING:
 def add_all(assembly: Assembly, *, manifest: Manifest, lock: Lock | None, files: Mapping[str, Path], work: Path,
             cache: Cache) -> None:
     add_python(assembly, manifest=manifest, lock=lock, files=files, work=work)
+    add_selfcheck(assembly)
+    add_sdk(assembly, manifest=manifest, files=files, work=work)
     check_windows(assembly, manifest=manifest, work=work)
     add_vc_redist(assembly, manifest=manifest, files=files)
     add_models(assembly, manifest=manifest, files=files, work=work, cache=cache)
-    add_selfcheck(assembly)
     entry_point = add_entry_point(assembly, manifest=manifest, files=files)
     add_scripts(assembly, manifest=manifest, entry_point=entry_point)
 

@@ -95,7 +95,7 @@ def test_sigkilled_build_leaves_no_zip_and_the_next_build_succeeds(bundler_cache
     proc = subprocess.Popen([sys.executable, "-m", "bundler", "build", "-q", "--cache", str(cache), "-o", str(out),
                              str(MANIFESTS / "quickstart-linux.toml")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not any(out.glob(".*.tmp")):
+    while time.monotonic() < deadline and proc.poll() is None and not any(out.glob(".*.tmp")):
         time.sleep(0.01)
     assert any(out.glob(".*.tmp")), "the build never started writing its temporary zip"
     proc.send_signal(signal.SIGKILL)
