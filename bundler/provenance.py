@@ -27,7 +27,7 @@ from cyclonedx.output.json import JsonV1Dot6
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
-from packaging.utils import parse_wheel_filename
+from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from . import __version__
 from .archives import SafeArchive, is_archive
@@ -326,7 +326,7 @@ def sdk_licenses(assembly: Assembly) -> LicenseSet:
 def archive_licenses(source: Input, path: Path) -> LicenseSet:
     """Licence texts shipped inside a GPU source: a wheel's .dist-info (NVIDIA's License.txt) or the root and
     top folder of an archive (cuDNN's LICENSE). A bare DLL carries none."""
-    component = source_name(source, path)
+    component = source_identity(source).name
     if not is_archive(path):
         return LicenseSet(component=component, license=None, texts={})
     is_wheel = path.name.endswith(".whl")
@@ -352,11 +352,26 @@ def _archive_license_target(name: str, *, is_wheel: bool) -> str | None:
     return parts[-1] if len(parts) <= 2 else None
 
 
-def source_name(source: Input, path: Path) -> str:
-    """A component name for a GPU source: the distribution of a wheel, else the archive's name."""
-    if path.name.endswith(".whl"):
-        return str(parse_wheel_filename(path.name)[0])
-    return _ARCHIVE_SUFFIX.sub("", path.name) or source.key
+@dataclass(frozen=True, kw_only=True)
+class SourceIdentity:
+    name: str
+    version: str | None
+    purl: PackageURL
+
+
+def source_identity(source: Input) -> SourceIdentity:
+    """Name, version and purl of a GPU source, from what the manifest says: a requirement or a wheel's file
+    name is a PyPI package; any other archive or file is known by its name."""
+    if source.kind == "requirement":
+        name, _, version = source.location.partition("==")
+        name = canonicalize_name(name)
+    elif (source.filename or "").endswith(".whl"):
+        parsed = parse_wheel_filename(source.filename)
+        name, version = str(parsed[0]), str(parsed[1])
+    else:
+        name = _ARCHIVE_SUFFIX.sub("", source.filename or "") or source.key
+        return SourceIdentity(name=name, version=None, purl=PackageURL(type="generic", name=name))
+    return SourceIdentity(name=name, version=version, purl=PackageURL(type="pypi", name=name, version=version))
 
 
 # -- §3 the SBOM -----------------------------------------------------------------------------------------------
@@ -417,16 +432,25 @@ def serial_number(manifest: Manifest) -> uuid.UUID:
 
 def member_components(assembly: Assembly, *, manifest: Manifest) -> list[Component]:
     """One component per wheel, model and VC redistributable; the other members as files of a group."""
+    gpu_files = gpu_origins(assembly)
     singles, grouped = [], {}
     for path in sorted(assembly.members):
         member = assembly.members[path]
         single = _single_component(path, member)
         if single is not None:
             singles.append(single)
-        else:
-            grouped.setdefault(_group_key(path), []).append(_file_component(path, member))
+            continue
+        origin = gpu_files.get(path, {})
+        key = f"gpu:{origin['source']}" if origin else _group_key(path)
+        grouped.setdefault(key, []).append(_file_component(path, member, version=origin.get("version")))
     groups = _groups(manifest)
-    return singles + [_group_component(groups[key], files) for key, files in sorted(grouped.items())]
+    return singles + [_group_component(key, groups[key], files) for key, files in sorted(grouped.items())]
+
+
+def gpu_origins(assembly: Assembly) -> dict[str, dict[str, Any]]:
+    """The GPU part's record of each DLL it placed (install path, source key, file version), by bundle path."""
+    files = assembly.record.get("gpu", {}).get("files", [])
+    return {f"payload/{entry['file']}": entry for entry in files}
 
 
 def _single_component(path: str, member: Member) -> Component | None:
@@ -464,9 +488,9 @@ def vc_redist_component(path: str, file: Path, sha256: str) -> Component:
                      hashes=[_sha256(sha256)], properties=_path_property(path))
 
 
-def _file_component(path: str, member: Member) -> Component:
-    return Component(type=ComponentType.FILE, name=path, bom_ref=path, hashes=[_sha256(member.digest)],
-                     properties=_path_property(path))
+def _file_component(path: str, member: Member, *, version: str | None) -> Component:
+    return Component(type=ComponentType.FILE, name=path, version=version, bom_ref=path,
+                     hashes=[_sha256(member.digest)], properties=_path_property(path))
 
 
 GROUP_PREFIXES = (
@@ -479,7 +503,8 @@ GROUP_PREFIXES = (
 
 
 def _group_key(path: str) -> str:
-    """Members that are not a component of their own: whatever is not upstream content is the installer."""
+    """Members that are not a component of their own: whatever is not upstream content is the installer.
+    GPU DLLs the GPU part recorded are grouped by their source; others under payload/gpu/ stay together."""
     return next((key for prefix, key in GROUP_PREFIXES if path.startswith(prefix)), "installer")
 
 
@@ -487,7 +512,8 @@ def _groups(manifest: Manifest) -> dict[str, Group]:
     bundle, ort = manifest.bundle, manifest.ort
     archive = ort.archive
     gpu = manifest.gpu
-    return {
+    by_source = {f"gpu:{s.source.key}": _gpu_source_group(s.source) for s in (gpu.sources if gpu else ())}
+    return by_source | {
         "sdk": Group(name="onnxruntime-sdk", type=ComponentType.LIBRARY, version=ort.version, license=ORT_LICENSE,
                      purl=PackageURL(type="generic", name="onnxruntime", version=ort.version),
                      sha256=archive.sha256[0] if archive else None, sources=_source_names([archive] if archive else [])),
@@ -501,6 +527,13 @@ def _groups(manifest: Manifest) -> dict[str, Group]:
     }
 
 
+def _gpu_source_group(source: Input) -> Group:
+    """A requirement pins one hash per candidate wheel: only a single hash identifies the file used."""
+    identity = source_identity(source)
+    return Group(name=identity.name, type=ComponentType.LIBRARY, version=identity.version, purl=identity.purl,
+                 sha256=source.sha256[0] if len(source.sha256) == 1 else None, sources=_source_names([source]))
+
+
 def _source_names(sources: list[Input]) -> tuple[str, ...]:
     """Where each input came from, without the build machine's paths: a URL or requirement as written, a
     local file by its name only."""
@@ -511,9 +544,9 @@ def _source_names(sources: list[Input]) -> tuple[str, ...]:
     return tuple(named)
 
 
-def _group_component(group: Group, files: list[Component]) -> Component:
+def _group_component(key: str, group: Group, files: list[Component]) -> Component:
     properties = [Property(name=SOURCE_PROPERTY, value=s) for s in group.sources]
-    return Component(type=group.type, name=group.name, version=group.version, bom_ref=f"group:{group.name}",
+    return Component(type=group.type, name=group.name, version=group.version, bom_ref=f"group:{key}",
                      purl=group.purl, hashes=[_sha256(group.sha256)] if group.sha256 else [],
                      licenses=_licenses(group.license), properties=properties, components=files)
 

@@ -195,6 +195,7 @@ def demo_assembly(tmp_path: Path) -> Assembly:
     assembly.add_bytes("payload/sdk/include/onnxruntime_c_api.h", b"/* api */\n")
     assembly.add_bytes("payload/models/net.onnx", b"model bytes")
     assembly.add_bytes("payload/selfcheck/selfcheck.py", b"print('ok')\n")
+    assembly.add_bytes("payload/gpu/zlibwapi.dll", b"placed without a GPU record")
     assembly.add_bytes("install.sh", b"#!/bin/sh\n", executable=True)
     return assembly
 
@@ -242,6 +243,7 @@ def test_sbom_validates_and_lists_every_member(tmp_path: Path) -> None:
     assert {c["name"] for c in sdk["components"]} == {"payload/sdk/LICENSE", "payload/sdk/ThirdPartyNotices.txt",
                                                        "payload/sdk/include/onnxruntime_c_api.h"}
     assert "payload/selfcheck/selfcheck.py" in {c["name"] for c in by_name["ort-bundler-selfcheck"]["components"]}
+    assert [c["name"] for c in by_name["gpu-runtime"]["components"]] == ["payload/gpu/zlibwapi.dll"]
     assert str(tmp_path) not in data.decode("utf-8"), "the build machine's paths must not leak into the SBOM"
     assert SBOM in {c["to"] for c in assembly.copies}
 
@@ -480,9 +482,12 @@ path = "{wheel.as_posix()}"
 sha256 = "{file_sha256(wheel)}"
 include = ["nvidia/cuda_runtime/bin/*.dll"]
 """)
+    version = inspect_pe(cudart).file_version
     assembly = Assembly()
     assembly.add_file("payload/gpu/cudart64_110.dll", cudart, file_sha256(cudart))
     assembly.add_file("payload/vc_redist/VC_redist.x64.exe", cudart, file_sha256(cudart))
+    assembly.record["gpu"] = {"files": [{"file": "gpu/cudart64_110.dll", "sha256": file_sha256(cudart),
+                                         "source": "gpu.sources[0]", "version": version}]}
     add_licenses(assembly, manifest=manifest, files={"gpu.sources[0]": wheel}, work=tmp_path / "w")
     assert assembly.record["licenses"] == [{"component": "nvidia-cuda-runtime-cu11",
                                             "files": ["licenses/nvidia-cuda-runtime-cu11/License.txt"],
@@ -493,12 +498,13 @@ include = ["nvidia/cuda_runtime/bin/*.dll"]
     assert_valid_cyclonedx(data)
     document = json.loads(data)
     by_name = {c["name"]: c for c in document["components"]}
-    gpu = by_name["gpu-runtime"]
-    assert gpu["version"] == "cuda-11.8+cudnn-8.6"
-    assert [c["name"] for c in gpu["components"]] == ["payload/gpu/cudart64_110.dll"]
-    assert gpu["properties"] == [{"name": "ort-bundler:source",
-                                  "value": f"gpu.sources[0]: {wheel.name} sha256:{file_sha256(wheel)}"}]
+    source = by_name["nvidia-cuda-runtime-cu11"]
+    assert (source["version"], source["purl"]) == ("11.8.89", "pkg:pypi/nvidia-cuda-runtime-cu11@11.8.89")
+    assert source["hashes"] == [{"alg": "SHA-256", "content": file_sha256(wheel)}]
+    assert [(c["name"], c["version"]) for c in source["components"]] == [("payload/gpu/cudart64_110.dll", version)]
+    assert source["properties"] == [{"name": "ort-bundler:source",
+                                     "value": f"gpu.sources[0]: {wheel.name} sha256:{file_sha256(wheel)}"}]
+    assert "gpu-runtime" not in by_name
     redist = by_name["VC_redist.x64.exe"]
-    version = inspect_pe(cudart).file_version
     assert version is not None and redist["version"] == version
     assert str(wheel.parent) not in data.decode("utf-8")
