@@ -1,0 +1,334 @@
+"""The Windows runtime tier through the generated `run.cmd` (issue 7 §2–§5).
+
+A real win_amd64 bundle is built from the quickstart manifest with the native probe as its `[launch]
+program`, laid out as an install folder by the bundle's own install plan, and started through the
+generated `run.cmd` under `wine64 cmd`. The probe then reports which `onnxruntime.dll` it really got and
+what the bundled models computed, which is compared with the reference the build recorded in bundle.json
+using the Linux onnxruntime of the same version.
+
+The one stand-in is the installer itself: install.ps1 cannot run here, so `lay_out_windows_install`
+executes the same install-plan.json with the functions install.sh uses (`bundler.target.plan`), and
+replaces `python -m venv` + `pip install` by unpacking the bundle's onnxruntime wheel into the venv's
+site-packages. Everything the launcher and the probe touch comes from the built bundle.
+
+The tests without Wine at the end cover the program entry point in the other launchers: run.sh runs for
+real, run.ps1 is parsed as Windows PowerShell 5.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tomllib
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import MANIFESTS, ORT_VERSION, run_cli
+from native_fixtures import (  # noqa: F401  (fixtures)
+    DECOY_ORT_VERSION,
+    ProbeExit,
+    ProbeReport,
+    ort_win_capi,
+    ortprobe_exe,
+    write_path_cmd,
+)
+from test_scripts_windows import parse_problems, powershell7_constructs
+from wine import Wine, mingw_gcc, wine  # noqa: F401  (fixtures)
+
+from bundler.errors import BuildError
+from bundler.hashing import file_sha256
+from bundler.render import INSTALL_EXIT_CODES, EntryPoint, ScriptContext, render_scripts
+from bundler.target import synth
+from bundler.target.plan import apply_copies, load_plan, site_packages_files
+
+#: Below the venv folder of install-plan.json, where `python -m venv` on Windows puts site-packages.
+WINDOWS_SITE_PACKAGES = "Lib/site-packages"
+#: The install folder's parent: spaces and '&' in the path, as issue 7 §5 asks (every Wine test uses it).
+HOSTILE_PARENT = "ort apps & tools"
+
+
+# --- §2: the install layout, executed from the bundle's plan ---------------------------------------------
+
+
+def unpack_ort_wheel_standin(wheel: Path, site_packages: Path) -> None:
+    """Stand-in for `python -m venv` + `pip install`: only the onnxruntime wheel, unpacked as pip lays out a
+    root-is-purelib wheel (its `.data` folder aside). The probe needs nothing else from the environment."""
+    with zipfile.ZipFile(wheel) as archive:
+        members = [name for name in archive.namelist() if not name.split("/", 1)[0].endswith(".data")]
+        archive.extractall(site_packages, members=members)
+
+
+def lay_out_windows_install(bundle_root: Path, install_root: Path) -> dict:
+    """Stand-in for install.ps1, named as such: executes the bundle's install-plan.json, nothing hand-written."""
+    plan = load_plan(bundle_root)
+    bundle = json.loads((bundle_root / "bundle.json").read_text(encoding="utf-8"))
+    apply_copies(plan, bundle_root, install_root)
+    site_packages = install_root / plan["venv"]["dir"] / WINDOWS_SITE_PACKAGES
+    unpack_ort_wheel_standin(bundle_root / plan["venv"]["wheels"] / bundle["ort"]["wheel"], site_packages)
+    site_packages_files(plan, bundle_root, site_packages)
+    return plan
+
+
+@dataclass(frozen=True, kw_only=True)
+class Install:
+    """A laid-out install folder and what the bundle says about it."""
+
+    root: Path
+    plan: dict
+    bundle: dict
+
+    @property
+    def run_cmd(self) -> Path:
+        return self.root / "run.cmd"
+
+    @property
+    def program(self) -> Path:
+        return self.root / self.bundle["entry_point"]["program"]
+
+    @property
+    def ort_dll(self) -> Path:
+        """The onnxruntime.dll in the plan's DLL folders: the one a launched program must load."""
+        [dll] = [self.root / folder / "onnxruntime.dll" for folder in self.plan["dll_dirs"]
+                 if (self.root / folder / "onnxruntime.dll").is_file()]
+        return dll
+
+
+def probe_manifest(folder: Path, probe: Path) -> Path:
+    """The quickstart-win manifest with `[launch]` replaced by the probe as the program, beside its inputs."""
+    source = MANIFESTS / "quickstart-win.toml"
+    text = source.read_text(encoding="utf-8")
+    parsed = tomllib.loads(text)
+    assert list(parsed)[-1] == "launch", f"{source.name} must end with its [launch] table"
+    folder.mkdir(parents=True)
+    for relative in [parsed["python"]["lock"], *(model["path"] for model in parsed["models"])]:
+        (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(MANIFESTS / relative, folder / relative)
+    shutil.copyfile(probe, folder / probe.name)
+    launch = f'[launch]\nprogram = {{ path = "{probe.name}", sha256 = "{file_sha256(probe)}" }}\n'
+    manifest = folder / source.name
+    manifest.write_text(text[: text.index("\n[launch]") + 1] + launch, encoding="utf-8")
+    return manifest
+
+
+@pytest.fixture(scope="module")
+def probe_bundle(tmp_path_factory: pytest.TempPathFactory, bundler_cache: Path, ortprobe_exe: Path) -> Path:  # noqa: F811
+    """The built and extracted bundle; fetching adds only the probe to the shared cache."""
+    work = tmp_path_factory.mktemp("probe-bundle")
+    manifest = probe_manifest(work / "manifest", ortprobe_exe)
+    run_cli("fetch", "-q", "--cache", str(bundler_cache), str(manifest))
+    run_cli("build", "-q", "--cache", str(bundler_cache), "-o", str(work / "dist"), str(manifest))
+    [archive] = (work / "dist").glob("*.zip")
+    with zipfile.ZipFile(archive) as bundle_zip:
+        bundle_zip.extractall(work / "extracted")
+    [bundle_root] = (work / "extracted").iterdir()
+    return bundle_root
+
+
+@pytest.fixture(scope="module")
+def install(tmp_path_factory: pytest.TempPathFactory, probe_bundle: Path) -> Install:
+    root = tmp_path_factory.mktemp("win-install") / HOSTILE_PARENT / "quickstart-win"
+    plan = lay_out_windows_install(probe_bundle, root)
+    return Install(root=root, plan=plan, bundle=json.loads((root / "bundle.json").read_text(encoding="utf-8")))
+
+
+def quoted(wine: Wine, path: Path) -> str:  # noqa: F811
+    return f'"{wine.to_windows(path)}"'
+
+
+def same_windows_path(reported: str | None, expected: str) -> bool:
+    return reported is not None and reported.lower() == expected.lower()
+
+
+# --- §3: through the real launcher ------------------------------------------------------------------------
+
+
+def model_arguments(wine: Wine, install: Install) -> list[str]:  # noqa: F811
+    """The installed identity model, then every bundled model with the shapes the build fed it."""
+    args = ["--check-identity", quoted(wine, install.root / install.bundle["selfcheck"]["identity_model"])]
+    for model in install.bundle["models"]:
+        for name, dims in model["shapes"].items():
+            args += ["--shape", f"{name}={','.join(str(d) for d in dims)}"]
+        args.append(quoted(wine, install.root / model["file"]))
+    return args
+
+
+@pytest.mark.wine
+@pytest.mark.integration
+def test_the_plan_installs_the_program_and_the_bundles_own_dll(install: Install, probe_bundle: Path,
+                                                               ortprobe_exe: Path) -> None:  # noqa: F811
+    assert file_sha256(install.program) == file_sha256(ortprobe_exe)
+    with zipfile.ZipFile(probe_bundle / install.plan["venv"]["wheels"] / install.bundle["ort"]["wheel"]) as wheel:
+        assert wheel.read("onnxruntime/capi/onnxruntime.dll") == install.ort_dll.read_bytes()
+    assert install.run_cmd.is_file() and install.bundle["models"], "the quickstart ships a launcher and a model"
+
+
+@pytest.mark.wine
+@pytest.mark.integration
+def test_run_cmd_starts_the_program_on_the_installed_ort_and_every_bundled_model_matches_its_reference(
+        wine: Wine, install: Install, tmp_path: Path) -> None:  # noqa: F811
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    result = wine.cmd(install.run_cmd, "--expect-version", ORT_VERSION, "--dump", quoted(wine, dump),
+                      *model_arguments(wine, install))
+
+    assert result.returncode == ProbeExit.OK, result.stdout + result.stderr
+    report = ProbeReport.parse(result.stdout)
+    assert same_windows_path(report.module, wine.to_windows(install.ort_dll))
+    assert report.version == ORT_VERSION == install.bundle["ort"]["version"]
+    identity, *models = report.models
+    assert same_windows_path(identity.path, wine.to_windows(install.root / "selfcheck" / "identity.onnx"))
+    assert identity.identity == "exact"
+    for index, (record, run) in enumerate(zip(install.bundle["models"], models, strict=True), start=1):
+        reference = record["reference"]
+        assert same_windows_path(run.path, wine.to_windows(install.root / record["file"]))
+        assert {t.name: t.sha256 for t in run.inputs} == reference["inputs"], "the probe fed other bytes than the build"
+        assert [t.name for t in run.outputs] == list(reference["outputs"])
+        for position, tensor in enumerate(run.outputs):
+            recorded = reference["outputs"][tensor.name]
+            value = np.fromfile(dump / f"{index}_{position}.bin", dtype=np.dtype(recorded["dtype"]).newbyteorder("<"))
+            value = value.reshape(tensor.shape)
+            assert synth.output_digest(value) == tensor.sha256, "the dump is not what the probe digested"
+            # Equal digests pass at once; otherwise the recorded values decide within the recorded tolerance.
+            assert synth.compare_output(tensor.name, value, recorded, rtol=reference["rtol"],
+                                        atol=reference["atol"]) is None
+
+
+# --- §4: shadowing ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.wine
+@pytest.mark.integration
+def test_a_decoy_ort_first_on_the_callers_path_loads_only_without_the_launcher(
+        wine: Wine, install: Install, ort_win_capi, tmp_path: Path) -> None:  # noqa: F811
+    decoy = ort_win_capi(DECOY_ORT_VERSION)
+    identity = quoted(wine, install.root / "selfcheck" / "identity.onnx")
+    through_launcher = write_path_cmd(tmp_path / "launcher.cmd", wine=wine, target=install.run_cmd, path_first=[decoy])
+    direct = write_path_cmd(tmp_path / "direct.cmd", wine=wine, target=install.program, path_first=[decoy])
+
+    launched = wine.cmd(through_launcher, "--check-identity", identity)
+    bare = wine.cmd(direct, "--check-identity", identity)
+
+    assert launched.returncode == ProbeExit.OK, launched.stdout + launched.stderr
+    launched_report = ProbeReport.parse(launched.stdout)
+    assert same_windows_path(launched_report.module, wine.to_windows(install.ort_dll))
+    assert launched_report.version == ORT_VERSION
+    assert bare.returncode == ProbeExit.OK, bare.stdout + bare.stderr
+    bare_report = ProbeReport.parse(bare.stdout)
+    assert same_windows_path(bare_report.module, wine.to_windows(decoy / "onnxruntime.dll"))
+    assert bare_report.version == DECOY_ORT_VERSION
+
+
+# --- §5: paths, arguments, exit codes ---------------------------------------------------------------------
+
+
+@pytest.mark.wine
+@pytest.mark.integration
+def test_run_cmd_in_a_folder_with_spaces_and_ampersand_passes_arguments_environment_and_exit_code(
+        wine: Wine, install: Install, tmp_path: Path) -> None:  # noqa: F811
+    assert " " in str(install.root) and "&" in str(install.root)
+    cache = tmp_path / "cache & temp"
+    result = wine.cmd(install.run_cmd, '"say \\"hi\\" & bye"', "--echo-args", "--echo-env", "PATH", "--echo-env", "TEMP",
+                      "--echo-env", "PYTHONNOUSERSITE", "--exit", "42", '"two words"', '""', '"a & b | c"', "plain",
+                      env={"ORT_BUNDLE_CACHE_DIR": wine.to_windows(cache)})
+
+    assert result.returncode == 42, result.stdout + result.stderr
+    report = ProbeReport.parse(result.stdout)
+    assert report.args == ('say "hi" & bye', "--echo-args", "--echo-env", "PATH", "--echo-env", "TEMP",
+                           "--echo-env", "PYTHONNOUSERSITE", "--exit", "42", "two words", "", "a & b | c", "plain")
+    dll_dirs = "".join(f"{wine.to_windows(install.root / folder)};" for folder in install.plan["dll_dirs"])
+    assert (report.env["PATH"] or "").startswith(dll_dirs), report.env["PATH"]
+    assert report.env["TEMP"] == f"{wine.to_windows(cache)}\\tmp" and (cache / "tmp").is_dir()
+    assert report.env["PYTHONNOUSERSITE"] == "1"
+
+
+@pytest.mark.wine
+@pytest.mark.integration
+def test_run_cmd_self_check_still_runs_python_not_the_program(wine: Wine, install: Install) -> None:  # noqa: F811
+    result = wine.cmd(install.run_cmd, "--self-check")
+
+    assert result.returncode == INSTALL_EXIT_CODES["prerequisite"], result.stdout + result.stderr
+    python = wine.to_windows(install.root / "venv" / "Scripts" / "python.exe")
+    assert f'"{python}" was not found' in result.stdout + result.stderr
+    assert ProbeReport.parse(result.stdout).args == () and "module:" not in result.stdout
+
+
+# --- the program entry point in every launcher, without a bundle ------------------------------------------
+
+
+def program_context(platform: str, program: str) -> ScriptContext:
+    windows = platform == "win_amd64"
+    return ScriptContext(
+        name="demo", version="1.2.3", platform=platform, python="3.11", vc_runtime_min=None, vc_redist=None,
+        gpu_dll_dirs=(), gpu_preload=(),
+        dll_dirs=("venv/Lib/site-packages/onnxruntime/capi" if windows else "venv/lib/python3.11/site-packages/onnxruntime/capi",),
+        entry_point=EntryPoint(kind="program", value=program), cache_dir=None, env={"APP_MODE": "fast & quiet"},
+        default_install_dir="C:\\ort\\demo" if windows else "/opt/demo")
+
+
+@pytest.mark.wine
+def test_run_cmd_without_its_program_is_a_prerequisite_failure(wine: Wine, tmp_path: Path) -> None:  # noqa: F811
+    root = tmp_path / "a & b"
+    root.mkdir()
+    (root / "run.cmd").write_bytes(render_scripts(program_context("win_amd64", "app/tool.exe"))["payload/launchers/run.cmd"])
+    result = wine.cmd(root / "run.cmd", "x")
+
+    assert result.returncode == INSTALL_EXIT_CODES["prerequisite"], result.stdout + result.stderr
+    assert f'"{wine.to_windows(root)}\\app\\tool.exe" was not found' in result.stdout + result.stderr
+
+
+PROGRAM_SH = """#!/bin/sh
+for arg in "$@"; do printf 'ARG [%s]\\n' "$arg"; done
+printf 'LD_LIBRARY_PATH=%s\\nTMPDIR=%s\\nAPP_MODE=%s\\n' "$LD_LIBRARY_PATH" "$TMPDIR" "$APP_MODE"
+exit 7
+"""
+
+
+def test_run_sh_starts_a_program_entry_point_without_python(tmp_path: Path) -> None:
+    root = tmp_path / "a b & c"
+    context = program_context("linux_x86_64", "app/tool")
+    run_sh = root / "run.sh"
+    root.mkdir()
+    run_sh.write_bytes(render_scripts(context)["payload/launchers/run.sh"])
+    program = root / "app" / "tool"
+    program.parent.mkdir()
+    program.write_text(PROGRAM_SH, encoding="utf-8")
+    program.chmod(0o755)
+    env = {**os.environ, "ORT_BUNDLE_CACHE_DIR": str(tmp_path / "cache"), "LD_LIBRARY_PATH": "/caller/lib"}
+
+    result = subprocess.run(["sh", str(run_sh), "two words", 'say "hi"', "", "$HOME"], env=env,
+                            capture_output=True, text=True, check=False)
+
+    assert result.returncode == 7, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:4] == ["ARG [two words]", 'ARG [say "hi"]', "ARG []", "ARG [$HOME]"]
+    assert f"LD_LIBRARY_PATH={root}/{context.dll_dirs[0]}:/caller/lib" in lines
+    assert f"TMPDIR={tmp_path}/cache/tmp" in lines and "APP_MODE=fast & quiet" in lines
+    self_check = subprocess.run(["sh", str(run_sh), "--self-check"], env=env, capture_output=True, text=True, check=False)
+    assert self_check.returncode == INSTALL_EXIT_CODES["prerequisite"]
+    assert f"{root}/venv/bin/python was not found" in self_check.stderr and "ARG" not in self_check.stdout
+
+
+def test_run_ps1_and_readme_for_a_program_entry_point() -> None:
+    scripts = render_scripts(program_context("win_amd64", "app/tool.exe"))
+    run_ps1 = scripts["payload/launchers/run.ps1"]
+
+    assert parse_problems(run_ps1) == [] and powershell7_constructs(run_ps1) == []
+    assert b"$program = Join-Path $Root 'app\\tool.exe'" in run_ps1
+    readme = scripts["README-INSTALL.txt"].decode("utf-8")
+    assert "starts the program app\\tool.exe (below the install folder) directly" in readme
+
+
+@pytest.mark.parametrize(("platform", "program", "problem"), [
+    ("win_amd64", "app/tool.py", "[launch] program 'app/tool.py' must be a .exe file on Windows"),
+    ("win_amd64", "../tool.exe", "[launch] program '../tool.exe' must not contain empty, '.' or '..' parts"),
+    ("linux_x86_64", "app/to&ol", "[launch] program 'app/to&ol' must be printable ASCII without shell metacharacters"),
+])
+def test_an_unsafe_program_path_is_refused(platform: str, program: str, problem: str) -> None:
+    with pytest.raises(BuildError) as caught:
+        render_scripts(program_context(platform, program))
+    assert problem in str(caught.value)
