@@ -338,7 +338,8 @@ def load_order(dlls: Sequence[GpuDll]) -> list[GpuDll]:
             if not needs[user]:
                 heapq.heappush(ready, (_rank(user), user))
     if len(order) != len(by_name):
-        cycle = sorted(set(by_name) - {dll.name.lower() for dll in order})
+        done = {dll.name.lower() for dll in order}
+        cycle = sorted(dll.name for dll in dlls if dll.name.lower() not in done)
         msg = f"[gpu]: {', '.join(cycle)} import each other in a cycle, expected DLLs that can be loaded one by one"
         raise BuildError(msg)
     return order
