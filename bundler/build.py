@@ -36,7 +36,7 @@ class Assembly:
     record: dict[str, Any] = field(default_factory=dict)
     copies: list[dict[str, str]] = field(default_factory=list)
     site_packages_files: list[dict[str, str]] = field(default_factory=list)
-    binaries: dict[str, Path] | None = None  # every PE file, once extracted (see windows.payload_binaries)
+    binaries: dict[str, dict[str, Path]] = field(default_factory=dict)  # member → its PE files (windows.payload_binaries)
 
     def add_file(self, path: str, source: Path, sha256: str, *, executable: bool = False) -> None:
         self._check_new(path)

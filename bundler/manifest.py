@@ -73,6 +73,7 @@ class Ort:
     wheel: Input | None
     capi: Input | None
     dependencies: tuple[str, ...] | None
+    allow_unsigned: bool  # the ORT binaries are a custom build without a vendor signature
 
     @property
     def python_source(self) -> Input | None:
@@ -89,6 +90,7 @@ class Python:
 class VcRedist:
     source: Input
     min_version: str | None
+    allow_unsigned: bool  # a redistributable repackaged by the user's organisation, without Microsoft's signature
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,9 +152,9 @@ SECTIONS = {"bundle", "ort", "python", "vc_redist", "gpu", "models", "launch"}
 INPUT_KEYS = {"url", "path", "requirement", "sha256"}
 KEYS = {
     "bundle": {"name", "version", "platform", "python", "source_date_epoch"},
-    "ort": {"version", "archive", "wheel", "capi", "dependencies"},
+    "ort": {"version", "archive", "wheel", "capi", "dependencies", "allow_unsigned"},
     "python": {"lock", "requirements"},
-    "vc_redist": INPUT_KEYS | {"min_version"},
+    "vc_redist": INPUT_KEYS | {"min_version", "allow_unsigned"},
     "gpu": {"cuda", "cudnn", "sources"},
     "gpu.sources": INPUT_KEYS | {"include"},
     "models": INPUT_KEYS | {"name", "shapes"},
@@ -301,9 +303,13 @@ def _ort(table: Mapping[str, Any] | None, base: Path, problems: _Problems) -> Or
                 problems.found(f"ort.{key}.requirement", source.location, "an onnxruntime distribution")
             elif str(req.specifier) != f"=={version}":
                 problems.found(f"ort.{key}.requirement", source.location, f"'{req.name}=={version}' to match ort.version")
+    allow_unsigned = table.get("allow_unsigned", False)
+    if not isinstance(allow_unsigned, bool):
+        problems.found("ort.allow_unsigned", allow_unsigned, "true or false")
     if version is None:
         return None
-    return Ort(version=version, archive=archive, wheel=wheel, capi=capi, dependencies=dependencies)
+    return Ort(version=version, archive=archive, wheel=wheel, capi=capi, dependencies=dependencies,
+               allow_unsigned=allow_unsigned is True)
 
 
 def _check_wheel_serves(ort: Ort, bundle: Bundle, problems: _Problems) -> None:
@@ -364,7 +370,10 @@ def _vc_redist(data: Mapping[str, Any], base: Path, problems: _Problems) -> VcRe
     source = _input(table, "vc_redist", base, problems, embedded=True)
     min_version = _string(table, "min_version", "vc_redist", problems, required=False,
                           pattern=re.compile(r"^14\.\d+\.\d+(\.\d+)?$"), expected="a version such as '14.40.33810'")
-    return VcRedist(source=source, min_version=min_version) if source else None
+    allow_unsigned = table.get("allow_unsigned", False)
+    if not isinstance(allow_unsigned, bool):
+        problems.found("vc_redist.allow_unsigned", allow_unsigned, "true or false")
+    return VcRedist(source=source, min_version=min_version, allow_unsigned=allow_unsigned is True) if source else None
 
 
 def _gpu(data: Mapping[str, Any], base: Path, problems: _Problems) -> Gpu | None:

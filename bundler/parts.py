@@ -24,6 +24,7 @@ from .lock import Lock, LockedWheel, requirements_txt
 from .manifest import Manifest
 from .modelgate import ModelInput, gate_models, identity_model_bytes, selfcheck_script_bytes
 from .sdk import add_sdk
+from .provenance import add_licenses, add_sbom, check_signatures
 from .render import PLAN_HELPER, EntryPoint, ScriptContext, render_scripts
 from .windows import add_vc_redist, check_windows
 from .wheelbuild import build_wheel, read_capi, verify_official_wheel
@@ -42,6 +43,9 @@ def add_all(assembly: Assembly, *, manifest: Manifest, lock: Lock | None, files:
     add_models(assembly, manifest=manifest, files=files, work=work, cache=cache)
     entry_point = add_entry_point(assembly, manifest=manifest, files=files)
     add_scripts(assembly, manifest=manifest, entry_point=entry_point)
+    check_signatures(assembly, manifest=manifest, work=work)
+    add_licenses(assembly, manifest=manifest, files=files, work=work)
+    add_sbom(assembly, manifest=manifest)  # last: it describes every member, licences included
 
 
 # -- the Python environment ---------------------------------------------------------------------------

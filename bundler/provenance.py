@@ -31,7 +31,8 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from . import __version__
 from .archives import SafeArchive, is_archive
-from .errors import BuildError, ManifestError
+from .windows import payload_binaries
+from .errors import BuildError
 from .hashing import file_sha256
 from .manifest import Input, Manifest
 from .pe import inspect_pe
@@ -114,7 +115,8 @@ def wheel_license(name: str, metadata: Message) -> str | None:
 
 @dataclass(frozen=True, kw_only=True)
 class SigningRule:
-    """What a binary's signature must show. `relaxable` rules give way to `[ort] allow_unsigned`."""
+    """What a binary's signature must show. `relaxable` rules give way to `[ort] allow_unsigned`; the
+    VC_redist rule only to `[vc_redist] allow_unsigned` (an organisation's own repackaged redistributable)."""
 
     expected_signer: str | None
     relaxable: bool
@@ -132,7 +134,7 @@ def signing_rule(name: str) -> SigningRule:
     by Microsoft, wherever the manifest fetched it from: a requirement may be served by a private index and a
     path may hold the official wheel, so the source does not decide. An ORT binary is held to Microsoft's
     signature unless the manifest declares a custom build with `[ort] allow_unsigned = true`. VC_redist is
-    always Microsoft's. Everything else (NVIDIA's unsigned cudart64_110.dll, numpy's extension modules) is
+    Microsoft's unless `[vc_redist] allow_unsigned = true` says it was repackaged. Everything else (NVIDIA's unsigned cudart64_110.dll, numpy's extension modules) is
     reported only, unless it carries a signature that does not verify.
     """
     base = PurePosixPath(name).name
@@ -157,15 +159,6 @@ def signature_problem(evidence: SignatureEvidence, rule: SigningRule) -> str | N
     return None
 
 
-def allows_unsigned(manifest: Manifest) -> bool:
-    """`[ort] allow_unsigned`: the manifest's statement that its ORT binaries are a custom, unsigned build."""
-    value = (manifest.raw.get("ort") or {}).get("allow_unsigned", False)
-    if not isinstance(value, bool):
-        msg = f"{manifest.path.name}: ort.allow_unsigned: found {value!r}, expected true or false"
-        raise ManifestError(msg)
-    return value
-
-
 @dataclass(frozen=True, kw_only=True)
 class PeFile:
     label: str  # the bundle path, or "wheel:<wheel>!<member>"
@@ -175,14 +168,16 @@ class PeFile:
 
 def check_signatures(assembly: Assembly, *, manifest: Manifest, work: Path) -> None:
     """Record the Authenticode evidence of every PE file in the bundle and enforce the signing rules."""
-    allowed = allows_unsigned(manifest)
+    allowed_ort = manifest.ort.allow_unsigned
+    allowed_vc = bool(manifest.vc_redist and manifest.vc_redist.allow_unsigned)
     installed = _install_paths(assembly)
     records, problems = [], []
     for pe in _pe_files(assembly, work=work):
         evidence = signature_evidence(pe.file, label=pe.label)
         rule = signing_rule(pe.label)
         problem = signature_problem(evidence, rule)
-        if problem and not (rule.relaxable and allowed):
+        relaxed = allowed_vc if rule is VC_REDIST_RULE else rule.relaxable and allowed_ort
+        if problem and not relaxed:
             problems.append(problem)
         records.append(_signature_record(evidence, pe, rule, installed=installed, allowed=bool(problem)))
     if problems:
@@ -216,11 +211,14 @@ def _install_paths(assembly: Assembly) -> dict[str, str]:
 
 
 def _pe_files(assembly: Assembly, *, work: Path) -> Iterator[PeFile]:
+    """DLLs and PYDs as the DLL closure extracted them (once), then the executables."""
+    for label, file in payload_binaries(assembly, work).items():
+        bundle_path, _, member = label.partition("!")
+        name = f"wheel:{PurePosixPath(bundle_path).name}!{member}" if member else label
+        yield PeFile(label=name, bundle_path=bundle_path, file=file)
     for path in sorted(assembly.members):
-        if path.lower().endswith(PE_SUFFIXES):
+        if path.lower().endswith(".exe"):
             yield PeFile(label=path, bundle_path=path, file=_readable(assembly.members[path], work=work))
-    for path, wheel in bundled_wheels(assembly):
-        yield from _wheel_pe_files(path, wheel, work=work / "signatures" / wheel.name)
 
 
 def _readable(member: Member, *, work: Path) -> Path:
@@ -232,15 +230,6 @@ def _readable(member: Member, *, work: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(member.data)
     return target
-
-
-def _wheel_pe_files(bundle_path: str, wheel: Path, *, work: Path) -> Iterator[PeFile]:
-    with SafeArchive.open(wheel, label=bundle_path) as archive:
-        names = sorted(e.name for e in archive.entries if not e.is_dir and e.name.lower().endswith(PE_SUFFIXES))
-        if names:
-            archive.extract(work, members=names)
-    for name in names:
-        yield PeFile(label=f"wheel:{wheel.name}!{name}", bundle_path=bundle_path, file=work.joinpath(*name.split("/")))
 
 
 # -- §4 licence and notice files ---------------------------------------------------------------------------

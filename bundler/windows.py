@@ -26,23 +26,33 @@ PE_SUFFIXES = (".dll", ".pyd")
 
 
 def payload_binaries(assembly: Assembly, work: Path) -> dict[str, Path]:
-    """Every PE file of the bundle (label → file on disk), wheels opened once and their binaries extracted.
+    """Every DLL/PYD of the bundle (label → file on disk); each wheel is opened and extracted only once.
 
-    Labels are bundle paths, or `<wheel>!<member>` for a binary inside a wheel. The result is kept on the
-    assembly so later checks (signatures) reuse the extraction instead of reading the wheels again.
+    Labels are bundle paths, or `<wheel bundle path>!<member>` for a binary inside a wheel. What was
+    extracted is remembered per member on the assembly, so later checks (signatures) reuse it, and a
+    member added after an earlier call is still found.
     """
-    if assembly.binaries is not None:
-        return assembly.binaries
     found: dict[str, Path] = {}
     for name, member in sorted(assembly.members.items()):
-        if member.source is None:
-            continue
-        if name.lower().endswith(PE_SUFFIXES):
-            found[name] = member.source
-        elif name.endswith(".whl"):
-            found.update(_wheel_binaries(name, member.source, work / "pe" / PurePosixPath(name).name))
-    assembly.binaries = found
+        if name not in assembly.binaries:
+            if name.lower().endswith(PE_SUFFIXES):
+                assembly.binaries[name] = {name: member.source or _written(member.data, work / "pe" / name)}
+            elif member.source is None:
+                assembly.binaries[name] = {}
+            elif name.endswith(".whl"):
+                assembly.binaries[name] = _wheel_binaries(name, member.source, work / "pe" / PurePosixPath(name).name)
+            else:
+                assembly.binaries[name] = {}
+        found.update(assembly.binaries[name])
     return found
+
+
+def _written(data: bytes | None, path: Path) -> Path:
+    """A generated binary, written out so it can be inspected like any other file."""
+    assert data is not None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
 
 
 def _wheel_binaries(name: str, wheel: Path, dest: Path) -> dict[str, Path]:

@@ -99,6 +99,8 @@ BAD = {
                   ["bundle.source_date_epoch: found 12, expected whole seconds since 1970 between 1980 and 2100"]),
     "bad extra requirement": (GOOD.replace('lock = "app.lock.toml"', 'lock = "app.lock.toml"\nrequirements = ["numpy>>"]'),
                               ["python.requirements[0]: found 'numpy>>', expected a requirement such as 'numpy>=1.21'"]),
+    "allow_unsigned not a boolean": (GOOD.replace('version = "1.23.1"', 'version = "1.23.1"\nallow_unsigned = "yes"'),
+                                     ["ort.allow_unsigned: found 'yes', expected true or false"]),
     "gpu without sources": (GOOD + '\n[gpu]\ncuda = "11.8"\ncudnn = "8.6"\n',
                             ["gpu.sources: found [], expected a non-empty array of tables [[gpu.sources]]"]),
 }

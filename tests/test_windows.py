@@ -40,13 +40,17 @@ def vc_redist_stand_in(gcc: str, tmp_path: Path, version: str) -> Path:
     return exe
 
 
-def manifest_with_vc_redist(tmp_path: Path, exe: Path, min_version: str | None = None) -> Path:
+def manifest_with_vc_redist(tmp_path: Path, exe: Path, min_version: str | None = None, *,
+                            allow_unsigned: bool = True) -> Path:
+    """The win quickstart plus [vc_redist]; the stand-in is unsigned, so by default the manifest allows that."""
     folder = tmp_path / "manifests"
     shutil.copytree(MANIFESTS, folder, ignore=shutil.ignore_patterns("__pycache__"))
     manifest = folder / "quickstart-win.toml"
     extra = f'\n[vc_redist]\npath = "{exe}"\nsha256 = "{hashlib.sha256(exe.read_bytes()).hexdigest()}"\n'
     if min_version:
         extra += f'min_version = "{min_version}"\n'
+    if allow_unsigned:
+        extra += "allow_unsigned = true\n"
     manifest.write_text(manifest.read_text() + extra)
     return manifest
 
@@ -86,6 +90,13 @@ def test_vc_redist_is_checked_against_the_minimum(bundler_cache: Path, tmp_path:
     run_cli("build", "-q", "--cache", str(bundler_cache), "-o", str(tmp_path / "out"), str(manifest))
     record = bundle_json(tmp_path / "out" / f"{STEM}.zip")
     assert record["vc_redist"]["version"] == "14.50.35719.0"
+    vc = [s for s in record["signatures"] if s["bundle_path"] == "payload/vc_redist/VC_redist.x64.exe"]
+    assert vc and not vc[0]["signed"] and vc[0]["allowed_by_manifest"]
+
+    strict = manifest_with_vc_redist(tmp_path / "c", new, allow_unsigned=False)
+    proc = run_cli("build", "--cache", str(bundler_cache), "-o", str(tmp_path / "out2"), str(strict), check=False)
+    assert proc.returncode == 7
+    assert "VC_redist.x64.exe: carries no Authenticode signature; expected one by Microsoft" in proc.stderr
     with zipfile.ZipFile(tmp_path / "out" / f"{STEM}.zip") as archive:
         assert f"{STEM}/payload/vc_redist/VC_redist.x64.exe" in archive.namelist()
 
