@@ -265,7 +265,7 @@ def program_context(platform: str, program: str) -> ScriptContext:
     return ScriptContext(
         name="demo", version="1.2.3", platform=platform, python="3.11", vc_runtime_min=None, vc_redist=None,
         gpu_dll_dirs=(), gpu_preload=(),
-        dll_dirs=("venv/Lib/site-packages/onnxruntime/capi" if windows else "venv/lib/python3.11/site-packages/onnxruntime/capi",),
+        dll_dirs=(f"venv/{'Lib' if windows else 'lib/python3.11'}/site-packages/onnxruntime/capi",),
         entry_point=EntryPoint(kind="program", value=program), cache_dir=None, env={"APP_MODE": "fast & quiet"},
         default_install_dir="C:\\ort\\demo" if windows else "/opt/demo")
 
@@ -274,7 +274,8 @@ def program_context(platform: str, program: str) -> ScriptContext:
 def test_run_cmd_without_its_program_is_a_prerequisite_failure(wine: Wine, tmp_path: Path) -> None:  # noqa: F811
     root = tmp_path / "a & b"
     root.mkdir()
-    (root / "run.cmd").write_bytes(render_scripts(program_context("win_amd64", "app/tool.exe"))["payload/launchers/run.cmd"])
+    scripts = render_scripts(program_context("win_amd64", "app/tool.exe"))
+    (root / "run.cmd").write_bytes(scripts["payload/launchers/run.cmd"])
     result = wine.cmd(root / "run.cmd", "x")
 
     assert result.returncode == INSTALL_EXIT_CODES["prerequisite"], result.stdout + result.stderr
@@ -319,8 +320,8 @@ def test_run_ps1_and_readme_for_a_program_entry_point() -> None:
 
     assert parse_problems(run_ps1) == [] and powershell7_constructs(run_ps1) == []
     assert b"$program = Join-Path $Root 'app\\tool.exe'" in run_ps1
-    readme = scripts["README-INSTALL.txt"].decode("utf-8")
-    assert "starts the program app\\tool.exe (below the install folder) directly" in readme
+    readme = scripts["README-INSTALL.txt"].decode("utf-8").replace("\r\n", "\n")
+    assert "starts the program app\\tool.exe (below the install folder) directly, with the\narguments" in readme
 
 
 @pytest.mark.parametrize(("platform", "program", "problem"), [
