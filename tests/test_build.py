@@ -94,12 +94,14 @@ def test_sigkilled_build_leaves_no_zip_and_the_next_build_succeeds(bundler_cache
     shutil.copytree(bundler_cache / "sha256", cache / "sha256")  # cold member cache: the build takes seconds
     proc = subprocess.Popen([sys.executable, "-m", "bundler", "build", "-q", "--cache", str(cache), "-o", str(out),
                              str(MANIFESTS / "quickstart-linux.toml")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None and not any(out.glob(".*.tmp")):
-        time.sleep(0.01)
-    assert any(out.glob(".*.tmp")), "the build never started writing its temporary zip"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None and not any(out.glob(".*.tmp")):
+            time.sleep(0.01)
+        assert any(out.glob(".*.tmp")), "the build never started writing its temporary zip"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
     assert not (out / f"{LINUX_STEM}.zip").exists()
     assert not (out / f"{LINUX_STEM}.zip.sha256").exists()
     run_cli("build", "-q", "--cache", str(cache), "-o", str(out), str(MANIFESTS / "quickstart-linux.toml"))
