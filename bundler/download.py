@@ -7,6 +7,7 @@ the sha256 of what it wrote. Client errors (4xx) are final: retrying a 404 only 
 from __future__ import annotations
 
 import hashlib
+import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -78,6 +79,35 @@ def download(url: str, partial: Path, *, label: str, session: requests.Session,
             digest, offset = _hash_existing(partial)
 
 
+class _BackgroundHash:
+    """Hash on a second thread while the first one receives and writes.
+
+    sha256 and socket/file I/O all release the GIL, so the three overlap and a fast download is not
+    slowed to the speed of hashing on one core. The queue is short: memory stays a few chunks. After a
+    failure the digest is not trusted; `download` hashes the partial file again before resuming.
+    """
+
+    def __init__(self, digest: "hashlib._Hash") -> None:
+        self.digest = digest
+        self.queue: queue.Queue[bytes | None] = queue.Queue(maxsize=8)
+        self.thread = threading.Thread(target=self._run, name="sha256", daemon=True)
+
+    def _run(self) -> None:
+        while (chunk := self.queue.get()) is not None:
+            self.digest.update(chunk)
+
+    def update(self, chunk: bytes) -> None:
+        self.queue.put(chunk)
+
+    def __enter__(self) -> "_BackgroundHash":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.queue.put(None)
+        self.thread.join()
+
+
 def _stopped(label: str) -> NoReturn:
     """A worker thread cannot receive Ctrl-C itself; it ends the way the main thread did."""
     msg = f"{label}: download stopped; the bytes so far are kept for the next run"
@@ -100,12 +130,12 @@ def _attempt(url: str, partial: Path, *, label: str, session: requests.Session, 
                 raise InputUnavailableError(msg)
             if offset and status != 206:
                 digest, offset = hashlib.sha256(), 0  # the server ignored Range: start over
-            with partial.open("ab" if offset else "wb") as fh:
+            with partial.open("ab" if offset else "wb") as fh, _BackgroundHash(digest) as hasher:
                 while chunk := resp.raw.read1(NET_CHUNK, decode_content=False):
                     if stop.is_set():
                         _stopped(label)
                     fh.write(chunk)
-                    digest.update(chunk)
+                    hasher.update(chunk)
                     offset += len(chunk)
                     if progress:
                         progress(len(chunk))
