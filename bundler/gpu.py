@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 PROVIDER = "onnxruntime_providers_cuda.dll"
 PROVIDER_SHARED = "onnxruntime_providers_shared.dll"
-CAPI = "onnxruntime/capi"
 INSTALL_DIR = "gpu"
 DEFAULT_INCLUDE = ("*.dll",)
 
@@ -89,13 +88,15 @@ def add_gpu(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, Path]
     provider = read_provider(manifest, files, work / "gpu-provider")
     dlls = collect_dlls(gpu.sources, files, work / "gpu")
     check_gpu(provider, dlls, gpu=gpu, ort_version=manifest.ort.version, target_python=manifest.bundle.python)
+    record = gpu_record(gpu, dlls, provider_imports=provider_info(provider).imports)
+    preload = [dll.install_path for dll in load_order(dlls)]
     for dll in dlls:
         bundle_path = f"payload/{dll.install_path}"
         assembly.add_file(bundle_path, dll.path, dll.sha256)
         assembly.install(bundle_path, dll.install_path)
-    assembly.record["gpu"] = gpu_record(gpu, dlls, provider_imports=provider[f"{CAPI}/{PROVIDER}"].imports)
+    assembly.record["gpu"] = record
     assembly.record["gpu_dll_dirs"] = [INSTALL_DIR]
-    assembly.record["gpu_preload"] = [dll.install_path for dll in load_order(dlls)]
+    assembly.record["gpu_preload"] = preload
     providers = assembly.record.setdefault("expected_providers", [])
     if "CUDAExecutionProvider" not in providers:
         providers.append("CUDAExecutionProvider")
@@ -107,7 +108,7 @@ def add_gpu(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, Path]
 def read_provider(manifest: Manifest, files: Mapping[str, Path], work: Path) -> dict[str, PeInfo]:
     """The CUDA provider (and the shared-provider DLL it imports) from the ORT wheel, capi zip or archive.
 
-    Keys are `onnxruntime/capi/<name>`, the place the provider has on the target.
+    Keys are the paths inside the source (`onnxruntime/capi/<name>` in a wheel), so messages say which file.
     """
     source = ort_source(manifest)
     path = files[source.key]
@@ -123,8 +124,12 @@ def read_provider(manifest: Manifest, files: Mapping[str, Path], work: Path) -> 
             raise BuildError(msg)
         wanted = {name: entry for name, entry in found.items() if entry is not None}
         archive.extract(work, members=wanted.values())
-    return {f"{CAPI}/{name}": inspect_pe(work.joinpath(*entry.split("/")), label=f"{label}!{entry}")
-            for name, entry in sorted(wanted.items())}
+    return {entry: inspect_pe(work.joinpath(*entry.split("/")), label=f"{label}!{entry}")
+            for _, entry in sorted(wanted.items())}
+
+
+def provider_info(provider: Mapping[str, PeInfo]) -> PeInfo:
+    return next(info for path, info in provider.items() if PurePosixPath(path).name.lower() == PROVIDER)
 
 
 def ort_source(manifest: Manifest) -> Input:
@@ -212,7 +217,7 @@ def _dll(path: Path, *, name: str, source: str, origin: str) -> GpuDll:
 def check_gpu(provider: Mapping[str, PeInfo], dlls: Sequence[GpuDll], *, gpu: Gpu, ort_version: str,
               target_python: str) -> None:
     """Root causes first: a provider built for another CUDA, then [gpu] misdescribing its DLLs, then gaps."""
-    provider_imports = provider[f"{CAPI}/{PROVIDER}"].imports
+    provider_imports = provider_info(provider).imports
     mismatch = check_gpu_versions(provider_imports, cuda=gpu.cuda, cudnn=gpu.cudnn, ort_version=ort_version)
     if mismatch:
         raise BuildError(" ".join(mismatch))

@@ -195,6 +195,22 @@ def test_a_cpu_ort_source_has_no_cuda_provider(tmp_path, dlls, complete_sources)
         run_gpu(tmp_path, wheel, complete_sources)
 
 
+def test_the_provider_of_the_c_api_archive_is_used_without_a_python_binding(tmp_path, dlls, complete_sources):
+    top = "onnxruntime-win-x64-gpu-1.17.1/lib"
+    archive = make_zip(tmp_path / "onnxruntime-win-x64-gpu-1.17.1.zip", {
+        f"{top}/onnxruntime_providers_cuda.dll": dlls["onnxruntime_providers_cuda.dll"],
+        f"{top}/onnxruntime_providers_shared.dll": dlls["onnxruntime_providers_shared.dll"]})
+    manifest = parse({
+        "bundle": {"name": "sdk", "version": "1.0.0", "platform": "win_amd64", "python": "3.11"},
+        "ort": {"version": "1.17.1", "archive": {"path": archive.name, "sha256": NO_HASH}},
+        "gpu": {"cuda": "11.8", "cudnn": "8.9", "sources": [{"path": "cudnn.tgz", "sha256": NO_HASH}]},
+    }, path=tmp_path / "manifest.toml")
+    with pytest.raises(BuildError) as caught:
+        add_gpu(Assembly(), manifest=manifest, files={"ort.archive": archive, "gpu.sources[0]": complete_sources[1][0]},
+                work=tmp_path / "work")
+    assert f"{top}/onnxruntime_providers_cuda.dll imports cudart64_110.dll, which the bundle does not provide" in str(caught.value)
+
+
 def test_the_same_dll_from_two_sources_names_both(tmp_path, ort_wheel, complete_sources, dlls):
     extra = make_zip(tmp_path / "other.zip", {"x/cudart64_110.dll": dlls["cudart64_110.dll"]})
     with pytest.raises(BuildError) as caught:
