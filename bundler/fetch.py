@@ -8,6 +8,7 @@ hash is locked while it is fetched, so processes sharing a cache do the work onc
 from __future__ import annotations
 
 import hashlib
+import re
 import queue
 import shutil
 import sys
@@ -186,6 +187,10 @@ class _Fetcher:
             try:
                 self.runner(cmd)
             except BundleError as exc:
+                if "DO NOT MATCH THE HASHES" in str(exc):
+                    actual = re.findall(r"Got\s+([0-9a-f]{64})", str(exc))
+                    raise HashMismatchError(mismatch_message(item.key, item.location, item.sha256,
+                                                             actual[0] if actual else "unknown (see pip's report)")) from None
                 msg = f"{item.display}: pip could not download it for {self.target.platform} / Python {self.target.python}: {exc}"
                 raise InputUnavailableError(msg) from None
             files = sorted(dest.iterdir())

@@ -18,7 +18,6 @@ import json
 import logging
 import re
 import sys
-import tempfile
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -429,29 +428,3 @@ def requirements_txt(wheels: Iterable[LockedWheel]) -> str:
     ordered = sorted(wheels, key=lambda wheel: wheel.name)
     return "".join(f"{wheel.name}=={wheel.version} --hash=sha256:{wheel.sha256}\n" for wheel in ordered)
 
-
-def pip_download_args(wheel: LockedWheel, *, target: Target, dest: Path, requirements_dir: Path | None = None) -> list[str]:
-    """The arguments after `python -m pip` that fetch exactly this wheel, hash-checked, into `dest`.
-
-    pip accepts `--hash` only inside a requirements file, so one is written: into `requirements_dir` when
-    given (pass a temporary directory you clean up), else into the system's temporary directory.
-    """
-    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=requirements_dir, prefix=f"{wheel.name}-",
-                                     suffix=".txt", delete=False) as handle:
-        handle.write(requirements_txt([wheel]))
-    return [
-        "download", "--no-deps", "--require-hashes", "--disable-pip-version-check", *target.pip_target_args(),
-        "--dest", str(dest), "-r", handle.name,
-    ]
-
-
-def download_wheel(wheel: LockedWheel, *, target: Target, dest: Path, runner: Runner = run) -> Path:
-    """Fetch one locked wheel through the user's pip configuration; pip refuses it if the hash differs."""
-    with tempfile.TemporaryDirectory() as scratch:
-        args = pip_download_args(wheel, target=target, dest=dest, requirements_dir=Path(scratch))
-        runner([sys.executable, "-m", "pip", *args])
-    path = dest / wheel.filename
-    if not path.is_file():
-        msg = f"pip download reported success but {wheel.filename} is not in {dest}; expected exactly that wheel there."
-        raise BuildError(msg)
-    return path

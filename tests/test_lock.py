@@ -21,12 +21,14 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from bundler.errors import BuildError, InputUnavailableError, ManifestError, UnsupportedError
+from bundler.cache import Cache
+from bundler.errors import HashMismatchError
+from bundler.fetch import FetchOptions, fetch_inputs
+from bundler.manifest import Input
 from bundler.lock import (
     Lock,
     LockedWheel,
     Target,
-    download_wheel,
-    pip_download_args,
     read_lock,
     requirements_txt,
     resolve,
@@ -304,19 +306,6 @@ def test_requirements_txt_pins_every_wheel_by_version_and_hash():
     )
 
 
-def test_pip_download_args_fetch_one_wheel_hash_checked_for_the_target(tmp_path):
-    args = pip_download_args(NUMPY, target=WIN, dest=tmp_path / "wheels", requirements_dir=tmp_path)
-    assert args[0] == "download"
-    assert {"--no-deps", "--require-hashes", "--only-binary=:all:"} <= set(args)
-    assert args[args.index("--platform") + 1] == "win_amd64"
-    assert args[args.index("--python-version") + 1] == "3.11"
-    assert args[args.index("--dest") + 1] == str(tmp_path / "wheels")
-    requirements = Path(args[args.index("-r") + 1])
-    assert requirements.parent == tmp_path
-    assert requirements.read_text(encoding="utf-8") == requirements_txt([NUMPY])
-    assert not any("://" in arg for arg in args)
-
-
 # --- runner ---------------------------------------------------------------------------------------------
 
 
@@ -428,12 +417,17 @@ def test_pip_installs_the_locked_wheels_offline_with_required_hashes_and_refuses
 
 
 @pytest.mark.integration
-def test_download_wheel_fetches_the_locked_wheel_and_refuses_one_whose_hash_differs(win_lock, tmp_path):
+def test_fetch_takes_a_locked_wheel_through_pip_and_refuses_one_whose_hash_differs(win_lock, tmp_path):
+    """Locked wheels are fetched by `fetch` through pip's own configuration, hash-checked by pip and by us."""
     wheel = next(w for w in win_lock.wheels if w.name == "flatbuffers")
-    fetched = download_wheel(wheel, target=WIN, dest=tmp_path / "good")
-    assert fetched == tmp_path / "good" / wheel.filename
+    cache = Cache(tmp_path / "cache")
+    good = Input(key="lock:flatbuffers", kind="requirement", location=f"flatbuffers=={wheel.version}",
+                 sha256=(wheel.sha256,), filename=wheel.filename)
+    fetched = fetch_inputs([good], cache=cache, target=WIN, options=FetchOptions(quiet=True))["lock:flatbuffers"]
+    assert fetched.name == wheel.filename
     assert hashlib.sha256(fetched.read_bytes()).hexdigest() == wheel.sha256
-    forged = LockedWheel(name=wheel.name, version=wheel.version, filename=wheel.filename, sha256="0" * 64)
-    with pytest.raises(BuildError, match="(?i)hash"):
-        download_wheel(forged, target=WIN, dest=tmp_path)
-    assert not (tmp_path / wheel.filename).exists()
+    forged = Input(key="lock:flatbuffers", kind="requirement", location=f"flatbuffers=={wheel.version}",
+                   sha256=("0" * 64,), filename=wheel.filename)
+    with pytest.raises(HashMismatchError, match="lock:flatbuffers: hash mismatch"):
+        fetch_inputs([forged], cache=Cache(tmp_path / "other"), target=WIN, options=FetchOptions(quiet=True))
+    assert not list((tmp_path / "other").glob("sha256/*/*/*"))
