@@ -157,10 +157,14 @@ def write_path_cmd(script: Path, *, wine: Wine, target: Path, path_first: Sequen
 
 @pytest.fixture(scope="session")
 def ortprobe_exe(mingw_gcc: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The probe, cross-compiled once per session into a folder that holds nothing else (no stray DLLs)."""
+    """The probe, cross-compiled once per session into a folder that holds nothing else (no stray DLLs).
+
+    Without a link timestamp the same source gives the same bytes, so bundles built with the probe as
+    their program add one file to the shared test cache, not one per session.
+    """
     folder = tmp_path_factory.mktemp("ortprobe")
     return compile_windows_exe(mingw_gcc, PROBE_SOURCE, folder / "ortprobe.exe",
-                               "-municode", "-Wall", "-Wextra", "-Werror")
+                               "-municode", "-Wall", "-Wextra", "-Werror", "-Wl,--no-insert-timestamp")
 
 
 @pytest.fixture(scope="session")
