@@ -23,6 +23,7 @@ from .hashing import file_sha256
 from .lock import Lock, LockedWheel, requirements_txt
 from .manifest import Manifest
 from .modelgate import ModelInput, gate_models, identity_model_bytes, selfcheck_script_bytes
+from .gpu import add_gpu
 from .sdk import add_sdk
 from .provenance import add_licenses, add_sbom, check_signatures
 from .render import PLAN_HELPER, EntryPoint, ScriptContext, render_scripts
@@ -37,6 +38,7 @@ def add_all(assembly: Assembly, *, manifest: Manifest, lock: Lock | None, files:
             cache: Cache) -> None:
     add_python(assembly, manifest=manifest, lock=lock, files=files, work=work)
     add_selfcheck(assembly)
+    add_gpu(assembly, manifest=manifest, files=files, work=work)
     add_sdk(assembly, manifest=manifest, files=files, work=work)
     check_windows(assembly, manifest=manifest, work=work)
     add_vc_redist(assembly, manifest=manifest, files=files)

@@ -8,6 +8,7 @@ which the bundled `VC_redist.x64.exe` must meet.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from .build import Assembly
 
 PE_SUFFIXES = (".dll", ".pyd")
+# Execution-provider plug-ins ORT loads on demand; `_shared` is loaded by every plug-in and is required.
+OPTIONAL_PROVIDER = re.compile(r"^onnxruntime_providers_(?!shared\.dll$)\w+\.dll$")
 
 
 def payload_binaries(assembly: Assembly, work: Path) -> dict[str, Path]:
@@ -65,20 +68,35 @@ def _wheel_binaries(name: str, wheel: Path, dest: Path) -> dict[str, Path]:
 
 
 def check_windows(assembly: Assembly, *, manifest: Manifest, work: Path) -> None:
-    """DLL closure and VC++ minimum for a win_amd64 bundle; both land in bundle.json."""
+    """DLL closure and VC++ minimum for a win_amd64 bundle; both land in bundle.json.
+
+    Execution-provider plug-ins (`onnxruntime_providers_tensorrt.dll`, the CUDA provider without `[gpu]`)
+    are loaded only when a session asks for them, so what they lack is recorded, not fatal; the GPU part
+    has already checked the CUDA provider and `payload/gpu/` against `[gpu]`.
+    """
     if manifest.bundle.platform != "win_amd64":
         return
     infos: dict[str, PeInfo] = {label: inspect_pe(path, label=label)
                                 for label, path in payload_binaries(assembly, work).items()}
-    report = dll_closure(infos, target_python=manifest.bundle.python,
-                         provided=[PurePosixPath(p).name for p in assembly.record.get("gpu", {}).get("dlls", [])])
-    assembly.record["dll_closure"] = report.to_json()
-    if report.problems:
-        msg = "the DLL closure is incomplete: " + "; ".join(report.problems)
+    optional = {label for label in infos if _optional(label)}
+    names = [PurePosixPath(label).name for label in optional]
+    gpu = [PurePosixPath(p).name for p in assembly.record.get("gpu", {}).get("dlls", [])]
+    required = dll_closure({k: v for k, v in infos.items() if k not in optional}, target_python=manifest.bundle.python,
+                           provided=[*gpu, *names])
+    everything = dll_closure(infos, target_python=manifest.bundle.python, provided=gpu)
+    assembly.record["dll_closure"] = {**everything.to_json(), "problems": list(required.problems),
+                                      "optional_unavailable": sorted(set(everything.problems) - set(required.problems))}
+    if required.problems:
+        msg = "the DLL closure is incomplete: " + "; ".join(required.problems)
         raise BuildError(msg)
     computed = vc_runtime_minimum(info.linker_version for info in infos.values())
     assembly.record["vc_runtime_min"] = _raise_minimum(computed, manifest)
     assembly.record["vc_runtime_min_computed"] = computed
+
+
+def _optional(label: str) -> bool:
+    name = PurePosixPath(label).name.lower()
+    return label.startswith("payload/gpu/") or (OPTIONAL_PROVIDER.match(name) is not None)
 
 
 def _raise_minimum(computed: str | None, manifest: Manifest) -> str | None:
