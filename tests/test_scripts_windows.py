@@ -179,6 +179,23 @@ def test_install_ps1_has_the_documented_interface() -> None:
 
 # --- .cmd wrappers under Wine ----------------------------------------------------------------------
 
+def test_install_ps1_rechecks_build_time_signatures_before_and_after_installing() -> None:
+    """Files signed and verified at build time are re-checked with Get-AuthenticodeSignature: loose files
+    right after SHA256SUMS (before the system is touched), wheel members in the staged venv; HashMismatch
+    is an integrity failure."""
+    script = render_scripts(windows_context())["install.ps1"].decode("utf-8-sig")
+    assert not parse_problems(script.encode("utf-8"))
+    body = script[script.index("function Assert-Signature"):]
+    assert "Get-AuthenticodeSignature -LiteralPath $File" in body
+    assert "if ($status -eq 'HashMismatch') {\r\n        Stop-Install 'integrity'" in body
+    install = script[script.index("function Invoke-Install"):]
+    order = [install.index(step) for step in ("Assert-BundleIntegrity", "Assert-BundleSignatures", "Install-VcRuntime",
+                                              "Build-Stage")]
+    assert order == sorted(order)
+    stage = script[script.index("function Build-Stage"):script.index("function Switch-Install")]
+    assert stage.index("Install-Wheels") < stage.index("Assert-InstalledSignatures") < stage.index("Invoke-SelfCheck")
+
+
 @pytest.fixture(scope="module")
 def standin_exe(mingw_gcc: str, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
     folder = tmp_path_factory.mktemp("standin")
