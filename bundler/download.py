@@ -79,33 +79,43 @@ def download(url: str, partial: Path, *, label: str, session: requests.Session,
             digest, offset = _hash_existing(partial)
 
 
-class _BackgroundHash:
-    """Hash on a second thread while the first one receives and writes.
+class _Background:
+    """Run `consume(chunk)` on a second thread while the first one receives.
 
-    sha256 and socket/file I/O all release the GIL, so the three overlap and a fast download is not
-    slowed to the speed of hashing on one core. The queue is short: memory stays a few chunks. After a
-    failure the digest is not trusted; `download` hashes the partial file again before resuming.
+    sha256, file writes and socket reads all release the GIL, so hashing and writing each get a thread
+    and overlap with receiving: a fast download is not slowed to the sum of the three on one core. The
+    queue is short, so memory stays a few chunks. After a failure neither the file's tail nor the digest
+    is trusted: `download` hashes the partial file again before resuming.
     """
 
-    def __init__(self, digest: "hashlib._Hash") -> None:
-        self.digest = digest
-        self.queue: queue.Queue[bytes | None] = queue.Queue(maxsize=8)
-        self.thread = threading.Thread(target=self._run, name="sha256", daemon=True)
+    def __init__(self, consume: Callable[[bytes], object], name: str) -> None:
+        self.consume = consume
+        self.queue: queue.Queue[bytes | None] = queue.Queue(maxsize=16)
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.error: BaseException | None = None
 
     def _run(self) -> None:
         while (chunk := self.queue.get()) is not None:
-            self.digest.update(chunk)
+            if self.error is None:
+                try:
+                    self.consume(chunk)
+                except BaseException as exc:  # re-raised on the receiving thread
+                    self.error = exc
 
-    def update(self, chunk: bytes) -> None:
+    def put(self, chunk: bytes) -> None:
+        if self.error is not None:
+            raise self.error
         self.queue.put(chunk)
 
-    def __enter__(self) -> "_BackgroundHash":
+    def __enter__(self) -> "_Background":
         self.thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.queue.put(None)
         self.thread.join()
+        if self.error is not None and exc[0] is None:
+            raise self.error
 
 
 def _stopped(label: str) -> NoReturn:
@@ -130,12 +140,13 @@ def _attempt(url: str, partial: Path, *, label: str, session: requests.Session, 
                 raise InputUnavailableError(msg)
             if offset and status != 206:
                 digest, offset = hashlib.sha256(), 0  # the server ignored Range: start over
-            with partial.open("ab" if offset else "wb") as fh, _BackgroundHash(digest) as hasher:
+            with partial.open("ab" if offset else "wb") as fh, \
+                    _Background(fh.write, "write") as writer, _Background(digest.update, "sha256") as hasher:
                 while chunk := resp.raw.read1(NET_CHUNK, decode_content=False):
                     if stop.is_set():
                         _stopped(label)
-                    fh.write(chunk)
-                    hasher.update(chunk)
+                    writer.put(chunk)
+                    hasher.put(chunk)
                     offset += len(chunk)
                     if progress:
                         progress(len(chunk))
