@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from . import __version__
 from .atomic import write_atomic
 from .cache import Cache
@@ -95,7 +97,7 @@ def all_inputs(manifest: Manifest) -> list[Input]:
     return manifest.inputs() + lock_inputs(load_lock(manifest))
 
 
-def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None = None) -> BuildResult:
+def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None = None, quiet: bool = True) -> BuildResult:
     lock = load_lock(manifest)
     files = cached_inputs(manifest.inputs() + lock_inputs(lock), cache)
     stem = manifest.bundle.stem
@@ -107,8 +109,10 @@ def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None =
         members = [_rooted(stem, m) for m in assembly.members.values()]
         members.append(Member(name=f"{stem}/SHA256SUMS", data=sha256sums(assembly.members).encode("utf-8")))
         zip_path = out_dir / f"{stem}.zip"
-        write_zip(members, zip_path, epoch=manifest.bundle.source_date_epoch,
-                  member_cache=MemberCache(cache.work_dir("members")), jobs=jobs)
+        with tqdm(total=sum(m.size for m in members), desc="zip", unit="B", unit_scale=True, unit_divisor=1024,
+                  disable=quiet, leave=False) as bar:
+            write_zip(members, zip_path, epoch=manifest.bundle.source_date_epoch,
+                      member_cache=MemberCache(cache.work_dir("members")), jobs=jobs, progress=bar.update)
     digest = file_sha256(zip_path)
     write_atomic(out_dir / f"{stem}.zip.sha256", f"{digest}  {zip_path.name}\n".encode("ascii"))
     return BuildResult(zip_path=zip_path, sha256=digest, size=zip_path.stat().st_size)

@@ -181,7 +181,8 @@ def _fetch(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace) -> int:
     from .build import build
 
-    result = build(_manifest(args), cache=_cache(args), out_dir=args.output, jobs=args.jobs)
+    result = build(_manifest(args), cache=_cache(args), out_dir=args.output, jobs=args.jobs,
+                   quiet=args.quiet or args.json)
     if args.json:
         print(json.dumps({"zip": str(result.zip_path), "sha256": result.sha256, "size": result.size}, indent=2))
     else:

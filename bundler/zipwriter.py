@@ -19,7 +19,7 @@ import struct
 import tempfile
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -288,8 +288,11 @@ def _encode(name: str) -> tuple[bytes, int]:
 
 
 def write_zip(members: Sequence[Member], dest: Path, *, epoch: int, member_cache: MemberCache, level: int = 6,
-              jobs: int | None = None) -> None:
-    """Write `members` (plus their parent directories) to `dest` atomically and reproducibly."""
+              jobs: int | None = None, progress: Callable[[int], object] | None = None) -> None:
+    """Write `members` (plus their parent directories) to `dest` atomically and reproducibly.
+
+    `progress` is told the uncompressed size of each member once it is in the zip.
+    """
     by_name: dict[str, Member] = {}
     for member in members:
         if member.name in by_name or member.name.startswith("/") or "\\" in member.name:
@@ -324,6 +327,8 @@ def write_zip(members: Sequence[Member], dest: Path, *, epoch: int, member_cache
                     writer.add_prepared(name, prepared, mode)
                 else:
                     writer.add_stored_file(name, member, mode)
+                if progress:
+                    progress(member.size)
             writer.finish()
             fh.flush()
             os.fsync(fh.fileno())
