@@ -8,8 +8,10 @@ The data flows one way: manifest → cached inputs → inspected and derived par
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ from tqdm import tqdm
 from . import __version__
 from .atomic import write_atomic
 from .cache import Cache
-from .errors import BuildError, ManifestError
+from .errors import BuildError, HashMismatchError, ManifestError
 from .fetch import cached_inputs
 from .hashing import file_sha256
 from .lock import Lock, Target, read_lock
@@ -100,6 +102,7 @@ def all_inputs(manifest: Manifest) -> list[Input]:
 def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None = None, quiet: bool = True) -> BuildResult:
     lock = load_lock(manifest)
     files = cached_inputs(manifest.inputs() + lock_inputs(lock), cache)
+    verify_transformed(manifest, files, jobs=jobs)
     stem = manifest.bundle.stem
     with tempfile.TemporaryDirectory(dir=cache.work_dir("tmp"), prefix="build-") as tmp:
         work = Path(tmp)
@@ -116,6 +119,24 @@ def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None =
     digest = file_sha256(zip_path)
     write_atomic(out_dir / f"{stem}.zip.sha256", f"{digest}  {zip_path.name}\n".encode("ascii"))
     return BuildResult(zip_path=zip_path, sha256=digest, size=zip_path.stat().st_size)
+
+
+def verify_transformed(manifest: Manifest, files: Mapping[str, Path], *, jobs: int | None = None) -> None:
+    """Hash again, from the cache, the inputs the build unpacks or rebuilds instead of copying.
+
+    Inputs copied into the zip as they are (wheels, the entry point, VC_redist) are hashed in the pass that
+    compresses them, and models by the model gate; archives (the ORT release archive, a capi source, GPU
+    sources) are only ever extracted, so without this their bytes would never be checked at build time.
+    """
+    transformed = [i for i in (manifest.ort.archive, manifest.ort.capi) if i is not None]
+    transformed += [s.source for s in manifest.gpu.sources] if manifest.gpu else []
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        actual = dict(zip([i.key for i in transformed], pool.map(file_sha256, [files[i.key] for i in transformed])))
+    for item in transformed:
+        if actual[item.key] not in item.sha256:
+            msg = (f"{files[item.key]}: sha256 is {actual[item.key]}, expected {' or '.join(item.sha256)} (for "
+                   f"{item.key}); the cache is corrupt: delete that file and run `ort-bundler fetch` again")
+            raise HashMismatchError(msg)
 
 
 def _add_records(assembly: Assembly, manifest: Manifest) -> None:

@@ -10,6 +10,7 @@ a lock file so the second process waits and then finds the first one's file.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 from collections.abc import Iterator
@@ -40,15 +41,29 @@ class Cache:
         return self.root / "sha256" / sha256[:2] / sha256
 
     def find(self, sha256: str, filename: str | None = None) -> Path | None:
-        """The cached file with this hash (preferring `filename` when several names share it)."""
+        """The cached file with this hash, under `filename` when the input names one.
+
+        The bundle takes file names from the cache, so an input must get its own name even when the
+        same bytes arrived under another one: that copy is linked (or copied) to the wanted name, and
+        what a build contains never depends on what else was fetched before.
+        """
         folder = self._dir(sha256)
-        if filename and (folder / filename).is_file():
-            return folder / filename
         try:
             names = sorted(p for p in folder.iterdir() if p.is_file())
         except FileNotFoundError:
             return None
-        return names[0] if names else None
+        if not names or filename is None:
+            return names[0] if names else None
+        wanted = folder / filename
+        if wanted not in names:
+            with self.temporary() as tmp:
+                tmp.unlink()
+                try:
+                    os.link(names[0], tmp)
+                except OSError:
+                    shutil.copyfile(names[0], tmp)
+                self.adopt(tmp, sha256=sha256, filename=filename)
+        return wanted
 
     def find_any(self, hashes: tuple[str, ...], filename: str | None = None) -> Path | None:
         for sha256 in hashes:

@@ -20,7 +20,7 @@ import tempfile
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -76,6 +76,7 @@ class _Prepared:
     csize: int
     path: Path | None = None
     data: bytes | None = None
+    packed_sha256: str | None = None  # of the compressed bytes in `path`, checked while they are copied
 
 
 def dos_date_time(epoch: int) -> tuple[int, int]:
@@ -110,10 +111,11 @@ class MemberCache:
         return self.root / f"deflate-{level}"
 
     def find(self, sha256: str, level: int) -> _Prepared | None:
-        folder = self._folder(level)
-        for path in folder.glob(f"{sha256}.*.*"):
-            _, crc, usize = path.name.split(".")
-            return _Prepared(method=DEFLATED, crc=int(crc, 16), usize=int(usize), csize=path.stat().st_size, path=path)
+        """A cached member, named `<sha256>.<crc>.<size>.<sha256 of the compressed bytes>`."""
+        for path in self._folder(level).glob(f"{sha256}.*.*.*"):
+            _, crc, usize, packed = path.name.split(".")
+            return _Prepared(method=DEFLATED, crc=int(crc, 16), usize=int(usize), csize=path.stat().st_size,
+                             path=path, packed_sha256=packed)
         return None
 
     @contextmanager
@@ -126,10 +128,11 @@ class MemberCache:
         try:
             with os.fdopen(fd, "wb") as fh:
                 yield fh, result
-            prepared = result[0]
-            final = folder / f"{sha256}.{prepared.crc:08x}.{prepared.usize}"
+            p = result[0]
+            final = folder / f"{sha256}.{p.crc:08x}.{p.usize}.{p.packed_sha256}"
             os.replace(name, final)
-            result[0] = _Prepared(method=DEFLATED, crc=prepared.crc, usize=prepared.usize, csize=prepared.csize, path=final)
+            result[0] = _Prepared(method=DEFLATED, crc=p.crc, usize=p.usize, csize=p.csize, path=final,
+                                  packed_sha256=p.packed_sha256)
         finally:
             Path(name).unlink(missing_ok=True)
 
@@ -140,7 +143,7 @@ def _deflate_file(member: Member, level: int, cache: MemberCache) -> _Prepared:
     if cached is not None:
         return cached
     assert member.source is not None
-    digest = hashlib.sha256()
+    digest, packed = hashlib.sha256(), hashlib.sha256()
     crc = usize = csize = 0
     compressor = zlib.compressobj(level, zlib.DEFLATED, -15)
     with cache.writer(member.digest, level) as (out, result), member.source.open("rb") as fh:
@@ -150,16 +153,18 @@ def _deflate_file(member: Member, level: int, cache: MemberCache) -> _Prepared:
             usize += len(chunk)
             block = compressor.compress(chunk)
             csize += len(block)
+            packed.update(block)
             out.write(block)
         block = compressor.flush()
         csize += len(block)
+        packed.update(block)
         out.write(block)
         actual = digest.hexdigest()
         if actual != member.sha256:
             msg = (f"{member.source}: sha256 is {actual}, expected {member.sha256} (for {member.name}); "
                    "the cache is corrupt: delete that file and run `ort-bundler fetch` again")
             raise HashMismatchError(msg)
-        result.append(_Prepared(method=DEFLATED, crc=crc, usize=usize, csize=csize))
+        result.append(_Prepared(method=DEFLATED, crc=crc, usize=usize, csize=csize, packed_sha256=packed.hexdigest()))
     return result[0]
 
 
@@ -219,9 +224,7 @@ class _Writer:
         if prepared.data is not None:
             self.fh.write(prepared.data)
         else:
-            with prepared.path.open("rb") as src:  # type: ignore[union-attr]
-                while chunk := src.read(CHUNK):
-                    self.fh.write(chunk)
+            _copy_checked(prepared, self.fh)
         self.central.append(_Central(raw, flags, prepared.method, prepared.crc, prepared.usize, prepared.csize,
                                      offset, mode, False))
 
@@ -261,6 +264,21 @@ class _Writer:
             self.fh.write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 0xFFFF, 0xFFFF, MAX32, MAX32, 0))
         else:
             self.fh.write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, count, count, size, start, 0))
+
+
+def _copy_checked(prepared: _Prepared, out: BinaryIO) -> None:
+    """Copy a cached compressed member, checking it on the way: a damaged entry must not reach a bundle."""
+    assert prepared.path is not None
+    packed = hashlib.sha256()
+    with prepared.path.open("rb") as src:
+        while chunk := src.read(CHUNK):
+            packed.update(chunk)
+            out.write(chunk)
+    if packed.hexdigest() != prepared.packed_sha256:
+        prepared.path.unlink(missing_ok=True)
+        msg = (f"{prepared.path}: this compressed member in the cache is damaged; it has been removed, "
+               "run the build again")
+        raise HashMismatchError(msg)
 
 
 def _central_record(e: _Central, dos_time: int, dos_date: int) -> bytes:
@@ -304,13 +322,11 @@ def write_zip(members: Sequence[Member], dest: Path, *, epoch: int, member_cache
     methods = {name: choose_method(by_name[name]) for name in names}
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    pool = ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1)
     try:
-        with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool, os.fdopen(fd, "wb") as fh:
-            futures: dict[str, Future[_Prepared]] = {}
-            for name in names:
-                member = by_name[name]
-                if methods[name] == DEFLATED and member.source is not None:
-                    futures[name] = pool.submit(_deflate_file, member, level, member_cache)
+        with os.fdopen(fd, "wb") as fh:
+            futures = {name: pool.submit(_deflate_file, by_name[name], level, member_cache) for name in names
+                       if methods[name] == DEFLATED and by_name[name].source is not None}
             writer = _Writer(fh, epoch)
             for name in entries:
                 if name.endswith("/"):
@@ -335,7 +351,8 @@ def write_zip(members: Sequence[Member], dest: Path, *, epoch: int, member_cache
         os.chmod(tmp_name, 0o644)
         os.replace(tmp_name, dest)
     except BaseException:
-        for future in locals().get("futures", {}).values():
-            future.cancel()
+        pool.shutdown(wait=False, cancel_futures=True)  # do not finish compressing for a build that failed
         Path(tmp_name).unlink(missing_ok=True)
         raise
+    finally:
+        pool.shutdown(wait=True)

@@ -91,3 +91,16 @@ def test_zip64_end_records_when_there_are_more_than_65535_entries(tmp_path: Path
 def test_names_must_be_relative_posix_paths(name: str, tmp_path: Path) -> None:
     with pytest.raises(BuildError, match="not a relative POSIX path"):
         write_zip([Member(name=name, data=b"")], tmp_path / "x.zip", epoch=0, member_cache=MemberCache(tmp_path))
+
+
+def test_a_damaged_member_cache_entry_is_refused_removed_and_rebuilt(inputs: dict[str, Path], tmp_path: Path) -> None:
+    members = [file_member("top/text.txt", inputs["text.txt"])]
+    cache = MemberCache(tmp_path / "mc")
+    write_zip(members, tmp_path / "a.zip", epoch=0, member_cache=cache)
+    (entry,) = (tmp_path / "mc").rglob("*.*.*.*")
+    entry.write_bytes(entry.read_bytes()[:-10] + b"0123456789")
+    with pytest.raises(HashMismatchError, match="compressed member in the cache is damaged; it has been removed"):
+        write_zip(members, tmp_path / "b.zip", epoch=0, member_cache=cache)
+    assert not entry.exists() and not (tmp_path / "b.zip").exists()
+    write_zip(members, tmp_path / "b.zip", epoch=0, member_cache=cache)
+    assert (tmp_path / "a.zip").read_bytes() == (tmp_path / "b.zip").read_bytes()
