@@ -53,6 +53,9 @@ def verify_bundle(path: Path) -> Report:
     except FileNotFoundError:
         msg = f"{path}: no such file"
         raise VerificationError(msg) from None
+    except OSError as exc:
+        msg = f"{path}: cannot be read ({exc.strerror}), expected a bundle zip file"
+        raise VerificationError(msg) from None
     except zipfile.BadZipFile as exc:
         msg = f"{path.name}: not a readable zip ({exc}); the bundle is truncated or not a bundle"
         raise VerificationError(msg) from None
@@ -69,6 +72,14 @@ def _verify(path: Path, archive: zipfile.ZipFile) -> Report:
         raise VerificationError(msg)
     top = tops.pop()
     names = {i.filename[len(top) + 1:]: i for i in files}
+    seen: dict[str, str] = {}
+    for info in files:  # an extractor may write either copy of a duplicated name: never ours
+        folded = info.filename.casefold()
+        if folded in seen:
+            problems.append(f"{info.filename} appears twice (also as {seen[folded]}); a bundle has unique names")
+        seen.setdefault(folded, info.filename)
+        if info.flag_bits & 0x1:
+            problems.append(f"{info.filename} is marked encrypted; ort-bundler never writes encrypted entries")
     for required in REQUIRED:
         if required not in names:
             problems.append(f"{required} is missing")
@@ -93,7 +104,12 @@ def _read_sums(archive: zipfile.ZipFile, names: dict[str, zipfile.ZipInfo], prob
     if info is None:
         return {}
     sums: dict[str, str] = {}
-    for number, line in enumerate(archive.read(info).decode("utf-8", "replace").splitlines(), 1):
+    try:
+        text = archive.read(info).decode("utf-8", "replace")
+    except (zipfile.BadZipFile, OSError, EOFError, RuntimeError, NotImplementedError) as exc:
+        problems.append(f"SHA256SUMS is not readable: {exc}")
+        return {}
+    for number, line in enumerate(text.splitlines(), 1):
         match = SUM_LINE.match(line)
         if not match:
             problems.append(f"SHA256SUMS line {number}: found {line[:60]!r}, expected '<sha256>  <path>'")
@@ -108,8 +124,11 @@ def _check_bundle_json(archive: zipfile.ZipFile, names: dict[str, zipfile.ZipInf
         return
     try:
         record = json.loads(archive.read(info))
-    except (ValueError, UnicodeDecodeError) as exc:
-        problems.append(f"bundle.json is not valid JSON: {exc}")
+    except (ValueError, UnicodeDecodeError, RuntimeError, NotImplementedError, zipfile.BadZipFile) as exc:
+        problems.append(f"bundle.json is not readable JSON: {exc}")
+        return
+    if not isinstance(record, dict):
+        problems.append(f"bundle.json holds a {type(record).__name__}, expected an object")
         return
     expected = "{name}-{version}-{platform}".format_map({k: record.get(k) for k in ("name", "version", "platform")})
     if expected != top:
@@ -122,6 +141,6 @@ def _sha256(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> str:
         with archive.open(info) as fh:
             while chunk := fh.read(CHUNK):
                 digest.update(chunk)
-    except (zipfile.BadZipFile, OSError, EOFError):
-        return "unreadable"
+    except (zipfile.BadZipFile, OSError, EOFError, RuntimeError, NotImplementedError):
+        return "unreadable"  # damaged, encrypted or an unknown compression method: reported as altered
     return digest.hexdigest()

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -154,3 +155,52 @@ def test_build_without_fetch_lists_every_missing_input(tmp_path: Path) -> None:
     for key in ("ort.capi", "models[0]", "launch.script", "lock:numpy", "lock:sympy"):
         assert key in proc.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_verify_reports_duplicate_and_encrypted_entries(linux_zip: Path, tmp_path: Path) -> None:
+    doubled = tmp_path / "doubled" / linux_zip.name
+    doubled.parent.mkdir()
+    with zipfile.ZipFile(linux_zip) as old, zipfile.ZipFile(doubled, "w") as new, warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # zipfile warns about the duplicate we write on purpose
+        new.writestr(f"{LINUX_STEM}/payload/app/infer.py", b"print('evil')\n")  # first copy wins in some tools
+        for info in old.infolist():
+            new.writestr(info, old.read(info))
+    proc = run_cli("verify", "--json", str(doubled), check=False)
+    assert proc.returncode == 8
+    assert any("appears twice" in p for p in json.loads(proc.stdout)["problems"])
+
+    flagged = tmp_path / "flagged" / linux_zip.name
+    flagged.parent.mkdir()
+    data = bytearray(linux_zip.read_bytes())
+    name = f"{LINUX_STEM}/payload/app/infer.py".encode()
+    for signature, flag_offset in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):  # local and central headers
+        start = 0
+        while (start := data.find(signature, start)) != -1:
+            name_offset = 30 if signature == b"PK\x03\x04" else 46
+            if data[start + name_offset:start + name_offset + len(name)] == name:
+                data[start + flag_offset] |= 0x1
+            start += 4
+    flagged.write_bytes(bytes(data))
+    proc = run_cli("verify", "--json", str(flagged), check=False)
+    assert proc.returncode == 8 and "Traceback" not in proc.stderr
+    report = json.loads(proc.stdout)
+    assert any("marked encrypted" in p for p in report["problems"])
+    assert report["altered"] == ["payload/app/infer.py"]
+
+
+def test_a_corrupt_cached_archive_input_fails_the_build(bundler_cache: Path, tmp_path: Path) -> None:
+    """Inputs the build only unpacks (here the capi wheel) are hashed again from the cache."""
+    from bundler.cache import Cache
+    from bundler.manifest import load
+
+    cache = tmp_path / "cache"
+    shutil.copytree(bundler_cache / "sha256", cache / "sha256")
+    capi = load(MANIFESTS / "quickstart-linux.toml").ort.capi
+    cached = Cache(cache).find_any(capi.sha256, capi.filename)
+    data = bytearray(cached.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    cached.write_bytes(bytes(data))
+    proc = run_cli("build", "--cache", str(cache), "-o", str(tmp_path / "out"),
+                   str(MANIFESTS / "quickstart-linux.toml"), check=False)
+    assert proc.returncode == 5
+    assert "(for ort.capi); the cache is corrupt" in proc.stderr

@@ -148,7 +148,9 @@ def remove_installed(install_root: Path, *, dry_run: bool) -> list[str]:
     if receipt is None:
         msg = f"{install_root} has no {RECEIPT_FILE}; it is not an installation made by this bundle's installer"
         raise PlanError(msg)
-    entries = [(entry, install_root / safe_relative(entry.rstrip("/"), what=RECEIPT_FILE)) for entry in receipt["created"]]
+    # The receipt goes last: if anything before it cannot be removed, uninstall can simply run again.
+    created = [e for e in receipt["created"] if e != RECEIPT_FILE] + [RECEIPT_FILE]
+    entries = [(entry, install_root / safe_relative(entry.rstrip("/"), what=RECEIPT_FILE)) for entry in created]
     removed = []
     for entry, path in entries:
         if not (path.exists() or path.is_symlink()):
