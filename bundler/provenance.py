@@ -46,7 +46,7 @@ WHEELS = "payload/wheels/"
 LICENSES = "licenses/"
 SBOM = "sbom.cdx.json"
 PE_SUFFIXES = (".dll", ".pyd", ".exe")
-MICROSOFT = "Microsoft"
+MICROSOFT = "Microsoft Corporation"  # the signer's organisation, matched exactly
 # ORT's own SPDX licence: the project is MIT (its LICENSE file); the archive carries no metadata saying so.
 ORT_LICENSE = "MIT"
 
@@ -154,7 +154,7 @@ def signature_problem(evidence: SignatureEvidence, rule: SigningRule) -> str | N
         return None
     if not evidence.signed:
         return f"{name}: carries no Authenticode signature; expected one by {rule.expected_signer}"
-    if not (signer or "").startswith(rule.expected_signer):
+    if signer != rule.expected_signer:
         return f"{name}: signed by {signer}; expected a signature by {rule.expected_signer}"
     return None
 

@@ -195,7 +195,7 @@ def _check_chain(signer_cert: x509.Certificate, signed_data: cms.SignedData) -> 
         if any(_issued_by(current, root) for root in _trusted_roots().get(issuer_name, ())):
             return
         issuer = next((c for c in intermediates if c != current and c.subject.public_bytes() == issuer_name
-                       and _issued_by(current, c)), None)
+                       and _is_ca(c) and _issued_by(current, c)), None)
         if issuer is None:
             msg = (f"the certificate chain of {_common_name(signer_cert)} does not reach a trusted root "
                    f"(stuck at {_common_name(current)})")
@@ -221,6 +221,22 @@ def _trusted_roots() -> dict[bytes, list[x509.Certificate]]:
                 continue
         roots.setdefault(subject, []).append(cert)
     return roots
+
+
+def _is_ca(cert: x509.Certificate) -> bool:
+    """Only a certificate authority may vouch for another certificate: an ordinary code-signing
+    certificate that signs a certificate named "Microsoft Corporation" must not pass."""
+    try:
+        constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+    except x509.ExtensionNotFound:
+        return False
+    if not constraints.ca:
+        return False
+    try:
+        usage = cert.extensions.get_extension_for_class(x509.KeyUsage).value
+    except x509.ExtensionNotFound:
+        return True
+    return usage.key_cert_sign
 
 
 def _issued_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:

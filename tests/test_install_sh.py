@@ -306,3 +306,19 @@ def test_plan_helper_refuses_paths_outside_its_roots_and_unverified_inputs(tmp_p
         (root / "install-plan.json").write_text(json.dumps(hostile))
         with pytest.raises(plan_module.PlanError, match="not a relative path below its root"):
             plan_module.load_plan(root)
+
+
+def test_plan_refuses_to_follow_a_link_out_of_the_install_root(tmp_path: Path) -> None:
+    """A receipt entry under a folder that is a link elsewhere must not delete outside the install."""
+    from bundler.target.plan import PlanError, remove_installed
+
+    outside = tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "keep.txt").write_text("not ours\n")
+    root = tmp_path / "inst"
+    root.mkdir()
+    (root / "venv").symlink_to(outside, target_is_directory=True)
+    (root / "receipt.json").write_text(json.dumps({"format": 1, "created": ["venv/keep.txt", "venv/sub/", "receipt.json"]}))
+    with pytest.raises(PlanError, match="leads outside .* through a link"):
+        remove_installed(root, dry_run=False)
+    assert (outside / "keep.txt").exists() and (outside / "sub").is_dir()

@@ -155,7 +155,7 @@ def test_native_stderr_is_captured_where_ort_logs_a_providers_missing_library():
 
 
 def test_cache_space_is_measured_on_the_nearest_existing_folder(tmp_path, monkeypatch):
-    monkeypatch.setenv("ORT_BUNDLER_CACHE_DIR", str(tmp_path / "not" / "yet"))
+    monkeypatch.setenv("ORT_BUNDLE_CACHE_DIR", str(tmp_path / "not" / "yet"))
 
     check = selfcheck.check_cache_space(context(tmp_path))
 
@@ -344,3 +344,23 @@ def test_gpu_bundle_without_a_driver_fails_unless_cpu_fallback_is_allowed(instal
     assert "no NVIDIA driver" in checks["cuda"]["message"]
     assert checks["model:mm"]["status"] == "pass"
     assert checks["model:mm"]["details"]["providers"] == ["CPUExecutionProvider"]
+
+
+def oldest_python() -> str | None:
+    """A Python 3.8 interpreter (the oldest target the manifest accepts), if this machine has one."""
+    import glob
+    import shutil
+
+    return shutil.which("python3.8") or next(iter(sorted(glob.glob("/root/.pyenv/versions/3.8*/bin/python"))), None)
+
+
+def test_the_shipped_self_check_runs_on_the_oldest_supported_python(tmp_path: Path) -> None:
+    python = oldest_python()
+    if python is None:
+        pytest.skip("no Python 3.8 on this machine")
+    script = tmp_path / "selfcheck.py"
+    script.write_bytes(selfcheck_script_bytes())
+    proc = subprocess.run([python, str(script), "--root", str(tmp_path / "missing"), "--json"],
+                          capture_output=True, text=True)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode != 0 and "bundle.json" in proc.stdout

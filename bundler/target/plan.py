@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import sys
 from datetime import datetime, timezone
@@ -34,6 +35,18 @@ def safe_relative(path: str, *, what: str) -> PurePosixPath:
         msg = f"{what} path {path!r} is not a relative path below its root"
         raise PlanError(msg)
     return pure
+
+
+def inside(root: Path, relative: PurePosixPath, *, what: str) -> Path:
+    """`root / relative`, refused when a link on the way leads outside `root` (the text check of
+    safe_relative cannot see links that a user or another program put into the folder)."""
+    path = root / relative
+    real_root = os.path.realpath(root)
+    real_parent = os.path.realpath(path.parent)
+    if os.path.commonpath([real_root, real_parent]) != real_root:
+        msg = f"{what} path {relative} leads outside {root} through a link"
+        raise PlanError(msg)
+    return path
 
 
 def load_plan(bundle_root: Path) -> dict:
@@ -64,8 +77,8 @@ def load_plan(bundle_root: Path) -> dict:
 def _copy_entries(entries: list[dict], source_root: Path, dest_root: Path) -> list[str]:
     created = []
     for entry in entries:
-        source = source_root / safe_relative(entry["from"], what="'from'")
-        target = dest_root / safe_relative(entry["to"], what="'to'")
+        source = inside(source_root, safe_relative(entry["from"], what="'from'"), what="'from'")
+        target = inside(dest_root, safe_relative(entry["to"], what="'to'"), what="'to'")
         if not source.is_file():
             msg = f"{source} is listed in {PLAN_FILE} but is not in the bundle"
             raise PlanError(msg)
@@ -150,7 +163,8 @@ def remove_installed(install_root: Path, *, dry_run: bool) -> list[str]:
         raise PlanError(msg)
     # The receipt goes last: if anything before it cannot be removed, uninstall can simply run again.
     created = [e for e in receipt["created"] if e != RECEIPT_FILE] + [RECEIPT_FILE]
-    entries = [(entry, install_root / safe_relative(entry.rstrip("/"), what=RECEIPT_FILE)) for entry in created]
+    entries = [(entry, inside(install_root, safe_relative(entry.rstrip("/"), what=RECEIPT_FILE), what=RECEIPT_FILE))
+               for entry in created]
     removed = []
     for entry, path in entries:
         if not (path.exists() or path.is_symlink()):

@@ -48,7 +48,7 @@ MISSING_LIBRARY = (
 )
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class Check:
     """One line of the report: what was checked, the verdict, and what to do about a failure."""
 
@@ -59,7 +59,7 @@ class Check:
     details: dict = field(default_factory=dict)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class Context:
     root: Path
     bundle: dict
@@ -116,9 +116,27 @@ def check_cpu(ctx: Context) -> Check:
     return Check(id="cpu", status="pass", message="CPU offers AVX2")
 
 
+def _is_below(path: Path, folder: Path) -> bool:
+    """Path.is_relative_to, which Python 3.8 (a supported target) lacks."""
+    try:
+        path.relative_to(folder)
+    except ValueError:
+        return False
+    return True
+
+
 def cache_dir() -> Path:
-    configured = os.environ.get("ORT_BUNDLER_CACHE_DIR") or os.environ.get("TEMP") or os.environ.get("TMP")
+    """The cache folder the launcher chose (run.* export ORT_BUNDLE_CACHE_DIR), else the temp folder."""
+    configured = os.environ.get("ORT_BUNDLE_CACHE_DIR") or os.environ.get("TEMP") or os.environ.get("TMP")
     return Path(configured or tempfile.gettempdir())
+
+
+def min_free_bytes() -> int:
+    """The launchers' threshold (ORT_BUNDLE_CACHE_MIN_FREE_MB), so both warn about the same thing."""
+    try:
+        return int(os.environ["ORT_BUNDLE_CACHE_MIN_FREE_MB"]) << 20
+    except (KeyError, ValueError):
+        return MIN_FREE_BYTES
 
 
 def check_cache_space(ctx: Context) -> Check:
@@ -127,9 +145,9 @@ def check_cache_space(ctx: Context) -> Check:
     free = shutil.disk_usage(existing).free
     details = {"cache_dir": str(directory), "free_bytes": free}
     message = f"{free / (1 << 30):.1f} GB free for the cache directory {directory}"
-    if free < MIN_FREE_BYTES:
+    if free < min_free_bytes():
         return Check(id="cache", status="warn", message=message, details=details,
-                     fix="Free space there or point ORT_BUNDLER_CACHE_DIR at a larger drive: "
+                     fix="Free space there or point ORT_BUNDLE_CACHE_DIR at a larger drive: "
                          "CUDA's kernel cache and temporary files need room.")
     return Check(id="cache", status="pass", message=message, details=details)
 
@@ -153,7 +171,7 @@ def import_onnxruntime(ctx: Context):
     location = Path(onnxruntime.__file__).resolve().parent
     venv = (ctx.root / "venv").resolve()
     details = {"version": onnxruntime.__version__, "location": str(location)}
-    if not location.is_relative_to(venv):
+    if not _is_below(location, venv):
         return Check(id="onnxruntime", status="fail", details=details,
                      message=f"onnxruntime was imported from {location}, "
                              f"not from this installation's environment {venv}",
@@ -507,7 +525,7 @@ def library_problem(ctx: Context, library: dict) -> str | None:
     if family == "msvcp140" and minimum and version and version_tuple(version) < version_tuple(minimum):
         return f"{path} is version {version}, older than the VC++ runtime {minimum} the bundle needs"
     bundled = family == "onnxruntime" or (family in ("cuda", "cudnn") and ctx.gpu.get("dlls"))
-    if bundled and not Path(path).resolve().is_relative_to(ctx.root.resolve()):
+    if bundled and not _is_below(Path(path).resolve(), ctx.root.resolve()):
         return f"{path} was loaded from outside the installation, which ships its own {family} libraries"
     return None
 
