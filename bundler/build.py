@@ -168,7 +168,7 @@ def _add_records(assembly: Assembly, manifest: Manifest) -> None:
 
 
 def to_json(data: Mapping[str, Any]) -> bytes:
-    return (json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+    return (json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
 
 
 def sha256sums(members: Mapping[str, Member]) -> str:

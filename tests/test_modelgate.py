@@ -240,3 +240,25 @@ def test_gate_in_an_isolated_environment_with_another_ort_version(tmp_path):
         gate_models([model_input(opset23, "opset23")], ort_version=OTHER_ORT_VERSION, work_dir=work)
 
     assert record.reference["outputs"]["y"]["values"] == [-125 / 16, -124 / 16, -123 / 16, -122 / 16]
+
+
+def test_non_finite_reference_values_stay_valid_json(tmp_path: Path) -> None:
+    """Log of the synthesised (partly negative) inputs is NaN: bundle.json must still be strict JSON,
+    which PowerShell's ConvertFrom-Json needs."""
+    import json
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])
+    model = helper.make_model(helper.make_graph([helper.make_node("Log", ["x"], ["y"])], "log", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = tmp_path / "log.onnx"
+    path.write_bytes(model.SerializeToString())
+    (record,) = gate_models([ModelInput(name="log", path=path, sha256=hashlib.sha256(path.read_bytes()).hexdigest())],
+                            ort_version=onnxruntime.__version__, work_dir=tmp_path / "work")
+    values = record.to_json()["reference"]["outputs"]["y"]["values"]
+    assert "nan" in values
+    json.dumps(record.to_json(), allow_nan=False)

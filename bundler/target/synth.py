@@ -114,8 +114,15 @@ def summarize_output(value) -> dict:
         "shape": list(value.shape),
         "dtype": str(value.dtype),
         "digest": output_digest(value),
-        "values": value.ravel()[:REFERENCE_VALUES].tolist(),
+        "values": [_json_number(v) for v in value.ravel()[:REFERENCE_VALUES].tolist()],
     }
+
+
+def _json_number(value):
+    """JSON has no NaN or infinity (PowerShell's ConvertFrom-Json refuses them): those become strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
 
 
 def reference_record(feeds: Mapping, outputs: list[dict], results: Sequence) -> dict:
@@ -146,7 +153,7 @@ def compare_output(name: str, value, recorded: Mapping, *, rtol: float, atol: fl
                 f"but the build recorded {recorded['dtype']}{list(recorded['shape'])}")
     if output_digest(value) == recorded["digest"]:
         return None
-    expected = np.asarray(recorded["values"], dtype=value.dtype)
+    expected = np.asarray([float(v) if isinstance(v, str) else v for v in recorded["values"]], dtype=value.dtype)
     actual = value.ravel()[: expected.size]
     close = np.isclose(actual.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True)
     if not close.all():
