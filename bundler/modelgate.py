@@ -13,10 +13,13 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+
+from filelock import FileLock
 
 from bundler import runner as runners
 from bundler.errors import BuildError, HashMismatchError, UnsupportedError
@@ -163,13 +166,15 @@ def isolated_python(ort_version: str, *, runner: Runner, work_dir: Path) -> Path
     """A virtual environment on the build host with exactly the pinned ORT, made once per work_dir."""
     env_dir = work_dir / f"ort-{ort_version}-py{sys.version_info.major}{sys.version_info.minor}"
     python = env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    if (env_dir / READY_MARKER).is_file():
-        return python
-    shutil.rmtree(env_dir, ignore_errors=True)
-    runner([sys.executable, "-m", "venv", str(env_dir)])
-    runner([str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
-            f"onnxruntime=={ort_version}", "numpy"])
-    (env_dir / READY_MARKER).write_text(ort_version, encoding="utf-8")
+    work_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(work_dir / f"{env_dir.name}.lock"):  # builds sharing a cache make the environment once
+        if (env_dir / READY_MARKER).is_file():
+            return python
+        shutil.rmtree(env_dir, ignore_errors=True)
+        runner([sys.executable, "-m", "venv", str(env_dir)])
+        runner([str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
+                f"onnxruntime=={ort_version}", "numpy"])
+        (env_dir / READY_MARKER).write_text(ort_version, encoding="utf-8")
     return python
 
 
@@ -178,12 +183,13 @@ def run_reference_worker(
 ) -> dict:
     """Run the shipped self-check's `--reference` mode under `python` and read its JSON report."""
     work_dir.mkdir(parents=True, exist_ok=True)
-    script = work_dir / "selfcheck-reference.py"
-    script.write_bytes(selfcheck_script_bytes())
-    request = work_dir / "model-gate-request.json"
-    request.write_text(json.dumps([{"name": model.name, "path": str(model.path), "shapes": dict(model.shapes)}
-                                   for model in models]), encoding="utf-8")
-    stdout = runner([str(python), "-I", str(script), "--reference", str(request)])
+    with tempfile.TemporaryDirectory(dir=work_dir, prefix="gate-") as private:  # one per build: builds may overlap
+        script = Path(private) / "selfcheck-reference.py"
+        script.write_bytes(selfcheck_script_bytes())
+        request = Path(private) / "model-gate-request.json"
+        request.write_text(json.dumps([{"name": model.name, "path": str(model.path), "shapes": dict(model.shapes)}
+                                       for model in models]), encoding="utf-8")
+        stdout = runner([str(python), "-I", str(script), "--reference", str(request)])
     try:
         report = json.loads(stdout)
     except json.JSONDecodeError:
