@@ -181,6 +181,8 @@ def _fetch(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace) -> int:
     from .build import build
 
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs: found {args.jobs}, expected a positive number")
     result = build(_manifest(args), cache=_cache(args), out_dir=args.output, jobs=args.jobs,
                    quiet=args.quiet or args.json)
     if args.json:

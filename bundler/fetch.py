@@ -75,7 +75,13 @@ def fetch_inputs(inputs: Sequence[Input], *, cache: Cache, target: Target, optio
             raise outcome
     errors = [o for o in outcomes if isinstance(o, BundleError)]
     if errors:
-        kind = type(errors[0]) if all(type(e) is type(errors[0]) for e in errors) else InputUnavailableError
+        # One exit code for the lot: a hash mismatch (a wrong pin or a tampered source) outranks the rest.
+        if any(isinstance(e, HashMismatchError) for e in errors):
+            kind: type[BundleError] = HashMismatchError
+        elif all(type(e) is type(errors[0]) for e in errors):
+            kind = type(errors[0])
+        else:
+            kind = InputUnavailableError
         raise kind("\n".join(str(e) for e in errors))
     return {item.key: path for item, path in zip(inputs, outcomes)}
 
@@ -209,14 +215,20 @@ class _Fetcher:
         assert mirror is not None
         candidates = [mirror / item.filename] if item.filename else []
         candidates += [mirror / h for h in item.sha256]
+        mismatch: HashMismatchError | None = None
         for candidate in candidates:
             if candidate.is_file():
-                return self._copy(item, candidate)
+                try:
+                    return self._copy(item, candidate)
+                except HashMismatchError as exc:  # e.g. an older VC_redist.x64.exe: the pinned one may be elsewhere
+                    mismatch = mismatch or exc
         for sha256 in item.sha256:
             hit = self._mirror_by_hash().get(sha256)
             if hit:
                 return self._copy(item, hit)
-        msg = f"{item.display}: not found in the mirror {mirror} (by file name or sha256), and --mirror never uses the network"
+        if mismatch:
+            raise mismatch
+        msg = f"{item.display}: not found in the mirror {mirror} by file name or sha256, and --mirror never uses the network"
         raise InputUnavailableError(msg)
 
     # -- helpers ----------------------------------------------------------------------------------

@@ -198,6 +198,9 @@ def load(path: Path) -> Manifest:
     except FileNotFoundError:
         msg = f"{path}: manifest not found"
         raise ManifestError(msg) from None
+    except OSError as exc:  # a directory, no permission
+        msg = f"{path}: cannot be read ({exc.strerror}); expected a manifest file"
+        raise ManifestError(msg) from None
     except UnicodeDecodeError as exc:
         msg = f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); a manifest is a UTF-8 TOML file"
         raise ManifestError(msg) from None
@@ -364,8 +367,10 @@ def _requirements(value: Any, where: str, problems: _Problems) -> tuple[str, ...
 
 
 def _vc_redist(data: Mapping[str, Any], base: Path, problems: _Problems) -> VcRedist | None:
+    if "vc_redist" not in data:
+        return None
     table = _table(data, "vc_redist", problems)
-    if not table:
+    if table is None:
         return None
     source = _input(table, "vc_redist", base, problems, embedded=True)
     min_version = _string(table, "min_version", "vc_redist", problems, required=False,
@@ -377,8 +382,10 @@ def _vc_redist(data: Mapping[str, Any], base: Path, problems: _Problems) -> VcRe
 
 
 def _gpu(data: Mapping[str, Any], base: Path, problems: _Problems) -> Gpu | None:
+    if "gpu" not in data:
+        return None
     table = _table(data, "gpu", problems)
-    if not table:
+    if table is None:
         return None
     cuda = _string(table, "cuda", "gpu", problems, pattern=re.compile(r"^\d+\.\d+$"), expected="a CUDA version such as '11.8'")
     cudnn = _string(table, "cudnn", "gpu", problems, pattern=re.compile(r"^\d+(\.\d+)*$"), expected="a cuDNN version such as '8.6'")

@@ -387,3 +387,14 @@ def test_cache_location_follows_the_environment(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.delenv(CACHE_ENV)
     assert default_cache_dir() != tmp_path / "elsewhere"
     assert "ort-bundler" in default_cache_dir().parts
+
+
+def test_mirror_skips_a_stale_file_of_the_same_name_for_the_pinned_one(cache: Cache, tmp_path: Path) -> None:
+    """VC_redist.x64.exe has that name in every version: the pinned bytes may sit in a subfolder."""
+    mirror = tmp_path / "mirror"
+    (mirror / "new").mkdir(parents=True)
+    (mirror / "VC_redist.x64.exe").write_bytes(b"old version")
+    (mirror / "new" / "VC_redist.x64.exe").write_bytes(b"pinned version")
+    item = url_input("http://127.0.0.1:9/VC_redist.x64.exe", sha256(b"pinned version"))
+    fetched = fetch([item], cache, mirror=mirror)
+    assert next(iter(fetched.values())).read_bytes() == b"pinned version"

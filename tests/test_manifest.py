@@ -101,6 +101,8 @@ BAD = {
                               ["python.requirements[0]: found 'numpy>>', expected a requirement such as 'numpy>=1.21'"]),
     "allow_unsigned not a boolean": (GOOD.replace('version = "1.23.1"', 'version = "1.23.1"\nallow_unsigned = "yes"'),
                                      ["ort.allow_unsigned: found 'yes', expected true or false"]),
+    "empty gpu section": (GOOD + "\n[gpu]\n", ["gpu.cuda: missing, expected a CUDA version such as '11.8'"]),
+    "empty vc_redist section": (GOOD + "\n[vc_redist]\n", ["vc_redist: found none, expected exactly one of 'url', 'path' or 'requirement'"]),
     "gpu without sources": (GOOD + '\n[gpu]\ncuda = "11.8"\ncudnn = "8.6"\n',
                             ["gpu.sources: found [], expected a non-empty array of tables [[gpu.sources]]"]),
 }
