@@ -153,6 +153,12 @@ def _attempt(url: str, partial: Path, *, label: str, session: requests.Session, 
             return digest, offset
     except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
         raise _Transient(str(exc) or type(exc).__name__) from None
+    except requests.RequestException as exc:  # an invalid URL, a redirect loop: retrying will not help
+        msg = f"{label}: {url} cannot be downloaded: {exc}"
+        raise InputUnavailableError(msg) from None
+    except OSError as exc:  # the partial file: disk full, no permission (requests' own errors are caught above)
+        msg = f"{label}: cannot write {partial} ({exc.strerror or exc}); check the cache folder's space and permissions"
+        raise InputUnavailableError(msg) from None
     except Exception as exc:  # urllib3 errors surface raw from resp.raw.read1
         if type(exc).__module__.startswith("urllib3"):
             raise _Transient(f"{type(exc).__name__}: {exc}") from None
