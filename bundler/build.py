@@ -112,12 +112,14 @@ def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None =
         members = [_rooted(stem, m) for m in assembly.members.values()]
         members.append(Member(name=f"{stem}/SHA256SUMS", data=sha256sums(assembly.members).encode("utf-8")))
         zip_path = out_dir / f"{stem}.zip"
+        sidecar = out_dir / f"{stem}.zip.sha256"
+        sidecar.unlink(missing_ok=True)  # never leave an old digest beside a new zip
         with tqdm(total=sum(m.size for m in members), desc="zip", unit="B", unit_scale=True, unit_divisor=1024,
                   disable=quiet, leave=False) as bar:
             write_zip(members, zip_path, epoch=manifest.bundle.source_date_epoch,
                       member_cache=MemberCache(cache.work_dir("members")), jobs=jobs, progress=bar.update)
     digest = file_sha256(zip_path)
-    write_atomic(out_dir / f"{stem}.zip.sha256", f"{digest}  {zip_path.name}\n".encode("ascii"))
+    write_atomic(sidecar, f"{digest}  {zip_path.name}\n".encode("ascii"))
     return BuildResult(zip_path=zip_path, sha256=digest, size=zip_path.stat().st_size)
 
 

@@ -8,6 +8,8 @@ archives only through `SafeArchive`.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import uuid
 from collections.abc import Iterator, Mapping
@@ -33,7 +35,6 @@ from . import __version__
 from .archives import SafeArchive, is_archive
 from .windows import payload_binaries
 from .errors import BuildError
-from .hashing import file_sha256
 from .manifest import Input, Manifest
 from .pe import inspect_pe
 from .signatures import SignatureEvidence, signature_evidence
@@ -171,7 +172,7 @@ def check_signatures(assembly: Assembly, *, manifest: Manifest, work: Path) -> N
     allowed_ort = manifest.ort.allow_unsigned
     allowed_vc = bool(manifest.vc_redist and manifest.vc_redist.allow_unsigned)
     installed = _install_paths(assembly)
-    records, problems = [], []
+    records, problems, failed = [], [], set()
     for pe in _pe_files(assembly, work=work):
         evidence = signature_evidence(pe.file, label=pe.label)
         rule = signing_rule(pe.label)
@@ -179,16 +180,23 @@ def check_signatures(assembly: Assembly, *, manifest: Manifest, work: Path) -> N
         relaxed = allowed_vc if rule is VC_REDIST_RULE else rule.relaxable and allowed_ort
         if problem and not relaxed:
             problems.append(problem)
+            failed.add(rule)
         records.append(_signature_record(evidence, pe, rule, installed=installed, allowed=bool(problem)))
     if problems:
-        raise BuildError(_signature_message(problems, manifest))
+        raise BuildError(_signature_message(problems, failed, manifest))
     assembly.record["signatures"] = records
 
 
-def _signature_message(problems: list[str], manifest: Manifest) -> str:
-    hint = (f"; if these are binaries of a custom ONNX Runtime build, set `allow_unsigned = true` under [ort] in "
-            f"{manifest.path.name}, otherwise fetch the official files again")
-    return "; ".join(problems) + hint
+def _signature_message(problems: list[str], rules: set[SigningRule], manifest: Manifest) -> str:
+    """The problems, and the one switch that can relax each rule that failed."""
+    hints = []
+    if ORT_RULE in rules:
+        hints.append(f"if these are binaries of a custom ONNX Runtime build, set `allow_unsigned = true` under [ort] "
+                     f"in {manifest.path.name}")
+    if VC_REDIST_RULE in rules:
+        hints.append("if VC_redist was repackaged by your organisation, set `allow_unsigned = true` under [vc_redist]")
+    hints.append("otherwise fetch the official files again")
+    return "; ".join(problems) + "; " + ", ".join(hints)
 
 
 def _signature_record(evidence: SignatureEvidence, pe: PeFile, rule: SigningRule, *,
@@ -402,7 +410,7 @@ def sbom(assembly: Assembly, *, manifest: Manifest) -> Bom:
     root = Component(type=ComponentType.APPLICATION, name=bundle.name, version=bundle.version, bom_ref=bundle.stem,
                      properties=[Property(name="ort-bundler:platform", value=bundle.platform),
                                  Property(name="ort-bundler:python", value=bundle.python)])
-    bom = Bom(serial_number=serial_number(manifest))
+    bom = Bom(serial_number=serial_number(manifest, assembly))
     bom.metadata.timestamp = datetime.fromtimestamp(bundle.source_date_epoch, tz=timezone.utc)
     bom.metadata.component = root
     bom.metadata.tools.components.add(Component(type=ComponentType.APPLICATION, name="ort-bundler",
@@ -414,9 +422,16 @@ def sbom(assembly: Assembly, *, manifest: Manifest) -> Bom:
     return bom
 
 
-def serial_number(manifest: Manifest) -> uuid.UUID:
-    """The same bundle from the same manifest gets the same serial number on every machine."""
-    return uuid.uuid5(uuid.NAMESPACE_URL, f"ort-bundler:{manifest.bundle.stem}:{file_sha256(manifest.path)}")
+def serial_number(manifest: Manifest, assembly: Assembly) -> uuid.UUID:
+    """The same bundle gets the same serial number on every machine, and a different bundle another one.
+
+    Derived from what the manifest says (not its bytes: line endings and comments do not change the
+    bundle) and from every member's hash (the lock's wheels, the models, everything else).
+    """
+    content = hashlib.sha256(json.dumps(manifest.raw, sort_keys=True, default=str).encode("utf-8"))
+    for path in sorted(assembly.members):
+        content.update(f"{assembly.members[path].digest}  {path}\n".encode("utf-8"))
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"ort-bundler:{manifest.bundle.stem}:{content.hexdigest()}")
 
 
 def member_components(assembly: Assembly, *, manifest: Manifest) -> list[Component]:

@@ -37,6 +37,8 @@ from .errors import BuildError, InputUnavailableError, UnsupportedError
 from .pe import inspect_pe
 
 PLATFORMS = ("win_amd64", "linux_x86_64")
+# RECORD hashes we accept: fixed-length and at least as strong as sha256 (not md5/sha1, not the shake XOFs).
+RECORD_ALGORITHMS = frozenset({"sha256", "sha384", "sha512", "sha3_256", "sha3_384", "sha3_512", "blake2b", "blake2s"})
 PACKAGE = "onnxruntime"
 GENERATOR = "ort-bundler"
 CHUNK = 1 << 20
@@ -577,7 +579,7 @@ def _record_entries(text: str, *, path: Path, label: str) -> dict[str, tuple[str
         if not digest:
             continue
         algorithm, _, value = digest.partition("=")
-        if algorithm not in hashlib.algorithms_guaranteed or algorithm in {"md5", "sha1"}:
+        if algorithm not in RECORD_ALGORITHMS:
             msg = f"{label}: {path.name}'s RECORD hashes {name} with '{algorithm}', expected sha256 or stronger"
             raise BuildError(msg)
         padded = value + "=" * (-len(value) % 4)

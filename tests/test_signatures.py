@@ -108,3 +108,34 @@ def test_nvidia_cudart_is_unsigned_and_reported_not_failed(tmp_path):
     assert evidence.to_json() == {"path": "gpu/cudart64_110.dll", "signed": False, "verified": False,
                                   "signer": None, "reason": "the file carries no Authenticode signature",
                                   "not_checked": NOT_CHECKED}
+
+
+def _certificate(name: str, *, ca: bool, key_cert_sign: bool = True):
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+               .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    if ca:
+        builder = builder.add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False,
+                                                      key_encipherment=False, data_encipherment=False,
+                                                      key_agreement=False, key_cert_sign=key_cert_sign, crl_sign=True,
+                                                      encipher_only=False, decipher_only=False), critical=True)
+    return builder.sign(key, hashes.SHA256())
+
+
+def test_only_a_certificate_authority_may_vouch_for_another_certificate() -> None:
+    """An ordinary (code-signing) certificate must not be able to issue one named "Microsoft Corporation"."""
+    from bundler.signatures import _is_ca
+
+    assert _is_ca(_certificate("Some CA", ca=True))
+    assert not _is_ca(_certificate("Some Code Signer", ca=False))
+    assert not _is_ca(_certificate("CA without keyCertSign", ca=True, key_cert_sign=False))
