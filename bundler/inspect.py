@@ -7,7 +7,6 @@ are plain data: `--json` prints them, `describe` turns them into a short human r
 from __future__ import annotations
 
 import re
-from email.parser import Parser
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from .archives import SafeArchive, is_archive
 from .errors import InputUnavailableError, UnsupportedError
 from .hashing import file_sha256
 from .pe import inspect_pe, is_pe
+from .provenance import wheel_metadata
 from .signatures import signature_evidence
 
 ORT_ARCHIVE = re.compile(r"^onnxruntime-(win|linux)-x64(-gpu)?-\d+\.\d+\.\d+\.(zip|tgz)$", re.IGNORECASE)
@@ -59,12 +59,10 @@ def _wheel(path: Path) -> dict[str, Any]:
         raise UnsupportedError(msg) from None
     with SafeArchive.open(path, label=path.name) as archive:
         names = archive.names()
-        metadata_name = next((n for n in names if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
-        metadata = Parser().parsestr(archive.read(metadata_name).decode("utf-8")) if metadata_name else None
+        _, metadata = wheel_metadata(archive, label=path.name)
     binaries = sorted(n for n in names if n.lower().endswith((".dll", ".pyd", ".so")) or ".so." in n)
     return {"kind": "wheel", "name": str(name), "version": str(version), "tags": sorted(str(t) for t in tags),
-            "requires": metadata.get_all("Requires-Dist") or [] if metadata else [],
-            "binaries": binaries, "files": len(names)}
+            "requires": metadata.get_all("Requires-Dist") or [], "binaries": binaries, "files": len(names)}
 
 
 def _archive(path: Path) -> dict[str, Any]:

@@ -7,25 +7,24 @@ read, tested and extended one at a time.
 
 from __future__ import annotations
 
-import zipfile
 from importlib import resources
 from collections.abc import Mapping
-from email.parser import Parser
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from packaging.requirements import Requirement
 from packaging.utils import parse_wheel_filename
 
+from .archives import SafeArchive
 from .cache import Cache, cached_sha256
-from .errors import BuildError, ManifestError
+from .errors import ManifestError
 from .hashing import file_sha256
 from .lock import Lock, LockedWheel, requirements_txt
 from .manifest import Manifest
 from .modelgate import ModelInput, gate_models, identity_model_bytes, selfcheck_script_bytes
 from .gpu import add_gpu
 from .sdk import add_sdk
-from .provenance import add_licenses, add_sbom, check_signatures
+from .provenance import add_licenses, add_sbom, check_signatures, wheel_metadata
 from .render import PLAN_HELPER, EntryPoint, ScriptContext, render_scripts
 from .windows import add_vc_redist, check_windows
 from .wheelbuild import build_wheel, read_capi, verify_official_wheel
@@ -78,12 +77,8 @@ def ort_wheel(manifest: Manifest, files: Mapping[str, Path], work: Path) -> tupl
 
 def wheel_requires(path: Path) -> tuple[str, ...]:
     """Requires-Dist of a wheel, read from its METADATA without installing it."""
-    with zipfile.ZipFile(path) as archive:
-        names = [n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
-        if len(names) != 1:
-            msg = f"{path.name}: found {len(names)} dist-info METADATA files, expected exactly one"
-            raise BuildError(msg)
-        metadata = Parser().parsestr(archive.read(names[0]).decode("utf-8"))
+    with SafeArchive.open(path, label=path.name) as archive:
+        _, metadata = wheel_metadata(archive, label=path.name)
     return tuple(metadata.get_all("Requires-Dist") or ())
 
 
