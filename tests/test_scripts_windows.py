@@ -196,6 +196,16 @@ def test_install_ps1_rechecks_build_time_signatures_before_and_after_installing(
     assert stage.index("Install-Wheels") < stage.index("Assert-InstalledSignatures") < stage.index("Invoke-SelfCheck")
 
 
+def test_a_per_machine_install_is_not_writable_by_users() -> None:
+    """The staging folder's ACL drops the inherited "Authenticated Users: Modify" before anything is copied."""
+    script = render_scripts(windows_context())["install.ps1"].decode("utf-8-sig")
+    protect = script[script.index("function Protect-Stage"):script.index("function Build-Stage")]
+    assert "if (-not (Test-Administrator)) { return }" in protect
+    assert "'/inheritance:r'" in protect and "'*S-1-5-32-545:(OI)(CI)RX'" in protect
+    stage = script[script.index("function Build-Stage"):script.index("function Switch-Install")]
+    assert stage.index("Protect-Stage $Stage") < stage.index("Copy-PlanEntries")
+
+
 @pytest.fixture(scope="module")
 def standin_exe(mingw_gcc: str, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
     folder = tmp_path_factory.mktemp("standin")
