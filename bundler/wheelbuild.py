@@ -145,7 +145,7 @@ def build_wheel(tree: CapiTree, *, expected_version: str, requires: Sequence[str
     try:
         with _FixedTimeWheelFile(staging / name, "w", date_time=date_time) as wheel:
             for arcname, path in _package_files(tree.root):
-                wheel.write_member(arcname, path.read_bytes(), mode=_mode(arcname))
+                wheel.write_file(arcname, path, mode=_mode(arcname))
             dist_info = f"{tree.package}-{version}.dist-info"
             wheel.write_member(f"{dist_info}/METADATA", _metadata_text(tree.package, version, dependencies))
             wheel.write_member(f"{dist_info}/WHEEL", _wheel_text(tree.tag))
@@ -399,6 +399,20 @@ class _FixedTimeWheelFile(WheelFile):
 
     def write_member(self, arcname: str, data: bytes | str, *, mode: int = FILE_MODE) -> None:
         self.writestr(self._zipinfo(arcname, mode), data)
+
+    def write_file(self, arcname: str, path: Path, *, mode: int) -> None:
+        """Stream a file in (a CUDA provider DLL is 400 MB): deflate and hash it in chunks, so memory does
+        not grow with the file. RECORD takes the hash and size from the same tables `writestr` fills."""
+        size = path.stat().st_size
+        digest = hashlib.sha256()
+        info = self._zipinfo(arcname, mode)
+        # ZipFile's own open: WheelFile.open is the hash-checking reader.
+        with path.open("rb") as src, zipfile.ZipFile.open(self, info, "w", force_zip64=size >= zipfile.ZIP64_LIMIT) as dst:
+            while chunk := src.read(CHUNK):
+                digest.update(chunk)
+                dst.write(chunk)
+        self._file_hashes[arcname] = ("sha256", base64.urlsafe_b64encode(digest.digest()).decode("ascii").rstrip("="))
+        self._file_sizes[arcname] = size
 
     def writestr(self, zinfo_or_arcname: str | zipfile.ZipInfo, data: bytes | str,
                  compress_type: int | None = None) -> None:
