@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from bundler.errors import BuildError
-from bundler.pe import PeInfo
+from bundler.pe import X64_MACHINE, PeInfo
 
-X64 = 0x8664
 
 # Windows system DLLs that real ORT, CUDA, cuDNN and TensorRT binaries import or load by name.
 SYSTEM_DLLS = frozenset({
@@ -106,7 +105,7 @@ def dll_closure(binaries: Mapping[str, PeInfo], *, target_python: str, provided:
     dependencies: list[Dependency] = []
     problems: list[str] = []
     for importer, info in sorted(binaries.items()):
-        if info.machine != X64:
+        if info.machine != X64_MACHINE:
             problems.append(f"{importer} is a {info.machine_name} binary, but the bundle targets x64 (win_amd64).")
         is_gpu_lib = GPU_RUNTIME.match(PurePosixPath(importer).name.lower()) is not None
         for how, names in (("import", info.imports), ("delay", info.delay_imports), ("runtime", info.runtime_names)):

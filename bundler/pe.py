@@ -34,6 +34,15 @@ _NAME_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 _ASCII_SUFFIX = re.compile(rb"\.dll(?![A-Za-z0-9_])", re.IGNORECASE)
 _UTF16_SUFFIX = re.compile(rb"\.\x00[dD]\x00[lL]\x00[lL]\x00")
 _MAX_NAME = 100
+X64_MACHINE = 0x8664  # IMAGE_FILE_MACHINE_AMD64
+ELF_X86_64 = 62  # e_machine of an x86-64 ELF file
+
+
+def is_x86_64_elf(path: Path) -> bool:
+    """A 64-bit ELF file for x86-64 (a Linux shared library or extension module)."""
+    with path.open("rb") as fh:
+        head = fh.read(20)
+    return len(head) == 20 and head[:5] == b"\x7fELF\x02" and int.from_bytes(head[18:20], "little") == ELF_X86_64
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -37,7 +37,7 @@ from .archives import Limits, SafeArchive
 from .errors import BuildError, InputUnavailableError, UnsafeArchiveError
 from .hashing import file_sha256
 from .manifest import Manifest
-from .pe import inspect_pe
+from .pe import X64_MACHINE, inspect_pe, is_x86_64_elf
 from .render import make_environment
 
 if TYPE_CHECKING:
@@ -50,8 +50,6 @@ PROPS_PATH = "build/native/onnxruntime.props"
 SAMPLE_DIR = "sample"
 
 _WINDOWS = "win_amd64"
-_X64_MACHINE = 0x8664
-_ELF_X86_64 = 62
 # ORT's FileVersion is <major>.<minor>.<build date>.<build number>.<short commit> (FACTS.md §1).
 _FILE_VERSION = re.compile(r"^(\d+)\.(\d+)\.\d+\.\d+\.([0-9a-f]{7,40})$")
 _VERSION = re.compile(r"^\d+\.\d+\.\d+$")
@@ -210,7 +208,7 @@ def _binary_problems(archive: OrtArchive, root: Path, *, platform: str) -> list[
             problems.append(f"{rel} has a name with characters other than letters, digits and . _ + -")
         elif platform == _WINDOWS:
             problems += _dll_problems(archive, rel, root / rel)
-        elif not _is_x86_64_elf(root / rel):
+        elif not is_x86_64_elf(root / rel):
             problems.append(f"{rel} is not an x86-64 ELF shared object, expected one for {platform}")
     versions = sorted({v for v in archive.binaries.values() if v is not None})
     if len(versions) > 1:
@@ -221,7 +219,7 @@ def _binary_problems(archive: OrtArchive, root: Path, *, platform: str) -> list[
 def _dll_problems(archive: OrtArchive, rel: str, path: Path) -> list[str]:
     info = inspect_pe(path, label=rel)
     problems = []
-    if info.machine != _X64_MACHINE:
+    if info.machine != X64_MACHINE:
         problems.append(f"{rel} is built for {info.machine_name}, expected x64")
     version = archive.binaries[rel]
     if version is None:
@@ -257,11 +255,6 @@ def _same_commit(a: str, b: str) -> bool:
     """Short and full ids of one commit: one is a prefix of the other."""
     return a.startswith(b) or b.startswith(a)
 
-
-def _is_x86_64_elf(path: Path) -> bool:
-    with path.open("rb") as fh:
-        head = fh.read(20)
-    return len(head) == 20 and head[:5] == b"\x7fELF\x02" and int.from_bytes(head[18:20], "little") == _ELF_X86_64
 
 
 # -- the symlink policy ------------------------------------------------------------------------------------

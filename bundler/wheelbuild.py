@@ -34,7 +34,7 @@ from wheel.wheelfile import WheelFile
 
 from .archives import SafeArchive
 from .errors import BuildError, InputUnavailableError, UnsupportedError
-from .pe import inspect_pe
+from .pe import X64_MACHINE, inspect_pe, is_x86_64_elf
 
 PLATFORMS = ("win_amd64", "linux_x86_64")
 # RECORD hashes we accept: fixed-length and at least as strong as sha256 (not md5/sha1, not the shake XOFs).
@@ -55,8 +55,6 @@ LINUX_EXTENSION_RE = re.compile(r"\.cpython-3(\d+)-x86_64-linux-gnu\.so$")
 LINUX_ABI3_RE = re.compile(r"\.abi3\.so$")
 MANYLINUX_X86_64_RE = re.compile(r"^(linux|manylinux(1|2010|2014|_\d+_\d+))_x86_64$")
 PYTHON_RE = re.compile(r"^3\.(\d{1,2})$")
-MACHINE_AMD64 = 0x8664
-ELF_MACHINE_X86_64 = 62
 # Files a running Python writes next to sources: build-host artifacts, regenerated on install.
 SKIPPED_DIRS = {"__pycache__"}
 SKIPPED_SUFFIXES = {".pyc", ".pyo"}
@@ -314,8 +312,8 @@ def _win_extensions(package: Path) -> list[_Extension]:
 def _pyd_extension(path: Path) -> _Extension:
     info = inspect_pe(path)
     machine, imports = info.machine, info.imports
-    if machine != MACHINE_AMD64:
-        msg = f"{path}: found PE machine {machine:#06x}, expected {MACHINE_AMD64:#06x} (x64) for win_amd64"
+    if machine != X64_MACHINE:
+        msg = f"{path}: found PE machine {machine:#06x}, expected {X64_MACHINE:#06x} (x64) for win_amd64"
         raise BuildError(msg)
     versions = sorted({m.group(1) for dll in imports if (m := WIN_PYTHON_DLL_RE.match(dll))})
     if len(versions) > 1:
@@ -343,14 +341,8 @@ def _linux_extensions(package: Path) -> list[_Extension]:
 
 
 def _check_elf_x86_64(path: Path) -> None:
-    with path.open("rb") as fh:
-        header = fh.read(20)
-    if header[:4] != b"\x7fELF" or header[4] != 2:
-        msg = f"{path}: found no 64-bit ELF header, expected a Linux x86_64 extension module"
-        raise BuildError(msg)
-    machine = int.from_bytes(header[18:20], "little")
-    if machine != ELF_MACHINE_X86_64:
-        msg = f"{path}: found ELF machine {machine}, expected {ELF_MACHINE_X86_64} (x86_64) for linux_x86_64"
+    if not is_x86_64_elf(path):
+        msg = f"{path}: not an x86-64 ELF file, expected a Linux x86_64 extension module"
         raise BuildError(msg)
 
 
