@@ -170,3 +170,13 @@ def test_uninstall_removes_exactly_what_the_install_created(bundle_zip: Path, tm
     assert proc.returncode == OK, proc.stdout + proc.stderr
     assert sorted(p.name for p in parent.iterdir()) == ["app", "keep.txt"]
     assert sorted(p.name for p in root.iterdir()) == ["user-data.txt"]
+
+
+def test_the_venv_scripts_name_the_final_folder_not_the_staging_one(installed: tuple[Path, Path]) -> None:
+    _, root = installed
+    scripts = [p for p in (root / "venv" / "bin").iterdir() if p.is_file() and not p.is_symlink()]
+    texts = {p.name: p.read_bytes() for p in scripts}
+    assert all(b".staging" not in data for data in texts.values())
+    assert str(root).encode() in texts["pip"] and str(root).encode() in texts["activate"]
+    proc = subprocess.run([str(root / "venv" / "bin" / "pip"), "--version"], capture_output=True, text=True)
+    assert proc.returncode == 0 and f"{root}/venv" in proc.stdout

@@ -209,6 +209,25 @@ def _receipt_from_args(args: argparse.Namespace) -> dict:
     }
 
 
+def relocate_venv(venv: Path, old: str) -> list[str]:
+    """Point the venv's scripts at the folder it now lives in.
+
+    The venv is built in the staging folder and renamed into place; pip's console scripts and the
+    activate scripts name the folder they were created in. The launchers do not use them (they start
+    venv/bin/python directly), but a user running venv/bin/pip would otherwise reach a vanished path.
+    """
+    new = str(venv)
+    changed = []
+    for script in sorted((venv / "bin").iterdir()):
+        if script.is_symlink() or not script.is_file():
+            continue
+        data = script.read_bytes()
+        if old.encode() in data and b"\0" not in data[:1024]:
+            script.write_bytes(data.replace(old.encode(), new.encode()))
+            changed.append(script.name)
+    return changed
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="plan.py", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -233,6 +252,9 @@ def _parser() -> argparse.ArgumentParser:
     get = sub.add_parser("get", help="print one plan value (lists one item a line)")
     get.add_argument("bundle", type=Path)
     get.add_argument("key", choices=["install_id", "venv.dir", "venv.wheels", "venv.requirements", "dll_dirs"])
+    relocate = sub.add_parser("relocate", help="point the venv's scripts at its new folder after the swap")
+    relocate.add_argument("venv", type=Path)
+    relocate.add_argument("old", help="the venv's folder when it was created")
     remove = sub.add_parser("remove", help="remove what the receipt lists")
     remove.add_argument("install_root", type=Path)
     remove.add_argument("--dry-run", action="store_true")
@@ -277,6 +299,8 @@ def _run(args: argparse.Namespace) -> list[str] | None:
         receipt = read_receipt(args.install_root)
         same = receipt is not None and receipt.get("bundle_sha256") == bundle_sha256(args.bundle)
         return [] if same else None
+    if args.command == "relocate":
+        return relocate_venv(args.venv, args.old)
     return remove_installed(args.install_root, dry_run=args.dry_run)
 
 
