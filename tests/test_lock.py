@@ -39,7 +39,7 @@ from bundler.runner import run
 WIN = Target(platform="win_amd64", python="3.11")
 LINUX = Target(platform="linux_x86_64", python="3.11")
 # The fake index's files live under a host that must never leak into a lock.
-FAKE_INDEX = "https://files.index.invalid/packages"
+FAKE_INDEX = "https://mirror.example.invalid/packages"
 
 
 # --- Target ------------------------------------------------------------------------------------------
