@@ -7,8 +7,8 @@ read, tested and extended one at a time.
 
 from __future__ import annotations
 
-from importlib import resources
 from collections.abc import Mapping
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,7 +41,7 @@ def add_all(assembly: Assembly, *, manifest: Manifest, lock: Lock | None, files:
     add_sdk(assembly, manifest=manifest, files=files, work=work)
     check_windows(assembly, manifest=manifest, work=work)
     add_vc_redist(assembly, manifest=manifest, files=files)
-    add_models(assembly, manifest=manifest, files=files, work=work, cache=cache)
+    add_models(assembly, manifest=manifest, files=files, cache=cache)
     entry_point = add_entry_point(assembly, manifest=manifest, files=files)
     add_scripts(assembly, manifest=manifest, entry_point=entry_point)
     check_signatures(assembly, manifest=manifest, work=work)
@@ -132,13 +132,12 @@ def add_python(assembly: Assembly, *, manifest: Manifest, lock: Lock | None, fil
 # -- models ----------------------------------------------------------------------------------------------
 
 
-def add_models(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, Path], work: Path,
-               cache: Cache) -> None:
+def add_models(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, Path], cache: Cache) -> None:
     """Every model passes the gate in the pinned ORT version; its signature and reference output are recorded."""
     inputs = [ModelInput(name=m.name, path=files[m.source.key], sha256=cached_sha256(files[m.source.key]),
                          shapes=m.shapes) for m in manifest.models]
     records = gate_models(inputs, ort_version=manifest.ort.version, work_dir=cache.work_dir("ort-envs"))
-    for model, record in zip(inputs, records):
+    for model in inputs:
         bundle_path = f"payload/models/{model.name}.onnx"
         assembly.add_file(bundle_path, model.path, model.sha256)
         assembly.install(bundle_path, f"models/{model.name}.onnx")
