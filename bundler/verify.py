@@ -18,6 +18,8 @@ from .errors import VerificationError
 from .hashing import CHUNK, file_sha256
 
 REQUIRED = ("SHA256SUMS", "bundle.json", "install-plan.json")
+# What reading one member can raise: damaged data, an encrypted entry, an unknown compression method.
+UNREADABLE = (zipfile.BadZipFile, OSError, EOFError, RuntimeError, NotImplementedError)
 SUM_LINE = re.compile(r"^([0-9a-f]{64})  (\S.*)$")
 
 
@@ -106,7 +108,7 @@ def _read_sums(archive: zipfile.ZipFile, names: dict[str, zipfile.ZipInfo], prob
     sums: dict[str, str] = {}
     try:
         text = archive.read(info).decode("utf-8", "replace")
-    except (zipfile.BadZipFile, OSError, EOFError, RuntimeError, NotImplementedError) as exc:
+    except UNREADABLE as exc:
         problems.append(f"SHA256SUMS is not readable: {exc}")
         return {}
     for number, line in enumerate(text.splitlines(), 1):
@@ -124,7 +126,7 @@ def _check_bundle_json(archive: zipfile.ZipFile, names: dict[str, zipfile.ZipInf
         return
     try:
         record = json.loads(archive.read(info))
-    except (ValueError, UnicodeDecodeError, RuntimeError, NotImplementedError, zipfile.BadZipFile) as exc:
+    except (ValueError, *UNREADABLE) as exc:  # ValueError: not JSON, not UTF-8
         problems.append(f"bundle.json is not readable JSON: {exc}")
         return
     if not isinstance(record, dict):
@@ -141,6 +143,6 @@ def _sha256(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> str:
         with archive.open(info) as fh:
             while chunk := fh.read(CHUNK):
                 digest.update(chunk)
-    except (zipfile.BadZipFile, OSError, EOFError, RuntimeError, NotImplementedError):
+    except UNREADABLE:
         return "unreadable"  # damaged, encrypted or an unknown compression method: reported as altered
     return digest.hexdigest()
