@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from bundler.cache import Cache
-from bundler.zipwriter import Member
+from bundler.sources.cache import Cache
+from bundler.writer.zipwriter import Member
 
 MB = 1 << 20
 CHUNK = 4 * MB

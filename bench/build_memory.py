@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 
 from _payload import MB, describe, generate, machine, stage, workspace
-from bundler.cache import Cache
+
 from bundler.manifest import ZIP_EPOCH
-from bundler.zipwriter import Member, MemberCache, write_zip
+from bundler.sources.cache import Cache
+from bundler.writer.zipwriter import Member, MemberCache, write_zip
 
 
 def parse_args() -> argparse.Namespace:
@@ -79,7 +80,7 @@ def main() -> None:
         child(args.child)
         return
     print(f"machine: {machine()}; jobs: {args.jobs or 'CPU count'}")
-    print("build = bundler.zipwriter.write_zip of the cached payload in a fresh process, member cache empty")
+    print("build = bundler.writer.zipwriter.write_zip of the cached payload in a fresh process, member cache empty")
     sizes = [int(s) for s in args.sizes.split(",")]
     peaks = []
     for size in sizes:

@@ -5,7 +5,7 @@ and a rebuild with unchanged inputs a small fraction of a first build.
 
 What "the build" is here: the manifest has no section for arbitrary payload files, and models are parsed
 by onnx, so a generated payload cannot go through `ort-bundler build` as is. This script drives the
-build's own writer exactly as `bundler.build.build` does: the payload is put into a real content-addressed
+build's own writer exactly as `bundler.commands.build.build` does: the payload is put into a real content-addressed
 `Cache` (as `ort-bundler fetch` leaves it), and `write_zip` writes it with the expected sha256 of every
 file and a `MemberCache` in that cache, so hashing in the compression pass, the parallel deflate, the
 stored-or-deflated trial, the member cache and the final fsync are all measured. Not measured: manifest
@@ -26,9 +26,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from _payload import MB, Payload, describe, generate, machine, stage, workspace
-from bundler.cache import Cache
+
 from bundler.manifest import ZIP_EPOCH
-from bundler.zipwriter import Member, MemberCache, write_zip
+from bundler.sources.cache import Cache
+from bundler.writer.zipwriter import Member, MemberCache, write_zip
 
 
 def parse_args() -> argparse.Namespace:
@@ -100,7 +101,7 @@ def main() -> None:
         def clear_members() -> None:
             shutil.rmtree(member_cache.root, ignore_errors=True)
 
-        print("build = bundler.zipwriter.write_zip of the cached payload, as bundler.build.build calls it")
+        print("build = bundler.writer.zipwriter.write_zip of the cached payload, as bundler.commands.build.build calls it")
         build = best(args.repeat, lambda: build_once(members, first_zip, member_cache, args.jobs), before=clear_members)
         rebuild = best(args.repeat, lambda: build_once(members, second_zip, member_cache, args.jobs))
         check_zip(first_zip, payload)

@@ -1,7 +1,7 @@
 """Fetch throughput against `curl -o` of the same file from the same local server, in one run.
 
 PRODUCT.md "Performance": fetching should hash as bytes arrive, so a fetch costs about what a plain
-download does (target: fetch/curl <= 1.1). The fetch is the real thing: `bundler.fetch.fetch_inputs` of
+download does (target: fetch/curl <= 1.1). The fetch is the real thing: `bundler.sources.fetch.fetch_inputs` of
 one `Input(kind="url")` into a fresh `Cache` each time, so it includes streaming through requests, hashing,
 the hash check and the atomic adopt into the cache. curl only writes the file.
 
@@ -22,10 +22,11 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from _payload import MB, machine, random_file, workspace
-from bundler.cache import Cache
-from bundler.fetch import FetchOptions, fetch_inputs
-from bundler.lock import Target
+
 from bundler.manifest import Input
+from bundler.sources.cache import Cache
+from bundler.sources.fetch import FetchOptions, fetch_inputs
+from bundler.sources.lock import Target
 
 
 class _FileServer(ThreadingHTTPServer):
@@ -107,7 +108,7 @@ def main() -> None:
             server.terminate()
             server.join()
         fetch, curl = min(fetches), min(curls)
-        print("fetch = bundler.fetch.fetch_inputs of one url Input into a fresh Cache (download, sha256, adopt)")
+        print("fetch = bundler.sources.fetch.fetch_inputs of one url Input into a fresh Cache (download, sha256, adopt)")
         print(f"fetch:    {fetch:6.2f} s  ({args.size / fetch:5.0f} MiB/s; runs: {', '.join(f'{t:.2f}' for t in fetches)})")
         print(f"curl -o:  {curl:6.2f} s  ({args.size / curl:5.0f} MiB/s; runs: {', '.join(f'{t:.2f}' for t in curls)})")
         print(f"fetch/curl ratio: {fetch / curl:.2f}  (target <= 1.1)")

@@ -14,10 +14,10 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from . import __version__
-from .cache import CACHE_ENV, Cache, default_cache_dir
-from .errors import BundleError, UsageError
-from .fetch import FetchOptions
+from bundler import __version__
+from bundler.errors import BundleError, UsageError
+from bundler.sources.cache import CACHE_ENV, Cache, default_cache_dir
+from bundler.sources.fetch import FetchOptions
 
 EXIT_CODES = """exit codes:
   0  success
@@ -136,13 +136,13 @@ def _say(args: argparse.Namespace, text: str) -> None:
 
 
 def _manifest(args: argparse.Namespace):
-    from .manifest import load
+    from bundler.manifest import load
 
     return load(args.manifest)
 
 
 def _init(args: argparse.Namespace) -> int:
-    from .starter import write_starter
+    from bundler.commands.init import write_starter
 
     path = write_starter(args.output, args.from_files, force=args.force)
     _say(args, f"wrote {path}; edit it, then run `ort-bundler lock {path}` and `ort-bundler fetch {path}`")
@@ -150,7 +150,7 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _lock(args: argparse.Namespace) -> int:
-    from .pipeline import lock_manifest
+    from bundler.commands.lock import lock_manifest
 
     manifest = _manifest(args)
     lock, path = lock_manifest(manifest, cache=_cache(args), options=FetchOptions(quiet=args.quiet))
@@ -161,7 +161,7 @@ def _lock(args: argparse.Namespace) -> int:
 
 
 def _fetch(args: argparse.Namespace) -> int:
-    from .pipeline import fetch_manifest
+    from bundler.commands.fetch import fetch_manifest
 
     if args.jobs < 1:
         raise UsageError(f"--jobs: found {args.jobs}, expected a positive number")
@@ -179,7 +179,7 @@ def _fetch(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from .build import build
+    from bundler.commands.build import build
 
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs: found {args.jobs}, expected a positive number")
@@ -193,8 +193,8 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from .errors import VerificationError
-    from .verify import verify_bundle
+    from bundler.commands.verify import verify_bundle
+    from bundler.errors import VerificationError
 
     report = verify_bundle(args.bundle)
     if args.json:
@@ -205,7 +205,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from .inspect import describe, inspect_path
+    from bundler.commands.inspect import describe, inspect_path
 
     findings = inspect_path(args.path)
     print(json.dumps(findings, indent=2, sort_keys=True) if args.json else describe(findings))

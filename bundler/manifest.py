@@ -20,7 +20,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from .errors import ManifestError
+from bundler.errors import ManifestError
 
 PLATFORMS = ("win_amd64", "linux_x86_64")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")

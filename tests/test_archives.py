@@ -27,8 +27,14 @@ from crafted_archives import (
     zipcrypto_encrypt,
 )
 
-from bundler.archives import Entry, Limits, SafeArchive, _CountedStream, is_archive
 from bundler.errors import InputUnavailableError, UnsafeArchiveError, UnsupportedError
+from bundler.readers.archives import (
+    Entry,
+    Limits,
+    SafeArchive,
+    _CountedStream,
+    is_archive,
+)
 
 LABEL = "[ort] archive crafted"
 

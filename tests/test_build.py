@@ -15,7 +15,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import MANIFESTS, run_cli
 
 pytestmark = pytest.mark.integration
@@ -190,8 +189,8 @@ def test_verify_reports_duplicate_and_encrypted_entries(linux_zip: Path, tmp_pat
 
 def test_a_corrupt_cached_archive_input_fails_the_build(bundler_cache: Path, tmp_path: Path) -> None:
     """Inputs the build only unpacks (here the capi wheel) are hashed again from the cache."""
-    from bundler.cache import Cache
     from bundler.manifest import load
+    from bundler.sources.cache import Cache
 
     cache = tmp_path / "cache"
     shutil.copytree(bundler_cache / "sha256", cache / "sha256")

@@ -6,10 +6,10 @@ import hashlib
 from pathlib import Path
 
 import pytest
+from conftest import MANIFESTS, make_identity_model, run_cli
 
 from bundler.cli import main
 from bundler.manifest import load
-from conftest import MANIFESTS, make_identity_model, run_cli
 
 
 @pytest.mark.parametrize("command", ["init", "lock", "fetch", "build", "verify", "inspect"])

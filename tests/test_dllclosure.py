@@ -9,7 +9,8 @@ import pytest
 from conftest import pip_download
 from test_pe import extract_capi_binaries
 
-from bundler.dllclosure import (
+from bundler.errors import BuildError
+from bundler.readers.dllclosure import (
     ClosureReport,
     DepKind,
     check_gpu_versions,
@@ -19,8 +20,7 @@ from bundler.dllclosure import (
     vc_runtime_minimum,
     version_at_least,
 )
-from bundler.errors import BuildError
-from bundler.pe import PeInfo, inspect_pe
+from bundler.readers.pe import PeInfo, inspect_pe
 
 
 def pe_info(*, imports=(), delay=(), runtime=(), machine=0x8664, linker=(14, 40)) -> PeInfo:

@@ -8,7 +8,6 @@ about the bytes that end up (or must never end up) under the cache's final names
 from __future__ import annotations
 
 import hashlib
-import os
 import random
 import signal
 import subprocess
@@ -19,17 +18,26 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from http_server import (
+    BarrierLog,
+    LocalHTTPServer,
+    after_barrier,
+    cut_after,
+    ignore_range,
+    in_turn,
+    serve,
+    slowly,
+    stall_after,
+    status,
+)
 
-from bundler.cache import CACHE_ENV, Cache, default_cache_dir
-from bundler.download import RetryPolicy
 from bundler.errors import HashMismatchError, InputUnavailableError
-from bundler.fetch import FetchOptions, cached_inputs, fetch_inputs
 from bundler.hashing import EMPTY_SHA256
-from bundler.lock import Target
 from bundler.manifest import Input
-
-from http_server import (BarrierLog, LocalHTTPServer, after_barrier, cut_after, ignore_range, in_turn, serve,
-                          slowly, stall_after, status)
+from bundler.sources.cache import CACHE_ENV, Cache, default_cache_dir
+from bundler.sources.download import RetryPolicy
+from bundler.sources.fetch import FetchOptions, cached_inputs, fetch_inputs
+from bundler.sources.lock import Target
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = Target(platform="linux_x86_64", python="3.11")

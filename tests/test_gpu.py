@@ -20,11 +20,8 @@ import pytest
 from conftest import MANIFESTS, cache_root, pip_download, run_cli
 from wine import mingw_gcc  # noqa: F401  (fixture)
 
-from bundler.build import Assembly
-from bundler.cache import Cache
-from bundler.errors import BuildError, UnsupportedError
-from bundler.fetch import cached_inputs
-from bundler.gpu import (
+from bundler.assembly.assembly import Assembly
+from bundler.assembly.gpu import (
     GpuDll,
     add_gpu,
     check_gpu,
@@ -32,9 +29,12 @@ from bundler.gpu import (
     gpu_record,
     load_order,
 )
+from bundler.errors import BuildError, UnsupportedError
 from bundler.hashing import file_sha256
 from bundler.manifest import Gpu, load, parse
-from bundler.pe import PeInfo
+from bundler.readers.pe import PeInfo
+from bundler.sources.cache import Cache
+from bundler.sources.fetch import cached_inputs
 
 NO_HASH = "0" * 64  # add_gpu reads the files it is given; hashes are checked when inputs enter the cache
 

@@ -10,7 +10,6 @@ import hashlib
 from pathlib import Path
 
 import pytest
-
 from conftest import MANIFESTS, pip_download, run_cli
 
 pytestmark = pytest.mark.integration

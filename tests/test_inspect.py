@@ -7,7 +7,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import MANIFESTS, make_identity_model, run_cli
 
 

@@ -13,7 +13,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import MANIFESTS, run_cli
 
 pytestmark = pytest.mark.integration

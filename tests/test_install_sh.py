@@ -19,9 +19,15 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
-from bundler.render import INSTALL_EXIT_CODES, PLAN_HELPER, EntryPoint, ScriptContext, render_scripts
 from conftest import make_identity_model
+
+from bundler.assembly.render import (
+    INSTALL_EXIT_CODES,
+    PLAN_HELPER,
+    EntryPoint,
+    ScriptContext,
+    render_scripts,
+)
 
 CODES = INSTALL_EXIT_CODES
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"

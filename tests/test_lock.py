@@ -20,12 +20,18 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from bundler.errors import BuildError, InputUnavailableError, ManifestError, UnsupportedError
-from bundler.cache import Cache
-from bundler.errors import HashMismatchError
-from bundler.fetch import FetchOptions, fetch_inputs
+from bundler.errors import (
+    BuildError,
+    HashMismatchError,
+    InputUnavailableError,
+    ManifestError,
+    UnsupportedError,
+)
 from bundler.manifest import Input
-from bundler.lock import (
+from bundler.runner import run
+from bundler.sources.cache import Cache
+from bundler.sources.fetch import FetchOptions, fetch_inputs
+from bundler.sources.lock import (
     Lock,
     LockedWheel,
     Target,
@@ -34,7 +40,6 @@ from bundler.lock import (
     resolve,
     write_lock,
 )
-from bundler.runner import run
 
 WIN = Target(platform="win_amd64", python="3.11")
 LINUX = Target(platform="linux_x86_64", python="3.11")

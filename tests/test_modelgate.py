@@ -16,14 +16,14 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
+from conftest import ORT_VERSION, cache_root, make_identity_model
 from onnx import TensorProto, helper
 
-from bundler import modelgate
 from bundler import runner as runners
 from bundler.errors import BuildError, HashMismatchError
-from bundler.modelgate import ModelInput, gate_models
+from bundler.readers import modelgate
+from bundler.readers.modelgate import ModelInput, gate_models
 from bundler.target.synth import output_digest, synthesize_inputs
-from conftest import ORT_VERSION, cache_root, make_identity_model
 
 OTHER_ORT_VERSION = "1.22.1"
 
@@ -247,7 +247,6 @@ def test_non_finite_reference_values_stay_valid_json(tmp_path: Path) -> None:
     which PowerShell's ConvertFrom-Json needs."""
     import json
 
-    import onnx
     from onnx import TensorProto, helper
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])

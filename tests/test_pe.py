@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bundler.errors import BuildError, InputUnavailableError
-from bundler.pe import PeInfo, inspect_pe, is_pe, runtime_dll_names
+from bundler.readers.pe import PeInfo, inspect_pe, is_pe, runtime_dll_names
 
 
 def extract_capi_binaries(wheel: Path, dest: Path) -> Path:

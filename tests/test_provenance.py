@@ -18,28 +18,26 @@ from conftest import MANIFESTS, pip_download
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
-from bundler.build import Assembly, all_inputs, load_lock
-from bundler.cache import Cache
-from bundler.errors import BuildError
-from bundler.fetch import cached_inputs
-from bundler.hashing import file_sha256
-from bundler.manifest import Manifest, load
-from bundler.parts import add_entry_point, add_models, add_python, add_scripts
-from bundler.pe import inspect_pe
-from bundler.provenance import (
+from bundler.assembly.assembly import Assembly
+from bundler.assembly.licenses import add_licenses
+from bundler.assembly.parts import add_entry_point, add_models, add_python, add_scripts
+from bundler.assembly.sbom import PATH_PROPERTY, SBOM, add_sbom, serial_number
+from bundler.assembly.signature_policy import (
     ORT_RULE,
-    PATH_PROPERTY,
     REPORT_RULE,
-    SBOM,
     VC_REDIST_RULE,
-    add_licenses,
-    add_sbom,
     check_signatures,
-    serial_number,
     signature_problem,
     signing_rule,
 )
-from bundler.signatures import SignatureEvidence
+from bundler.errors import BuildError
+from bundler.hashing import file_sha256
+from bundler.manifest import Manifest, load
+from bundler.readers.pe import inspect_pe
+from bundler.readers.signatures import SignatureEvidence
+from bundler.sources.cache import Cache
+from bundler.sources.fetch import cached_inputs
+from bundler.sources.inputs import all_inputs, load_lock
 
 ORT_WHEEL = "onnxruntime-1.23.1-cp311-cp311-win_amd64.whl"
 ORT_DLL = "onnxruntime/capi/onnxruntime.dll"
@@ -328,7 +326,7 @@ def test_win_quickstart_sbom_validates_and_lists_every_files_component(win_quick
 SBOM_SCRIPT = """
 import pickle, sys
 from pathlib import Path
-from bundler.provenance import add_sbom
+from bundler.assembly.sbom import add_sbom
 manifest, assembly = pickle.loads(Path(sys.argv[1]).read_bytes())
 add_sbom(assembly, manifest=manifest)
 sys.stdout.buffer.write(assembly.members["sbom.cdx.json"].data)

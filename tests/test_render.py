@@ -15,8 +15,7 @@ import pytest
 import tree_sitter_pwsh
 from tree_sitter import Language, Parser
 
-from bundler.errors import BuildError
-from bundler.render import (
+from bundler.assembly.render import (
     INSTALL_EXIT_CODES,
     EntryPoint,
     ScriptContext,
@@ -26,6 +25,7 @@ from bundler.render import (
     render_scripts,
     sh_quote,
 )
+from bundler.errors import BuildError
 
 HOSTILE = "it's \"$(touch PWNED)\" `touch PWNED` $HOME %PATH% & | ; > out ^ ! ‘’"
 PS_HOSTILE = "'; Invoke-Pwned; '\u2019; Invoke-Pwned; \u2018$(Invoke-Pwned)"

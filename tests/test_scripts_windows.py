@@ -18,9 +18,14 @@ from pathlib import Path
 import pytest
 import tree_sitter_pwsh
 from tree_sitter import Language, Node, Parser
-
-from bundler.render import INSTALL_EXIT_CODES, EntryPoint, ScriptContext, render_scripts
 from wine import Wine, compile_windows_exe, mingw_gcc, wine  # noqa: F401  (fixtures)
+
+from bundler.assembly.render import (
+    INSTALL_EXIT_CODES,
+    EntryPoint,
+    ScriptContext,
+    render_scripts,
+)
 
 CODES = INSTALL_EXIT_CODES
 DLL_DIRS = ("venv/Lib/site-packages/onnxruntime/capi",)

@@ -20,18 +20,27 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from sdk_fixtures import (
+    LINUX_TOP,
+    ORT_COMMIT,
+    ORT_VERSION,
+    STANDIN_HEADER_MINIMAL,
+    STANDIN_HEADER_SAMPLE,
+    WIN_TOP,
+    import_library,
+    linux_release_archive,
+    wheel_member,
+    windows_release_archive,
+)
+from wine import mingw_gcc, wine  # noqa: F401
 
-from bundler.build import Assembly
+from bundler.assembly.assembly import Assembly
+from bundler.assembly.parts import add_selfcheck
+from bundler.assembly.sdk import add_sdk
 from bundler.errors import BuildError, UnsafeArchiveError
 from bundler.manifest import Manifest, load
-from bundler.parts import add_selfcheck
-from bundler.sdk import add_sdk, inspect_ort_archive
+from bundler.readers.ortarchive import inspect_ort_archive
 from bundler.target.plan import apply_copies
-from wine import mingw_gcc, wine  # noqa: F401
-from sdk_fixtures import (
-    LINUX_TOP, ORT_COMMIT, ORT_VERSION, STANDIN_HEADER_MINIMAL, STANDIN_HEADER_SAMPLE, WIN_TOP, import_library,
-    linux_release_archive, wheel_member, windows_release_archive,
-)
 
 LINUX = "linux_x86_64"
 WINDOWS = "win_amd64"

@@ -15,7 +15,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import MANIFESTS, run_cli
 from sdk_fixtures import STANDIN_HEADER_MINIMAL, linux_release_archive, wheel_member
 from test_sdk import cmake, consumer_project

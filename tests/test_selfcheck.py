@@ -17,12 +17,22 @@ from pathlib import Path
 import numpy as np
 import onnxruntime
 import pytest
+from conftest import ORT_VERSION
 from onnx import TensorProto, helper
 
-from bundler.modelgate import ModelInput, gate_models, identity_model_bytes, selfcheck_script_bytes
+from bundler.readers.modelgate import (
+    ModelInput,
+    gate_models,
+    identity_model_bytes,
+    selfcheck_script_bytes,
+)
 from bundler.target import selfcheck
-from bundler.target.synth import compare_output, output_digest, summarize_output, synthesize_inputs
-from conftest import ORT_VERSION
+from bundler.target.synth import (
+    compare_output,
+    output_digest,
+    summarize_output,
+    synthesize_inputs,
+)
 
 ALL_CHECKS = {"path", "python", "onnxruntime", "providers", "identity", "model:mm", "libraries", "cpu", "cache"}
 

@@ -11,7 +11,7 @@ from asn1crypto import cms
 from conftest import pip_download
 
 from bundler.errors import BuildError
-from bundler.signatures import NOT_CHECKED, signature_evidence
+from bundler.readers.signatures import NOT_CHECKED, signature_evidence
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +134,7 @@ def _certificate(name: str, *, ca: bool, key_cert_sign: bool = True):
 
 def test_only_a_certificate_authority_may_vouch_for_another_certificate() -> None:
     """An ordinary (code-signing) certificate must not be able to issue one named "Microsoft Corporation"."""
-    from bundler.signatures import _is_ca
+    from bundler.readers.signatures import _is_ca
 
     assert _is_ca(_certificate("Some CA", ca=True))
     assert not _is_ca(_certificate("Some Code Signer", ca=False))

@@ -18,12 +18,14 @@ from email.parser import Parser
 from pathlib import Path
 
 import pytest
+from conftest import make_identity_model
 from installer.sources import WheelFile as InstallerWheelFile
 from wheel.wheelfile import WheelFile
 
+from bundler.assembly.wheelbuild import build_wheel
 from bundler.errors import BuildError, UnsafeArchiveError
-from bundler.wheelbuild import CapiTree, build_wheel, derive_tag, read_capi, verify_official_wheel
-from conftest import make_identity_model
+from bundler.readers.capi import CapiTree, derive_tag, read_capi
+from bundler.readers.wheels import verify_official_wheel
 
 REPO = Path(__file__).resolve().parents[1]
 EPOCH = 1700000000
@@ -36,7 +38,7 @@ BUILD_SCRIPT = """
 import os, sys
 from pathlib import Path
 os.umask(0o077)
-from bundler.wheelbuild import build_wheel, read_capi
+from bundler.assembly.wheelbuild import build_wheel, read_capi
 source, work, platform, epoch = sys.argv[1:5]
 tree = read_capi(Path(source), work_dir=Path(work), platform=platform, label="ort.capi")
 print(build_wheel(tree, expected_version="1.23.1", out_dir=Path(work) / "out", source_date_epoch=int(epoch)))

@@ -10,7 +10,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import MANIFESTS, run_cli
 from wine import mingw_gcc  # noqa: F401  (fixture)
 

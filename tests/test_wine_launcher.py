@@ -40,9 +40,14 @@ from native_fixtures import (  # noqa: F401  (fixtures)
 from test_scripts_windows import parse_problems, powershell7_constructs
 from wine import Wine, mingw_gcc, wine  # noqa: F401  (fixtures)
 
+from bundler.assembly.render import (
+    INSTALL_EXIT_CODES,
+    EntryPoint,
+    ScriptContext,
+    render_scripts,
+)
 from bundler.errors import BuildError
 from bundler.hashing import file_sha256
-from bundler.render import INSTALL_EXIT_CODES, EntryPoint, ScriptContext, render_scripts
 from bundler.target import synth
 from bundler.target.plan import apply_copies, load_plan, site_packages_files
 

@@ -26,7 +26,7 @@ from native_fixtures import (  # noqa: F401
     write_path_cmd,
 )
 from onnx import TensorProto, helper
-from wine import wine, mingw_gcc  # noqa: F401
+from wine import mingw_gcc, wine  # noqa: F401
 
 pytestmark = [pytest.mark.wine, pytest.mark.integration]
 

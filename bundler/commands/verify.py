@@ -14,8 +14,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import VerificationError
-from .hashing import CHUNK, file_sha256
+from bundler.errors import VerificationError
+from bundler.hashing import CHUNK, file_sha256
 
 REQUIRED = ("SHA256SUMS", "bundle.json", "install-plan.json")
 # What reading one member can raise: damaged data, an encrypted entry, an unknown compression method.

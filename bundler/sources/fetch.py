@@ -8,8 +8,8 @@ hash is locked while it is fetched, so processes sharing a cache do the work onc
 from __future__ import annotations
 
 import hashlib
-import re
 import queue
+import re
 import shutil
 import sys
 import tempfile
@@ -23,13 +23,13 @@ from urllib.request import url2pathname
 import requests
 from tqdm import tqdm
 
-from .cache import Cache
-from .download import RetryPolicy, download
-from .errors import BundleError, HashMismatchError, InputUnavailableError
-from .hashing import CHUNK, file_sha256, mismatch_message
-from .lock import Target
-from .manifest import Input
-from .runner import Runner, run
+from bundler.errors import BundleError, HashMismatchError, InputUnavailableError
+from bundler.hashing import CHUNK, file_sha256, mismatch_message
+from bundler.manifest import Input
+from bundler.runner import Runner, run
+from bundler.sources.cache import Cache
+from bundler.sources.download import RetryPolicy, download
+from bundler.sources.lock import Target
 
 
 @dataclass(frozen=True, kw_only=True)

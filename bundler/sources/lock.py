@@ -28,11 +28,20 @@ from urllib.parse import unquote, urlsplit
 import tomli_w
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import Tag, compatible_tags, cpython_tags
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.utils import (
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_wheel_filename,
+)
 from packaging.version import Version
 
 from bundler.atomic import write_atomic
-from bundler.errors import BuildError, InputUnavailableError, ManifestError, UnsupportedError
+from bundler.errors import (
+    BuildError,
+    InputUnavailableError,
+    ManifestError,
+    UnsupportedError,
+)
 from bundler.runner import Runner, run
 
 logger = logging.getLogger(__name__)

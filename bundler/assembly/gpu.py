@@ -16,17 +16,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
 
-from .archives import SafeArchive, is_archive
-from .dllclosure import DepKind, check_gpu_versions, cuda_majors, dll_closure
-from .errors import BuildError, UnsupportedError
-from .hashing import file_sha256
-from .manifest import Gpu, GpuSource, Input, Manifest
-from .pe import PeInfo, inspect_pe, is_pe
-
-if TYPE_CHECKING:
-    from .build import Assembly
+from bundler.assembly.assembly import Assembly
+from bundler.errors import BuildError, UnsupportedError
+from bundler.hashing import file_sha256
+from bundler.manifest import Gpu, GpuSource, Input, Manifest
+from bundler.readers.archives import SafeArchive, is_archive
+from bundler.readers.dllclosure import (
+    DepKind,
+    check_gpu_versions,
+    cuda_majors,
+    dll_closure,
+)
+from bundler.readers.pe import PeInfo, inspect_pe, is_pe
 
 PROVIDER = "onnxruntime_providers_cuda.dll"
 PROVIDER_SHARED = "onnxruntime_providers_shared.dll"

@@ -11,17 +11,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
 
-from .archives import SafeArchive
-from .cache import cached_sha256
-from .dllclosure import dll_closure, version_at_least, vc_runtime_minimum
-from .errors import BuildError, ManifestError
-from .manifest import Manifest
-from .pe import PeInfo, inspect_pe
-
-if TYPE_CHECKING:
-    from .build import Assembly
+from bundler.assembly.assembly import Assembly
+from bundler.errors import BuildError, ManifestError
+from bundler.manifest import Manifest
+from bundler.readers.archives import SafeArchive
+from bundler.readers.dllclosure import dll_closure, vc_runtime_minimum, version_at_least
+from bundler.readers.pe import PeInfo, inspect_pe
+from bundler.sources.cache import cached_sha256
 
 PE_SUFFIXES = (".dll", ".pyd")
 # Execution-provider plug-ins ORT loads on demand; `_shared` is loaded by every plug-in and is required.

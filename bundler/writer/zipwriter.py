@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from .errors import BuildError, HashMismatchError
-from .hashing import CHUNK
+from bundler.errors import BuildError, HashMismatchError
+from bundler.hashing import CHUNK
 
 STORED, DEFLATED = 0, 8
 ALREADY_COMPRESSED = (".whl", ".zip", ".gz", ".tgz", ".xz", ".bz2", ".zst", ".7z", ".jar", ".png", ".jpg", ".jpeg")

@@ -18,9 +18,9 @@ from typing import Any
 import jinja2
 import tomli_w
 
-from .atomic import write_atomic
-from .errors import InputUnavailableError, UsageError
-from .hashing import file_sha256
+from bundler.atomic import write_atomic
+from bundler.errors import InputUnavailableError, UsageError
+from bundler.hashing import file_sha256
 
 ORT_WHEEL = re.compile(r"^onnxruntime(_gpu)?-(\d+\.\d+\.\d+)-.*\.whl$", re.IGNORECASE)
 ORT_ARCHIVE = re.compile(r"^onnxruntime-(win|linux)-x64(-gpu)?-(\d+\.\d+\.\d+)\.(zip|tgz)$", re.IGNORECASE)

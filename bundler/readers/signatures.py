@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from bundler.errors import BuildError
-from bundler.pe import mapped
+from bundler.readers.pe import mapped
 
 NOT_CHECKED = "certificate revocation and lifetimes (offline verification)"
 _SECURITY = pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_SECURITY"]

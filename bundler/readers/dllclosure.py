@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from bundler.errors import BuildError
-from bundler.pe import X64_MACHINE, PeInfo
-
+from bundler.readers.pe import X64_MACHINE, PeInfo
 
 # Windows system DLLs that real ORT, CUDA, cuDNN and TensorRT binaries import or load by name.
 SYSTEM_DLLS = frozenset({

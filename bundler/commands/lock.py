@@ -1,18 +1,18 @@
-"""`lock` and `fetch` for a whole manifest: what each command does beyond parsing its arguments."""
+"""`ort-bundler lock`: resolve the ORT wheel's dependency closure for the target and write the lock file."""
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
 
-from .build import all_inputs, target_of
-from .cache import Cache
-from .errors import UsageError
-from .fetch import FetchOptions, fetch_inputs
-from .lock import Lock, resolve, write_lock
-from .manifest import Manifest
-from .parts import lock_requirements, ort_wheel
-from .runner import Runner, run
+from bundler.assembly.python_env import lock_requirements, ort_wheel
+from bundler.errors import UsageError
+from bundler.manifest import Manifest
+from bundler.runner import Runner, run
+from bundler.sources.cache import Cache
+from bundler.sources.fetch import FetchOptions, fetch_inputs
+from bundler.sources.inputs import target_of
+from bundler.sources.lock import Lock, resolve, write_lock
 
 
 def default_lock_path(manifest: Manifest) -> Path:
@@ -35,5 +35,3 @@ def lock_manifest(manifest: Manifest, *, cache: Cache, options: FetchOptions, ru
     return lock, path
 
 
-def fetch_manifest(manifest: Manifest, *, cache: Cache, options: FetchOptions, runner: Runner = run) -> dict[str, Path]:
-    return fetch_inputs(all_inputs(manifest), cache=cache, target=target_of(manifest), options=options, runner=runner)

@@ -16,8 +16,8 @@ from typing import NoReturn
 
 import requests
 
-from .errors import InputUnavailableError
-from .hashing import CHUNK
+from bundler.errors import InputUnavailableError
+from bundler.hashing import CHUNK
 
 Progress = Callable[[int], None]
 

@@ -12,12 +12,12 @@ from typing import Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from .archives import SafeArchive, is_archive
-from .errors import InputUnavailableError, UnsupportedError
-from .hashing import file_sha256
-from .pe import inspect_pe, is_pe
-from .provenance import wheel_metadata
-from .signatures import signature_evidence
+from bundler.assembly.sbom import wheel_metadata
+from bundler.errors import InputUnavailableError, UnsupportedError
+from bundler.hashing import file_sha256
+from bundler.readers.archives import SafeArchive, is_archive
+from bundler.readers.pe import inspect_pe, is_pe
+from bundler.readers.signatures import signature_evidence
 
 ORT_ARCHIVE = re.compile(r"^onnxruntime-(win|linux)-x64(-gpu)?-\d+\.\d+\.\d+\.(zip|tgz)$", re.IGNORECASE)
 
@@ -72,7 +72,7 @@ def _archive(path: Path) -> dict[str, Any]:
 
 
 def _ort_archive(path: Path) -> dict[str, Any]:
-    from .sdk import inspect_ort_archive
+    from bundler.readers.ortarchive import inspect_ort_archive
 
     platform = "win_amd64" if "-win-" in path.name.lower() else "linux_x86_64"
     return {"kind": "ort_archive", **inspect_ort_archive(path, label=path.name, platform=platform).to_json()}

@@ -29,7 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from bundler.errors import BuildError, InputUnavailableError, UnsafeArchiveError, UnsupportedError
+from bundler.errors import (
+    BuildError,
+    InputUnavailableError,
+    UnsafeArchiveError,
+    UnsupportedError,
+)
 
 
 @dataclass(frozen=True, kw_only=True)

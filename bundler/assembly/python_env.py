@@ -1,0 +1,100 @@
+"""The Python environment part: the ORT wheel (official, or built from capi) and every locked wheel, pinned in requirements.txt."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import parse_wheel_filename
+
+from bundler.assembly.assembly import Assembly
+from bundler.assembly.sbom import (
+    wheel_metadata,
+)
+from bundler.assembly.wheelbuild import build_wheel
+from bundler.errors import ManifestError
+from bundler.hashing import file_sha256
+from bundler.manifest import Manifest
+from bundler.readers.archives import SafeArchive
+from bundler.readers.capi import read_capi
+from bundler.readers.wheels import verify_official_wheel
+from bundler.sources.cache import cached_sha256
+from bundler.sources.lock import Lock, LockedWheel, requirements_txt
+
+
+def site_packages(manifest: Manifest) -> str:
+    """Where the venv keeps its packages on the target, install-relative."""
+    if manifest.bundle.platform == "win_amd64":
+        return "venv/Lib/site-packages"
+    return f"venv/lib/python{manifest.bundle.python}/site-packages"
+
+
+def ort_wheel(manifest: Manifest, files: Mapping[str, Path], work: Path) -> tuple[Path, tuple[str, ...]]:
+    """The ORT wheel for the bundle and its Requires-Dist: an official wheel as is, or one built from capi."""
+    ort, bundle = manifest.ort, manifest.bundle
+    if ort.wheel is not None:
+        path = files[ort.wheel.key]
+        name = Requirement(ort.wheel.location).name if ort.wheel.kind == "requirement" else path.name.split("-")[0]
+        verify_official_wheel(path, expected_name=name, expected_version=ort.version, target_platform=bundle.platform,
+                              target_python=bundle.python, label="ort.wheel")
+        return path, ort.dependencies if ort.dependencies is not None else wheel_requires(path)
+    assert ort.capi is not None
+    tree = read_capi(files[ort.capi.key], work_dir=work / "capi", platform=bundle.platform, label="ort.capi")
+    built = build_wheel(tree, expected_version=ort.version, requires=ort.dependencies, out_dir=work / "wheel",
+                        source_date_epoch=bundle.source_date_epoch)
+    return built, wheel_requires(built)
+
+
+def wheel_requires(path: Path) -> tuple[str, ...]:
+    """Requires-Dist of a wheel, read from its METADATA without installing it."""
+    with SafeArchive.open(path, label=path.name) as archive:
+        _, metadata = wheel_metadata(archive, label=path.name)
+    return tuple(metadata.get_all("Requires-Dist") or ())
+
+
+def lock_requirements(manifest: Manifest, ort_requires: tuple[str, ...]) -> tuple[str, ...]:
+    """What `lock` resolves: ORT's own dependencies plus the manifest's extra requirements."""
+    return tuple(sorted({str(Requirement(r)) for r in (*ort_requires, *manifest.python.requirements)}))
+
+
+def wheel_requirement(path: Path, sha256: str) -> LockedWheel:
+    """The ORT wheel as a pinned requirement, beside the locked ones in requirements.txt."""
+    name, version, _, _ = parse_wheel_filename(path.name)
+    return LockedWheel(name=str(name), version=str(version), filename=path.name, sha256=sha256)
+
+
+def add_python(assembly: Assembly, *, manifest: Manifest, lock: Lock | None, files: Mapping[str, Path],
+               work: Path) -> None:
+    if manifest.ort.python_source is None:
+        return
+    if lock is None:
+        msg = (f"{manifest.path.name}: python.lock: missing; the ORT wheel's dependencies must be locked for the "
+               f"target: run `ort-bundler lock {manifest.path.name}` and add `lock = \"<file>\"` under [python]")
+        raise ManifestError(msg)
+    wheel, requires = ort_wheel(manifest, files, work)
+    expected = lock_requirements(manifest, requires)
+    if tuple(sorted(lock.requirements)) != expected:
+        msg = (f"{manifest.python.lock.name}: locked requirements {list(lock.requirements)} differ from what the "
+               f"manifest needs now {list(expected)}; run `ort-bundler lock {manifest.path.name}` again")
+        raise ManifestError(msg)
+    ort_sha = cached_sha256(wheel) if manifest.ort.wheel else file_sha256(wheel)
+    pinned = [wheel_requirement(wheel, ort_sha)]
+    assembly.add_file(f"payload/wheels/{wheel.name}", wheel, ort_sha)
+    for locked in lock.wheels:
+        path = files[f"lock:{locked.name}"]
+        assembly.add_file(f"payload/wheels/{locked.filename}", path, locked.sha256)
+        pinned.append(locked)
+    assembly.add_bytes("payload/wheels/requirements.txt", requirements_txt(pinned).encode("utf-8"))
+    capi = f"{site_packages(manifest)}/onnxruntime/capi"
+    assembly.record["ort"] = {
+        "version": manifest.ort.version,
+        "route": "wheel" if manifest.ort.wheel else "capi",
+        "wheel": wheel.name,
+        "sha256": ort_sha,
+    }
+    assembly.record["wheels"] = [{"name": w.name, "version": w.version, "filename": w.filename, "sha256": w.sha256}
+                                 for w in sorted(pinned, key=lambda w: w.name)]
+    assembly.record["site_packages"] = site_packages(manifest)
+    assembly.record["dll_dirs"] = [capi]
+    assembly.record["expected_providers"] = ["CPUExecutionProvider"]

@@ -1,0 +1,154 @@
+"""Which signatures the bundle's PE files must carry, checked against what the build found (`[ort] allow_unsigned`, `[vc_redist] allow_unsigned`)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from bundler.assembly.assembly import Assembly
+from bundler.assembly.windows import payload_binaries
+from bundler.errors import BuildError
+from bundler.manifest import Manifest
+from bundler.readers.signatures import SignatureEvidence, signature_evidence
+from bundler.writer.zipwriter import Member
+
+PE_SUFFIXES = (".dll", ".pyd", ".exe")
+
+
+MICROSOFT = "Microsoft Corporation"  # the signer's organisation, matched exactly
+
+_ORT_BINARY = re.compile(r"onnxruntime[^/]*\.dll|onnxruntime_pybind11_state[^/]*\.pyd", re.IGNORECASE)
+_VC_REDIST = re.compile(r"vc_redist[^/]*\.exe", re.IGNORECASE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SigningRule:
+    """What a binary's signature must show. `relaxable` rules give way to `[ort] allow_unsigned`; the
+    VC_redist rule only to `[vc_redist] allow_unsigned` (an organisation's own repackaged redistributable)."""
+
+    expected_signer: str | None
+    relaxable: bool
+
+
+ORT_RULE = SigningRule(expected_signer=MICROSOFT, relaxable=True)
+
+
+VC_REDIST_RULE = SigningRule(expected_signer=MICROSOFT, relaxable=False)
+
+
+REPORT_RULE = SigningRule(expected_signer=None, relaxable=True)
+
+
+def signing_rule(name: str) -> SigningRule:
+    """The rule for a binary, by its file name.
+
+    Every ONNX Runtime build Microsoft publishes (wheel, capi tree, release archive) is Authenticode-signed
+    by Microsoft, wherever the manifest fetched it from: a requirement may be served by a private index and a
+    path may hold the official wheel, so the source does not decide. An ORT binary is held to Microsoft's
+    signature unless the manifest declares a custom build with `[ort] allow_unsigned = true`. VC_redist is
+    Microsoft's unless `[vc_redist] allow_unsigned = true` says it was repackaged. Everything else (NVIDIA's unsigned cudart64_110.dll, numpy's extension modules) is
+    reported only, unless it carries a signature that does not verify.
+    """
+    base = PurePosixPath(name).name
+    if _ORT_BINARY.fullmatch(base):
+        return ORT_RULE
+    if _VC_REDIST.fullmatch(base):
+        return VC_REDIST_RULE
+    return REPORT_RULE
+
+
+def signature_problem(evidence: SignatureEvidence, rule: SigningRule) -> str | None:
+    """Why the evidence breaks the rule, as one sentence, or None."""
+    name, signer = evidence.path, evidence.signer
+    if evidence.signed and not evidence.verified:
+        return f"{name}: its Authenticode signature by {signer or 'an unknown signer'} does not verify ({evidence.reason}); expected a valid signature"
+    if rule.expected_signer is None:
+        return None
+    if not evidence.signed:
+        return f"{name}: carries no Authenticode signature; expected one by {rule.expected_signer}"
+    if signer != rule.expected_signer:
+        return f"{name}: signed by {signer}; expected a signature by {rule.expected_signer}"
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PeFile:
+    label: str  # the bundle path, or "wheel:<wheel>!<member>"
+    bundle_path: str  # the member that holds it: the file itself or its wheel
+    file: Path  # where to read it on the build machine
+
+
+def check_signatures(assembly: Assembly, *, manifest: Manifest, work: Path) -> None:
+    """Record the Authenticode evidence of every PE file in the bundle and enforce the signing rules."""
+    allowed_ort = manifest.ort.allow_unsigned
+    allowed_vc = bool(manifest.vc_redist and manifest.vc_redist.allow_unsigned)
+    installed = _install_paths(assembly)
+    records, problems, failed = [], [], set()
+    for pe in _pe_files(assembly, work=work):
+        evidence = signature_evidence(pe.file, label=pe.label)
+        rule = signing_rule(pe.label)
+        problem = signature_problem(evidence, rule)
+        relaxed = allowed_vc if rule is VC_REDIST_RULE else rule.relaxable and allowed_ort
+        if problem and not relaxed:
+            problems.append(problem)
+            failed.add(rule)
+        records.append(_signature_record(evidence, pe, rule, installed=installed, allowed=bool(problem)))
+    if problems:
+        raise BuildError(_signature_message(problems, failed, manifest))
+    assembly.record["signatures"] = records
+
+
+def _signature_message(problems: list[str], rules: set[SigningRule], manifest: Manifest) -> str:
+    """The problems, and the one switch that can relax each rule that failed."""
+    hints = []
+    if ORT_RULE in rules:
+        hints.append(f"if these are binaries of a custom ONNX Runtime build, set `allow_unsigned = true` under [ort] "
+                     f"in {manifest.path.name}")
+    if VC_REDIST_RULE in rules:
+        hints.append("if VC_redist was repackaged by your organisation, set `allow_unsigned = true` under [vc_redist]")
+    hints.append("otherwise fetch the official files again")
+    return "; ".join(problems) + "; " + ", ".join(hints)
+
+
+def _signature_record(evidence: SignatureEvidence, pe: PeFile, rule: SigningRule, *,
+                      installed: Mapping[str, str], allowed: bool) -> dict[str, Any]:
+    """Installed files are named by their install-relative path, so install.ps1 can re-check them in place."""
+    return {
+        **evidence.to_json(),
+        "path": installed.get(pe.bundle_path, pe.label) if pe.label == pe.bundle_path else pe.label,
+        "bundle_path": pe.bundle_path,
+        "expected_signer": rule.expected_signer,
+        "allowed_by_manifest": allowed,
+    }
+
+
+def _install_paths(assembly: Assembly) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for copy in sorted(assembly.copies, key=lambda c: (c["from"], c["to"])):
+        found.setdefault(copy["from"], copy["to"])
+    return found
+
+
+def _pe_files(assembly: Assembly, *, work: Path) -> Iterator[PeFile]:
+    """DLLs and PYDs as the DLL closure extracted them (once), then the executables."""
+    for label, file in payload_binaries(assembly, work).items():
+        bundle_path, _, member = label.partition("!")
+        name = f"wheel:{PurePosixPath(bundle_path).name}!{member}" if member else label
+        yield PeFile(label=name, bundle_path=bundle_path, file=file)
+    for path in sorted(assembly.members):
+        if path.lower().endswith(".exe"):
+            yield PeFile(label=path, bundle_path=path, file=_readable(assembly.members[path], work=work))
+
+
+def _readable(member: Member, *, work: Path) -> Path:
+    """A generated binary (bytes) is written out once so it can be read like any other."""
+    if member.source is not None:
+        return member.source
+    assert member.data is not None
+    target = work / "signatures" / "generated" / member.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(member.data)
+    return target

@@ -1,0 +1,98 @@
+"""`ort-bundler build`: from the manifest and the cache only, assemble the bundle and write the zip.
+
+The data flows one way: manifest → cached inputs → inspected and derived parts (wheels, models, scripts)
+→ an `Assembly` of zip members plus the records that become `bundle.json`, `install-plan.json` and
+`SHA256SUMS` → the reproducible zip. Nothing here touches the network.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from bundler.assembly.assembly import Assembly
+from bundler.assembly.parts import add_all
+from bundler.assembly.records import _add_records, sha256sums
+from bundler.atomic import write_atomic
+from bundler.errors import HashMismatchError
+from bundler.hashing import file_sha256
+from bundler.manifest import Manifest
+from bundler.sources.cache import Cache
+from bundler.sources.fetch import cached_inputs
+from bundler.sources.inputs import load_lock, lock_inputs
+from bundler.writer.zipwriter import Member, MemberCache, write_zip
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildResult:
+    zip_path: Path
+    sha256: str
+    size: int
+
+
+
+
+
+
+
+
+
+
+def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None = None, quiet: bool = True) -> BuildResult:
+    lock = load_lock(manifest)
+    files = cached_inputs(manifest.inputs() + lock_inputs(lock), cache)
+    verify_transformed(manifest, files, jobs=jobs)
+    stem = manifest.bundle.stem
+    with tempfile.TemporaryDirectory(dir=cache.work_dir("tmp"), prefix="build-") as tmp:
+        work = Path(tmp)
+        assembly = Assembly()
+        add_all(assembly, manifest=manifest, lock=lock, files=files, work=work, cache=cache)
+        _add_records(assembly, manifest)
+        members = [_rooted(stem, m) for m in assembly.members.values()]
+        members.append(Member(name=f"{stem}/SHA256SUMS", data=sha256sums(assembly.members).encode("utf-8")))
+        zip_path = out_dir / f"{stem}.zip"
+        sidecar = out_dir / f"{stem}.zip.sha256"
+        sidecar.unlink(missing_ok=True)  # never leave an old digest beside a new zip
+        with tqdm(total=sum(m.size for m in members), desc="zip", unit="B", unit_scale=True, unit_divisor=1024,
+                  disable=quiet, leave=False) as bar:
+            write_zip(members, zip_path, epoch=manifest.bundle.source_date_epoch,
+                      member_cache=MemberCache(cache.work_dir("members")), jobs=jobs, progress=bar.update)
+    digest = file_sha256(zip_path)
+    write_atomic(sidecar, f"{digest}  {zip_path.name}\n".encode("ascii"))
+    return BuildResult(zip_path=zip_path, sha256=digest, size=zip_path.stat().st_size)
+
+
+def verify_transformed(manifest: Manifest, files: Mapping[str, Path], *, jobs: int | None = None) -> None:
+    """Hash again, from the cache, the inputs the build unpacks or rebuilds instead of copying.
+
+    Inputs copied into the zip as they are (wheels, the entry point, VC_redist) are hashed in the pass that
+    compresses them, and models by the model gate; archives (the ORT release archive, a capi source, GPU
+    sources) are only ever extracted, so without this their bytes would never be checked at build time.
+    """
+    transformed = [i for i in (manifest.ort.archive, manifest.ort.capi) if i is not None]
+    transformed += [s.source for s in manifest.gpu.sources] if manifest.gpu else []
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        actual = dict(zip([i.key for i in transformed], pool.map(file_sha256, [files[i.key] for i in transformed])))
+    for item in transformed:
+        if actual[item.key] not in item.sha256:
+            msg = (f"{files[item.key]}: sha256 is {actual[item.key]}, expected {' or '.join(item.sha256)} (for "
+                   f"{item.key}); the cache is corrupt: delete that file and run `ort-bundler fetch` again")
+            raise HashMismatchError(msg)
+
+
+
+
+
+
+
+
+def _rooted(stem: str, member: Member) -> Member:
+    return Member(name=f"{stem}/{member.name}", source=member.source, data=member.data, sha256=member.sha256,
+                  executable=member.executable)
+
