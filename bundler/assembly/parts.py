@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bundler.assembly.assembly import Assembly
 from bundler.assembly.gpu import add_gpu
-from bundler.assembly.launch import add_entry_point, add_scripts
+from bundler.assembly.launch import add_engine, add_entry_point, add_scripts
 from bundler.assembly.licenses import add_licenses
 from bundler.assembly.models import add_models, add_selfcheck
 from bundler.assembly.python_env import add_python
@@ -28,6 +28,7 @@ from bundler.sources.lock import Lock
 def add_all(assembly: Assembly, *, manifest: Manifest, lock: Lock | None, files: Mapping[str, Path], work: Path,
             cache: Cache) -> None:
     add_python(assembly, manifest=manifest, lock=lock, files=files, work=work)
+    add_engine(assembly, manifest=manifest, lock=lock, files=files)
     add_selfcheck(assembly)
     add_gpu(assembly, manifest=manifest, files=files, work=work)
     add_sdk(assembly, manifest=manifest, files=files, work=work)
