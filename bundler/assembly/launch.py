@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from importlib import resources
-from pathlib import Path
 
-from bundler.assembly.assembly import Assembly
+from bundler.assembly.assembly import Assembly, BuildInputs, Copy
 from bundler.assembly.render import (
     ENGINE_HELPER,
     ENGINE_PACKAGE,
@@ -15,42 +13,40 @@ from bundler.assembly.render import (
     render_scripts,
 )
 from bundler.errors import ManifestError
-from bundler.manifest import Manifest
 from bundler.sources.cache import cached_sha256
 from bundler.sources.inputs import INSTALLER_KEY
-from bundler.sources.lock import Lock
 
 
-def add_entry_point(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, Path]) -> EntryPoint | None:
+def add_entry_point(assembly: Assembly, build: BuildInputs) -> None:
     """The [launch] entry point: a module of the installed wheels, or a script or program shipped in app/."""
-    launch = manifest.launch
+    launch = build.manifest.launch
     if launch.module:
-        assembly.record["entry_point"] = {"module": launch.module}
-        return EntryPoint(kind="module", value=launch.module)
+        assembly.facts.entry_point = EntryPoint(kind="module", value=launch.module)
+        return
     for kind, source in (("script", launch.script), ("program", launch.program)):
         if source is None:
             continue
-        path = files[source.key]
+        path = build.files[source.key]
         bundle_path = f"payload/app/{path.name}"
         assembly.add_file(bundle_path, path, cached_sha256(path), executable=kind == "program")
         assembly.install(bundle_path, f"app/{path.name}")
-        assembly.record["entry_point"] = {kind: f"app/{path.name}"}
-        return EntryPoint(kind=kind, value=f"app/{path.name}")
-    return None
+        assembly.facts.entry_point = EntryPoint(kind=kind, value=f"app/{path.name}")
+        return
+    assembly.facts.entry_point = None
 
 
-def add_scripts(assembly: Assembly, *, manifest: Manifest, entry_point: EntryPoint | None) -> None:
+def add_scripts(assembly: Assembly, build: BuildInputs) -> None:
     """Installer, uninstaller, launchers and the venv start-up hook, rendered for the target."""
+    manifest, facts, target = build.manifest, assembly.facts, build.target
     bundle = manifest.bundle
-    windows = bundle.platform == "win_amd64"
+    windows, gpu, vc_redist, python_env = facts.windows, facts.gpu, facts.vc_redist, facts.python_env
     context = ScriptContext(
         name=bundle.name, version=bundle.version, platform=bundle.platform, python=bundle.python,
-        vc_runtime_min=assembly.record.get("vc_runtime_min"), vc_redist=assembly.record.get("vc_redist_file"),
-        gpu_dll_dirs=tuple(assembly.record.get("gpu_dll_dirs", ())),
-        gpu_preload=tuple(assembly.record.get("gpu_preload", ())),
-        dll_dirs=tuple(assembly.record.get("dll_dirs", ())), entry_point=entry_point,
+        vc_runtime_min=windows.vc_runtime_min if windows else None, vc_redist=vc_redist.file if vc_redist else None,
+        gpu_dll_dirs=gpu.dll_dirs if gpu else (), gpu_preload=gpu.preload if gpu else (),
+        dll_dirs=python_env.dll_dirs if python_env else (), entry_point=facts.entry_point,
         cache_dir=manifest.launch.cache_dir, env=manifest.launch.env,
-        default_install_dir=f"C:\\ort\\{bundle.name}" if windows else f"/opt/{bundle.name}",
+        default_install_dir=target.default_install_dir(bundle.name),
     )
     for path, data in render_scripts(context).items():
         executable = path.endswith(".sh")
@@ -59,7 +55,7 @@ def add_scripts(assembly: Assembly, *, manifest: Manifest, entry_point: EntryPoi
         if path.startswith("payload/launchers/run."):
             assembly.install(path, name)
         elif path.startswith("payload/launchers/ort_bundle_hook"):
-            assembly.site_packages_files.append({"from": path, "to": name})
+            assembly.site_packages_files.append(Copy(source=path, target=name))
 
 
 #: Starts the engine package shipped beside it; `python -I -B engine.py ...` (isolated, no bytecode written).
@@ -86,7 +82,7 @@ def engine_files() -> dict[str, tuple[bytes, str]]:
     return files
 
 
-def add_engine(assembly: Assembly, *, manifest: Manifest, lock: Lock | None, files: Mapping[str, Path]) -> None:
+def add_engine(assembly: Assembly, build: BuildInputs) -> None:
     """The install engine (bundler/target) and the pinned pypa installer wheel it installs wheels with.
 
     The engine is copied into the install too (installer/), for `run --verify` and the uninstaller.
@@ -95,11 +91,12 @@ def add_engine(assembly: Assembly, *, manifest: Manifest, lock: Lock | None, fil
     for path, (data, installed) in engine_files().items():
         assembly.add_bytes(path, data)
         assembly.install(path, installed)
+    manifest = build.manifest
     if manifest.ort.python_source is None:
         return
-    wheel = lock.installer if lock is not None else None
+    wheel = build.lock.installer if build.lock is not None else None
     if wheel is None:
         msg = (f"{manifest.path.name}: the lock file has no [installer] table (the wheel of pypa's installer that the "
                f"install engine uses); run `ort-bundler lock {manifest.path.name}` again")
         raise ManifestError(msg)
-    assembly.add_file(f"payload/installer/{wheel.filename}", files[INSTALLER_KEY], wheel.sha256)
+    assembly.add_file(f"payload/installer/{wheel.filename}", build.files[INSTALLER_KEY], wheel.sha256)

@@ -1,80 +1,97 @@
-"""`bundle.json`, `install-plan.json` and `SHA256SUMS`: written after every part, because they describe everything else."""
+"""`bundle.json`, `install-plan.json` and `SHA256SUMS`: written after every part, because they describe everything else.
+
+bundle.json is written through its one definition in the target package (`bundler.target.bundle_info`), from
+the facts the parts set; reading a fact no part set fails there, naming the part.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from bundler import __version__
-from bundler.assembly.assembly import Assembly
+from bundler.assembly.assembly import Assembly, BuildInputs, Copy
 from bundler.errors import BuildError
-from bundler.manifest import Manifest
+from bundler.platforms import TargetPlatform
+from bundler.target.bundle_info import BUNDLE_FILE, BundleInfo
 from bundler.target.records import PLAN_FILE, InstallPlan, PlanEntry, RecordError, VenvPlan
 from bundler.writer.zipwriter import Member
 
-FORMAT = 1
 WHEELS = "payload/wheels/"
 #: Where the install engine and its pinned installer wheel live in the bundle.
 ENGINE_DIR = "payload/installer/"
 
 
-def _add_records(assembly: Assembly, manifest: Manifest) -> None:
-    """bundle.json and install-plan.json, written last because they describe everything else."""
-    bundle = manifest.bundle
-    record = {
-        "format": FORMAT,
-        "name": bundle.name,
-        "version": bundle.version,
-        "platform": bundle.platform,
-        "python": bundle.python,
-        "python_tag": bundle.python_tag,
-        "built_with": {"ort-bundler": __version__},
-        **assembly.record,
-        "manifest": manifest.raw,
-    }
-    assembly.add_bytes("bundle.json", to_json(record))
-    assembly.install("bundle.json", "bundle.json")
-    assembly.add_bytes(PLAN_FILE, to_json(install_plan(assembly, manifest).to_json()))
+def bundle_info(assembly: Assembly, build: BuildInputs) -> BundleInfo:
+    facts, bundle = assembly.facts, build.manifest.bundle
+    python_env, gpu, sdk, windows, vc_redist = facts.python_env, facts.gpu, facts.sdk, facts.windows, facts.vc_redist
+    return BundleInfo(
+        name=bundle.name, version=bundle.version, platform=bundle.platform, python=bundle.python,
+        python_tag=bundle.python_tag, built_with={"ort-bundler": __version__}, manifest=build.manifest.raw,
+        ort=python_env.ort.to_json() if python_env else None,
+        wheels=[{"name": w.name, "version": w.version, "filename": w.filename, "sha256": w.sha256}
+                for w in (python_env.wheels if python_env else ())],
+        expected_providers=["CPUExecutionProvider", *(["CUDAExecutionProvider"] if gpu else [])],
+        selfcheck=facts.selfcheck.to_json(), models=list(facts.models),
+        entry_point={facts.entry_point.kind: facts.entry_point.value} if facts.entry_point else None,
+        gpu=gpu.record if gpu else None,
+        ort_archive=sdk.ort_archive if sdk else None, sdk=sdk.sdk if sdk else None,
+        dll_closure=windows.dll_closure if windows else None,
+        vc_runtime_min=windows.vc_runtime_min if windows else None,
+        vc_runtime_min_computed=windows.vc_runtime_min_computed if windows else None,
+        vc_redist=vc_redist.to_json() if vc_redist else None,
+        signatures=list(facts.signatures), licenses=list(facts.licenses),
+    )
+
+
+def add_records(assembly: Assembly, build: BuildInputs) -> None:
+    """bundle.json and install-plan.json, written after every part because they describe everything else."""
+    bundle = build.manifest.bundle
+    assembly.add_bytes(BUNDLE_FILE, to_json(bundle_info(assembly, build).to_json()))
+    assembly.install(BUNDLE_FILE, BUNDLE_FILE)
+    assembly.add_bytes(PLAN_FILE, to_json(install_plan(assembly, build).to_json()))
     assembly.install(PLAN_FILE, PLAN_FILE)
 
 
-def _venv_layout(platform: str, python: str) -> dict[str, str]:
-    """Where `python -m venv` puts things on the target, and the installer's launcher kind."""
-    if platform == "win_amd64":
-        return {"interpreter": "Scripts/python.exe", "scripts": "Scripts", "site_packages": "Lib/site-packages",
-                "script_kind": "win-amd64", "dll_path_variable": "PATH"}
-    return {"interpreter": "bin/python", "scripts": "bin", "site_packages": f"lib/python{python}/site-packages",
-            "script_kind": "posix", "dll_path_variable": "LD_LIBRARY_PATH"}
+def _venv_layout(target: TargetPlatform, python: str) -> VenvPlan:
+    """Where `python -m venv` puts things on the target (below venv/), and the installer's launcher kind."""
+    if target.windows:
+        return VenvPlan(dir="venv", interpreter="Scripts/python.exe", scripts="Scripts", site_packages="Lib/site-packages",
+                        script_kind="win-amd64", wheels=(), requirements=f"{WHEELS}requirements.txt",
+                        site_packages_files=())
+    return VenvPlan(dir="venv", interpreter="bin/python", scripts="bin", site_packages=f"lib/python{python}/site-packages",
+                    script_kind="posix", wheels=(), requirements=f"{WHEELS}requirements.txt", site_packages_files=())
 
 
-def install_plan(assembly: Assembly, manifest: Manifest) -> InstallPlan:
+def _entry(copy: Copy) -> PlanEntry:
+    return PlanEntry(source=copy.source, target=copy.target)
+
+
+def install_plan(assembly: Assembly, build: BuildInputs) -> InstallPlan:
     """install-plan.json from the members the parts added: the wheels, the engine's installer wheel,
     the files to copy; read back through the target's own definition, so build and engine agree."""
-    bundle = manifest.bundle
-    layout = _venv_layout(bundle.platform, bundle.python)
+    bundle, python_env = build.manifest.bundle, assembly.facts.python_env
     wheels = sorted(name for name in assembly.members if name.startswith(WHEELS) and name.endswith(".whl")
                     and "/" not in name[len(WHEELS):])
     installer = [name for name in assembly.members if name.startswith(ENGINE_DIR) and name.endswith(".whl")]
     if len(installer) != 1:
         msg = (f"the bundle holds {len(installer)} installer wheels in {ENGINE_DIR}; expected exactly one (the lock's "
-               f"[installer] table: run `ort-bundler lock {manifest.path.name}` again)")
+               f"[installer] table: run `ort-bundler lock {build.manifest.path.name}` again)")
         raise BuildError(msg)
-    venv = VenvPlan(dir="venv", interpreter=layout["interpreter"], scripts=layout["scripts"],
-                    site_packages=layout["site_packages"], script_kind=layout["script_kind"], wheels=tuple(wheels),
-                    requirements=f"{WHEELS}requirements.txt",
-                    site_packages_files=tuple(PlanEntry(source=e["from"], target=e["to"])
-                                              for e in assembly.site_packages_files))
+    venv = replace(_venv_layout(build.target, bundle.python), wheels=tuple(wheels),
+                   site_packages_files=tuple(_entry(c) for c in assembly.site_packages_files))
     plan = InstallPlan(install_id=f"{bundle.name}-{bundle.version}", name=bundle.name, version=bundle.version,
-                       platform=bundle.platform, python=bundle.python, dll_path_variable=layout["dll_path_variable"],
+                       platform=bundle.platform, python=bundle.python, dll_path_variable=build.target.dll_path_variable,
                        installer_wheel=installer[0], venv=venv,
-                       copy=tuple(PlanEntry(source=c["from"], target=c["to"])
-                                  for c in sorted(assembly.copies, key=lambda c: c["to"])),
-                       dll_dirs=tuple(assembly.record.get("dll_dirs", [])))
+                       copy=tuple(_entry(c) for c in sorted(assembly.copies, key=lambda c: c.target)),
+                       dll_dirs=tuple(python_env.dll_dirs if python_env else ()))
     try:
         return InstallPlan.from_json(json.loads(json.dumps(plan.to_json())), source=PLAN_FILE)
     except RecordError as exc:
-        raise BuildError(f"the install plan would be refused on the target: {exc}") from None
+        msg = f"the install plan would be refused on the target: {exc}"
+        raise BuildError(msg) from None
 
 
 def to_json(data: Mapping[str, Any]) -> bytes:

@@ -17,22 +17,16 @@ import os
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import warnings
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from bundler.target.records import Check, SelfcheckReport
-from bundler.target.synth import (
-    compare_output,
-    describe_io,
-    output_digest,
-    probe_model,
-    synthesize_inputs,
-)
+from bundler.target.synth import compare_output, describe_io, output_digest, probe_model, synthesize_inputs
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
