@@ -653,8 +653,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     root = args.root.resolve()
     bundle, problem = load_bundle(root)
+    checks: list[Check]
     if bundle is None:
-        checks = [problem]
+        checks = [problem] if problem is not None else []
     else:
         checks = run_checks(Context(root=root, bundle=bundle, allow_cpu_fallback=args.allow_cpu_fallback))
     ok = not any(check.status == "fail" for check in checks)
