@@ -48,7 +48,6 @@ def bundle_info(assembly: Assembly, build: BuildInputs) -> BundleInfo:
 
 def add_records(assembly: Assembly, build: BuildInputs) -> None:
     """bundle.json and install-plan.json, written after every part because they describe everything else."""
-    bundle = build.manifest.bundle
     assembly.add_bytes(BUNDLE_FILE, to_json(bundle_info(assembly, build).to_json()))
     assembly.install(BUNDLE_FILE, BUNDLE_FILE)
     assembly.add_bytes(PLAN_FILE, to_json(install_plan(assembly, build).to_json()))

@@ -456,7 +456,7 @@ def run_selfcheck(plan: InstallPlan, root: Path, log: Log) -> Tuple[int, Optiona
     script = root / "selfcheck" / "selfcheck.py"
     command = [python, str(script), "--json"] if script.is_file() else \
         [python, "-c", "import onnxruntime; print('onnxruntime', onnxruntime.__version__)"]
-    proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = subprocess.run(command, capture_output=True, text=True,
                           env=selfcheck_env(plan, root), check=False)
     for line in (proc.stdout + proc.stderr).splitlines()[-40:]:
         log(f"self-check: {line}")

@@ -583,7 +583,7 @@ def check_files(ctx: Context) -> Check:
     if not engine.is_file():
         return Check(id="files", status="skip", message=f"{engine} is missing: no receipt audit in this folder")
     proc = subprocess.run([sys.executable, "-I", "-B", str(engine), "verify", "--root", str(ctx.root), "--json"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+                          capture_output=True, text=True, check=False)
     try:
         audit = json.loads(proc.stdout)
     except ValueError:
