@@ -20,6 +20,7 @@ from typing import Literal
 import jinja2
 
 from bundler.errors import BuildError
+from bundler.target.engine import STAGING
 from bundler.target.records import INSTALL_EXIT_CODES
 
 __all__ = ["INSTALL_EXIT_CODES", "EntryPoint", "ScriptContext", "render_scripts"]
@@ -38,6 +39,10 @@ MAX_INSTALL_DIR_LENGTH = 100
 #: install and uninstall script runs, and the package folder it imports the engine from.
 ENGINE_HELPER = "payload/installer/engine.py"
 ENGINE_PACKAGE = "payload/installer/ortengine"
+
+#: What the staging folder beside the install adds to the install folder's length: "." before the leaf,
+#: the engine's ".staging-" after it and tempfile.mkdtemp's 8 random characters.
+STAGING_EXTRA = 1 + len(STAGING) + 8
 
 PLATFORMS = ("win_amd64", "linux_x86_64")
 # Bundle names and versions become file names, a registry key and comment text in every script.
@@ -150,6 +155,7 @@ _OUTPUTS: Mapping[str, Mapping[str, str]] = {
         "install.ps1": "install.ps1.j2",
         "install.cmd": "install.cmd.j2",
         "uninstall.ps1": "uninstall.ps1.j2",
+        "uninstall.cmd": "uninstall.cmd.j2",
         "payload/launchers/run.ps1": "run.ps1.j2",
         "payload/launchers/run.cmd": "run.cmd.j2",
     },
@@ -213,6 +219,8 @@ def _template_values(ctx: ScriptContext) -> dict[str, object]:
         "cache_min_free_mb": CACHE_MIN_FREE_MB,
         "max_install_dir_length": MAX_INSTALL_DIR_LENGTH,
         "engine": ENGINE_HELPER,
+        "staging_extra": STAGING_EXTRA,
+        "publisher": "ort-bundler",
     }
 
 
