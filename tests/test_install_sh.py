@@ -58,7 +58,8 @@ sys.exit(int(os.environ.get("STANDIN_EXIT", "0")))
 """
 
 
-def build_wheel(folder: Path, *, version: str = "1.0", broken: bool = False) -> Path:
+def build_wheel(folder: Path, *, version: str = "1.0", broken: bool = False, modules: int = 0,
+                big_file: int = 0) -> Path:
     """A real pure-Python wheel with a correct RECORD; `broken` gives bytes pip must reject."""
     path = folder / f"tinypkg-{version}-py3-none-any.whl"
     if broken:
@@ -72,13 +73,17 @@ def build_wheel(folder: Path, *, version: str = "1.0", broken: bool = False) -> 
         f"{dist}/entry_points.txt": b"[console_scripts]\ntinytool = tinypkg:main\n",
     }
     files["tinypkg/__init__.py"] += b"def main():\n    print('tinytool', VALUE)\n"
+    for number in range(modules):  # more files: an install that takes long enough to be interrupted
+        files[f"tinypkg/mod{number:04d}.py"] = f"NUMBER = {number}\nVERSION = {version!r}\n".encode() * 20
+    if big_file:  # compresses to almost nothing, expands to big_file bytes
+        files["tinypkg/zeros.bin"] = bytes(big_file)
     record = []
     for name, data in files.items():
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
         record.append(f"{name},sha256={digest},{len(data)}")
     record.append(f"{dist}/RECORD,,")
     files[f"{dist}/RECORD"] = ("\n".join(record) + "\n").encode()
-    with zipfile.ZipFile(path, "w") as archive:
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name, data in files.items():
             archive.writestr(name, data)
     return path
@@ -92,13 +97,13 @@ def script_context(*, version: str = "1.0", env: dict[str, str] | None = None) -
         env=env or {"APP_MODE": "it's $HOME & `id`"}, default_install_dir="/nonexistent/tiny")
 
 
-def make_bundle(root: Path, *, version: str = "1.0", broken_wheel: bool = False,
+def make_bundle(root: Path, *, version: str = "1.0", broken_wheel: bool = False, modules: int = 0, big_file: int = 0,
                 selfcheck: str = SELFCHECK_STANDIN) -> Path:
     """Lay out an extracted bundle exactly as the build writes it."""
     root.mkdir(parents=True)
     wheels = root / "payload" / "wheels"
     wheels.mkdir(parents=True)
-    wheel = build_wheel(wheels, version=version, broken=broken_wheel)
+    wheel = build_wheel(wheels, version=version, broken=broken_wheel, modules=modules, big_file=big_file)
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     (wheels / "requirements.txt").write_text(f"tinypkg=={version} --hash=sha256:{digest}\n")
     (root / "payload" / "models").mkdir(parents=True)

@@ -365,7 +365,7 @@ def test_run_cmd_without_python_is_a_prerequisite_failure(wine: Wine, tmp_path: 
 
 @pytest.mark.wine
 def test_uninstall_cmd_reaches_64_bit_powershell_and_keeps_the_exit_code_when_it_deletes_itself(
-        wine: Wine, standin_exe: Path, powershell_slot: Path, tmp_path: Path) -> None:  # noqa: F811
+        wine: Wine, standin_exe: Path, powershell_slot: Path, tmp_path: Path) -> None:
     """uninstall.cmd (issue 11: the Intune uninstall ran 32-bit PowerShell) has install.cmd's Sysnative logic and
     every argument; run from the install folder, uninstall removes uninstall.cmd itself, and the code survives."""
     shutil.copyfile(standin_exe, powershell_slot)
@@ -389,7 +389,7 @@ def test_uninstall_cmd_reaches_64_bit_powershell_and_keeps_the_exit_code_when_it
 
 
 @pytest.mark.wine
-def test_install_cmd_passes_whatif_and_confirm_without_noninteractive(wine: Wine, standin_exe: Path,  # noqa: F811
+def test_install_cmd_passes_whatif_and_confirm_without_noninteractive(wine: Wine, standin_exe: Path,
                                                                        powershell_slot: Path, tmp_path: Path) -> None:
     shutil.copyfile(standin_exe, powershell_slot)
     script = write_scripts(tmp_path / "bundle", windows_context())["install.cmd"]
@@ -402,7 +402,7 @@ def test_install_cmd_passes_whatif_and_confirm_without_noninteractive(wine: Wine
 
 @pytest.mark.wine
 def test_a_trailing_backslash_before_a_quote_reaches_install_ps1_as_a_quote_it_refuses(
-        wine: Wine, standin_exe: Path, powershell_slot: Path, tmp_path: Path) -> None:  # noqa: F811
+        wine: Wine, standin_exe: Path, powershell_slot: Path, tmp_path: Path) -> None:
     """`install.cmd -InstallDir "C:\\x\\" -Force`: the Windows command-line rules turn \\" into a literal quote, so the
     next arguments land inside -InstallDir (seen here by the stand-in, which parses argv as powershell.exe does).
     install.ps1 refuses any -InstallDir with a '"' as a usage error instead of installing into a strange folder."""
@@ -418,7 +418,7 @@ def test_a_trailing_backslash_before_a_quote_reaches_install_ps1_as_a_quote_it_r
 
 
 @pytest.mark.wine
-def test_run_cmd_verify_and_a_manifest_env_naming_the_launchers_own_variables(wine: Wine, standin_exe: Path,  # noqa: F811
+def test_run_cmd_verify_and_a_manifest_env_naming_the_launchers_own_variables(wine: Wine, standin_exe: Path,
                                                                               tmp_path: Path) -> None:
     """[launch] env cannot take over run.cmd (issue 18 item 1): its values are set before the launcher's own."""
     root = tmp_path / "demo"

@@ -52,6 +52,7 @@ from bundler.errors import BuildError
 from bundler.hashing import file_sha256
 from bundler.target import engine, synth
 from bundler.target.records import InstallPlan
+
 #: The install folder's parent: spaces and '&' in the path, as issue 7 §5 asks (every Wine test uses it).
 HOSTILE_PARENT = "ort apps & tools"
 
