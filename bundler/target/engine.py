@@ -21,16 +21,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from .records import (
     INSTALL_EXIT_CODES,
@@ -315,21 +316,80 @@ def _import_installer(wheel: Path):  # type: ignore[no-untyped-def]
     return installer
 
 
-def install_wheels(plan: InstallPlan, bundle: Path, stage_venv: Path, final_venv: Path, log: Log) -> None:
-    """Every wheel of the plan, without pip: scripts and launchers name the final interpreter, so
-    every RECORD matches the files on disk; wheels are unpacked in parallel."""
+#: Run by each bytecode worker: compile the (source, name shown in tracebacks) pairs it reads from stdin,
+#: print [pyc, sha256] of each. A file that does not compile stays source-only, as pip leaves it.
+COMPILE_WORKER = """
+import hashlib, json, py_compile, sys
+done = []
+for source, display in json.load(sys.stdin):
+    try:
+        pyc = py_compile.compile(source, dfile=display, doraise=True,
+                                 invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    except (py_compile.PyCompileError, SyntaxError, ValueError):
+        continue
+    with open(pyc, "rb") as f:
+        done.append([pyc, hashlib.sha256(f.read()).hexdigest()])
+json.dump(done, sys.stdout)
+"""
+
+
+class Compiler:
+    """Bytecode in parallel while the wheels unpack, deterministically: unchecked-hash pycs (no timestamps),
+    compiled by worker processes with PYTHONHASHSEED=0 (set constants are marshalled in hash order), each
+    naming the source by its final path. Returns the sha256 of every pyc it wrote, for the receipt."""
+
+    CHUNK = 200
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2)
+        self.futures: List[Future[List[Tuple[str, str]]]] = []
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        self.env.update(PYTHONHASHSEED="0", PYTHONNOUSERSITE="1")
+
+    def submit(self, pairs: Sequence[Tuple[str, str]]) -> None:
+        for start in range(0, len(pairs), self.CHUNK):
+            self.futures.append(self.pool.submit(self._run, list(pairs[start:start + self.CHUNK])))
+
+    def _run(self, pairs: List[Tuple[str, str]]) -> List[Tuple[str, str]]:
+        proc = subprocess.run([sys.executable, "-s", "-B", "-c", COMPILE_WORKER], input=json.dumps(pairs),
+                              capture_output=True, text=True, env=self.env, check=False)
+        if proc.returncode != 0:
+            raise EngineError("install", f"compiling bytecode failed: {proc.stderr.strip()[-500:]}")
+        return [(pyc, digest) for pyc, digest in json.loads(proc.stdout)]
+
+    def results(self) -> Dict[str, str]:
+        try:
+            return {os.path.normpath(pyc): digest for future in self.futures for pyc, digest in future.result()}
+        finally:
+            self.pool.shutdown()
+
+
+def install_wheels(plan: InstallPlan, bundle: Path, stage_venv: Path, final_venv: Path, log: Log) -> Dict[str, str]:
+    """Every wheel of the plan, without pip: scripts and launchers name the final interpreter, so every
+    RECORD matches the files on disk. Wheels unpack in parallel and each one's modules are compiled as
+    soon as it is in place. Returns {absolute path: sha256} of every file written (from the installer's
+    own hashes and the compiler's), so the receipt need not read them again."""
     installer = _import_installer(bundle / plan.installer_wheel)
     venv = plan.venv
     interpreter = str(native(final_venv, venv.interpreter))
+    site, final_site = str(native(stage_venv, venv.site_packages)), str(native(final_venv, venv.site_packages))
+    written: List[Tuple[str, str]] = []
+    modules: List[Tuple[str, str]] = []  # (staged source, final path) of every module written so far
 
     class Destination(installer.destinations.SchemeDictionaryDestination):  # type: ignore[misc, name-defined]
         def write_to_fs(self, scheme, path, stream, is_executable):  # type: ignore[no-untyped-def]
+            target = os.path.normpath(os.path.join(self.scheme_dict[scheme], path))
             # Wheels unpack in parallel: folders they share must not race in the installer's mkdir.
-            os.makedirs(os.path.dirname(os.path.join(self.scheme_dict[scheme], path)), exist_ok=True)
-            return super().write_to_fs(scheme, path, stream, is_executable)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            record = super().write_to_fs(scheme, path, stream, is_executable)
+            digest = getattr(record, "hash_", None)  # the installer hashed it while writing
+            if digest is not None and digest.name == "sha256":
+                written.append((target, _hex_digest(digest.value)))
+            if scheme in ("purelib", "platlib") and path.endswith(".py"):
+                modules.append((target, os.path.join(final_site, os.path.relpath(target, site))))
+            return record
 
     def install_one(relative: str) -> None:
-        site = str(native(stage_venv, venv.site_packages))
         name = Path(relative).name.split("-")[0]
         schemes = {"purelib": site, "platlib": site, "scripts": str(native(stage_venv, venv.scripts)),
                    "data": str(stage_venv), "headers": str(stage_venv / "include" / "site" / f"python{plan.python}" / name)}
@@ -337,23 +397,32 @@ def install_wheels(plan: InstallPlan, bundle: Path, stage_venv: Path, final_venv
         with installer.sources.WheelFile.open(str(bundle / relative)) as source:
             installer.install(source, destination, {"INSTALLER": b"ort-bundler\n"})
 
+    compiler = Compiler()
     with ThreadPoolExecutor(max_workers=4) as pool:
         for relative, future in [(w, pool.submit(install_one, w)) for w in venv.wheels]:
             try:
                 future.result()
             except Exception as exc:  # a broken wheel can fail in zipfile, installer or the file system
+                compiler.pool.shutdown()
                 raise EngineError("install", f"installing {relative} failed: {type(exc).__name__}: {exc}") from None
-    log(f"installed {len(venv.wheels)} wheels with pypa installer into {final_venv}")
+            compiler.submit(_take(modules))
+    hashes = dict(written)
+    hashes.update(compiler.results())
+    log(f"installed {len(venv.wheels)} wheels with pypa installer into {final_venv}, bytecode compiled")
+    return hashes
 
 
-def compile_bytecode(site_packages: Path, final_site_packages: Path) -> None:
-    """Deterministic bytecode (unchecked-hash: no timestamps), compiled in parallel, naming the final folder."""
-    import compileall
-    import py_compile
+def _take(items: List[Tuple[str, str]]) -> List[Tuple[str, str]]:
+    """Everything in `items` so far, removed from it (the unpacking threads keep appending)."""
+    taken = items[:len(items)]
+    del items[:len(taken)]
+    return taken
 
-    with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
-        compileall.compile_dir(str(site_packages), quiet=2, workers=0, ddir=str(final_site_packages),
-                               invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+
+def _hex_digest(urlsafe_b64: str) -> str:
+    import base64
+
+    return base64.urlsafe_b64decode(urlsafe_b64 + "=" * (-len(urlsafe_b64) % 4)).hex()
 
 
 def copy_entries(entries: Sequence[Tuple[str, str]], source_root: Path, dest_root: Path) -> None:
@@ -419,11 +488,18 @@ def walk_folders(root: Path) -> Tuple[str, ...]:
     return tuple(sorted(found))
 
 
-def hash_tree(root: Path, skip: Sequence[str]) -> Tuple[InstalledFile, ...]:
+def hash_tree(root: Path, skip: Sequence[str], known: Mapping[str, str]) -> Tuple[InstalledFile, ...]:
+    """Every file below `root` with its sha256; `known` ({absolute path: sha256} of what this run wrote
+    itself and never changed since) spares reading those again."""
     paths = [rel for rel in walk(root) if rel not in set(skip)]
+
+    def digest(rel: str) -> str:
+        path = native(root, rel)
+        return known.get(os.path.normpath(str(path))) or entry_sha256(path)
+
     with ThreadPoolExecutor(max_workers=4) as pool:
-        digests = list(pool.map(lambda rel: entry_sha256(native(root, rel)), paths))
-    return tuple(InstalledFile(path=rel, sha256=digest) for rel, digest in zip(paths, digests))
+        digests = list(pool.map(digest, paths))
+    return tuple(InstalledFile(path=rel, sha256=value) for rel, value in zip(paths, digests))
 
 
 def restrict_acl(stage: Path) -> None:
@@ -616,15 +692,14 @@ def _build_stage(plan: InstallPlan, options: Options, log: Log, previous: Option
     log(f"creating the environment in {stage_venv}")
     make_environment(stage_venv, final_venv)
     relocate_venv(stage_venv, final_venv, plan.venv.scripts)
-    install_wheels(plan, options.bundle, stage_venv, final_venv, log)
-    compile_bytecode(native(stage_venv, plan.venv.site_packages), native(final_venv, plan.venv.site_packages))
+    known = install_wheels(plan, options.bundle, stage_venv, final_venv, log)
     place_files(plan, options, stage, stage_venv)
     kept = carry_over(previous, target, stage, plan)
     receipt = Receipt(install_id=plan.install_id, name=plan.name, version=plan.version, platform=plan.platform,
                       bundle_sha256=bundle_sha256, installed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                       install_dir=str(target), python_executable=sys.executable,
                       python_version="%d.%d.%d" % sys.version_info[:3], selfcheck=SelfcheckOutcome(ran=False),
-                      reboot_required=options.reboot_pending, files=hash_tree(stage, (RECEIPT_FILE, *kept)),
+                      reboot_required=options.reboot_pending, files=hash_tree(stage, (RECEIPT_FILE, *kept), known),
                       folders=walk_folders(stage), kept=kept)
     write_receipt(stage, receipt)
     receipt = replace(receipt, selfcheck=selfcheck_outcome(plan, options, stage, log))
@@ -798,8 +873,6 @@ def _dispatch(args: argparse.Namespace, log: Log) -> int:
 def _verify(root: Path, *, as_json: bool) -> int:
     result = audit(root)
     if as_json:
-        import json
-
         print(json.dumps({"ok": result.ok, "changed": list(result.changed), "missing": list(result.missing),
                           "extra": list(result.extra), "not_ours": list(result.not_ours)}, indent=2))
     else:
