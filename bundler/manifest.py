@@ -64,6 +64,7 @@ class Input:
     location: str  # the URL, the absolute path, or the requirement "name==version"
     sha256: tuple[str, ...]  # one for url/path; one or more (one per candidate wheel) for requirement
     filename: str | None  # the file name, when the source names it (a requirement's wheel name is found by pip)
+    size: int | None = None  # bytes, when the manifest declares them: then the bound of a download
 
     @property
     def display(self) -> str:
@@ -170,7 +171,7 @@ class Manifest:
 # -- the schema ------------------------------------------------------------------------------------
 
 SECTIONS = {"bundle", "ort", "python", "vc_redist", "gpu", "models", "launch"}
-INPUT_KEYS = {"url", "path", "requirement", "sha256"}
+INPUT_KEYS = {"url", "path", "requirement", "sha256", "size"}
 KEYS = {
     "bundle": {"name", "version", "platform", "python", "source_date_epoch"},
     "ort": {"version", "archive", "wheel", "capi", "dependencies", "allow_unsigned"},
@@ -549,9 +550,13 @@ def _input(table: Any, where: str, base: Path, problems: _Problems, *, required:
     kind: InputKind = sources[0]  # type: ignore[assignment]
     hashes = _hashes(table.get("sha256"), f"{where}.sha256", problems, many=kind == "requirement")
     location, filename = _location(kind, table[kind], f"{where}.{kind}", base, problems)
+    size = table.get("size")
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size <= 0):
+        problems.found(f"{where}.size", size, "the file's size in bytes, a positive integer")
+        return None
     if hashes is None or location is None:
         return None
-    return Input(key=where, kind=kind, location=location, sha256=hashes, filename=filename)
+    return Input(key=where, kind=kind, location=location, sha256=hashes, filename=filename, size=size)
 
 
 def _hashes(value: Any, where: str, problems: _Problems, *, many: bool) -> tuple[str, ...] | None:

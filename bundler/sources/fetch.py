@@ -28,7 +28,7 @@ from bundler.hashing import CHUNK, file_sha256, mismatch_message
 from bundler.manifest import Input
 from bundler.runner import Runner, run
 from bundler.sources.cache import Cache
-from bundler.sources.download import RetryPolicy, download
+from bundler.sources.download import DEFAULT_MAX_DOWNLOAD, RetryPolicy, download
 from bundler.sources.lock import Target
 
 
@@ -172,7 +172,8 @@ class _Fetcher:
         partial = self.cache.partial(item.sha256[0])
         with self._bar(item) as bar:
             actual = download(item.location, partial, label=item.key, session=self._session(),
-                              progress=bar.update, policy=self.options.retry, stop=self.stop)
+                              progress=bar.update, policy=self.options.retry, stop=self.stop,
+                              max_size=item.size or DEFAULT_MAX_DOWNLOAD)
         if actual not in item.sha256:
             partial.unlink(missing_ok=True)
             raise HashMismatchError(mismatch_message(item.key, item.location, item.sha256, actual))
