@@ -10,9 +10,7 @@ from __future__ import annotations
 import hashlib
 import queue
 import re
-import shutil
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -183,9 +181,9 @@ class _Fetcher:
 
     def _from_pip(self, item: Input) -> Path:
         """pip download through the user's own pip configuration (index, proxy, certificates)."""
-        with tempfile.TemporaryDirectory(dir=self.cache.work_dir("tmp")) as tmp:
-            dest = Path(tmp) / "out"
-            reqs = Path(tmp) / "requirements.txt"
+        with self.cache.scratch(prefix="pip-") as tmp:
+            dest = tmp / "out"
+            reqs = tmp / "requirements.txt"
             hashes = " ".join(f"--hash=sha256:{h}" for h in item.sha256)
             reqs.write_text(f"{item.location} {hashes}\n", encoding="utf-8")
             cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes",
@@ -204,12 +202,7 @@ class _Fetcher:
             if len(files) != 1:
                 msg = f"{item.display}: pip produced {len(files)} files, expected exactly one wheel"
                 raise InputUnavailableError(msg)
-            staged = self.cache.work_dir("tmp") / (Path(tmp).name + ".whl")
-            shutil.move(files[0], staged)
-            try:
-                return self._adopt(item, staged, file_sha256(staged), files[0].name)
-            finally:
-                staged.unlink(missing_ok=True)
+            return self._adopt(item, files[0], file_sha256(files[0]), files[0].name)
 
     def _from_mirror(self, item: Input) -> Path:
         mirror = self.options.mirror
