@@ -15,9 +15,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from bundler.assembly.assembly import Assembly
+from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.parts import add_all
-from bundler.assembly.records import _add_records, sha256sums
+from bundler.assembly.records import add_records, sha256sums
+from bundler.assembly.sbom import add_sbom
 from bundler.errors import BuildError, HashMismatchError
 from bundler.hashing import file_sha256
 from bundler.manifest import Manifest
@@ -34,14 +35,6 @@ class BuildResult:
     size: int
 
 
-
-
-
-
-
-
-
-
 def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None = None, quiet: bool = True) -> BuildResult:
     lock = load_lock(manifest)
     files = cached_inputs(manifest.inputs() + lock_inputs(lock), cache)
@@ -49,9 +42,10 @@ def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None =
     stem = manifest.bundle.stem
     prepare_destination(out_dir / f"{stem}.zip")  # fail fast on a bad -o; clear what killed builds left there
     with cache.scratch(prefix="build-") as work, disk_errors(BuildError, "build"):
-        assembly = Assembly()
-        add_all(assembly, manifest=manifest, lock=lock, files=files, work=work, cache=cache)
-        _add_records(assembly, manifest)
+        assembly, inputs = Assembly(), BuildInputs(manifest=manifest, lock=lock, files=files, work=work, cache=cache)
+        add_all(assembly, inputs)
+        add_records(assembly, inputs)
+        add_sbom(assembly, manifest=manifest)  # after the records: it describes every member but itself
         members = [_rooted(stem, m) for m in assembly.members.values()]
         members.append(Member(name=f"{stem}/SHA256SUMS", data=sha256sums(assembly.members).encode("utf-8")))
         zip_path = out_dir / f"{stem}.zip"
@@ -60,7 +54,7 @@ def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None =
                   disable=quiet, leave=False) as bar:
             digest = write_zip(members, zip_path, epoch=manifest.bundle.source_date_epoch,
                                member_cache=MemberCache(cache.work_dir("members")), jobs=jobs, progress=bar.update,
-                               sidecar=sidecar)
+                               sidecar=sidecar)  # the old sidecar is replaced after the zip, never removed first
     return BuildResult(zip_path=zip_path, sha256=digest, size=zip_path.stat().st_size)
 
 
