@@ -293,7 +293,7 @@ def _string(table: Mapping[str, Any], key: str, where: str, problems: _Problems,
             problems.add(f"{where}.{key}", f"missing, expected {expected}")
         return None
     value = table[key]
-    if not isinstance(value, str) or (pattern and not pattern.match(value)):
+    if not isinstance(value, str) or (pattern and not pattern.fullmatch(value)):
         problems.found(f"{where}.{key}", value, expected)
         return None
     return value
@@ -517,7 +517,7 @@ def _launch(table: Mapping[str, Any] | None, base: Path, problems: _Problems) ->
 def _env_entry(name: str, value: str, problems: _Problems) -> None:
     """A name the launcher or the runtime owns, or a value no launcher can quote on one line, is refused."""
     where = f"launch.env.{name}"
-    if not ENV_NAME_RE.match(name):
+    if not ENV_NAME_RE.fullmatch(name):
         problems.found(where, name, "an environment variable name of letters, digits and '_'")
     elif name.upper() in RESERVED_ENV or name.upper().startswith(RESERVED_ENV_PREFIXES):
         problems.add(where, f"found '{name}', a variable the launcher or the runtime sets itself (PATH, "

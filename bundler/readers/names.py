@@ -53,7 +53,7 @@ def file_name_problem(name: str) -> str | None:
 
 def distribution_name(text: str, *, where: str) -> str:
     """A distribution name as core metadata defines it; anything else is refused before it names a file."""
-    if len(text) > MAX_NAME_LENGTH or not DISTRIBUTION_RE.match(text):
+    if len(text) > MAX_NAME_LENGTH or not DISTRIBUTION_RE.fullmatch(text):
         msg = (f"{where}: found the distribution name {text[:80]!r}, expected letters and digits with '.', '_' "
                f"or '-' between them (such as onnxruntime_gpu)")
         raise BuildError(msg)
@@ -67,7 +67,7 @@ def version_text(text: str, *, where: str) -> str:
     except InvalidVersion:
         valid = False
     else:
-        valid = len(text) <= 64 and bool(VERSION_TEXT_RE.match(text))
+        valid = len(text) <= 64 and bool(VERSION_TEXT_RE.fullmatch(text))
     if not valid:
         msg = f"{where}: found the version {text[:80]!r}, expected a PEP 440 version such as 1.23.1"
         raise BuildError(msg)
@@ -102,7 +102,7 @@ def record_digest(value: str, *, algorithm: str, where: str) -> bytes:
     """A RECORD hash: unpadded urlsafe base64 of exactly one digest of `algorithm`, nothing looser."""
     size = hashlib.new(algorithm).digest_size
     try:
-        digest = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)) if RECORD_DIGEST_RE.match(value) else b""
+        digest = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)) if RECORD_DIGEST_RE.fullmatch(value) else b""
     except binascii.Error:
         digest = b""
     if len(digest) != size:
