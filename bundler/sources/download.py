@@ -30,8 +30,8 @@ NET_CHUNK = 1 << 20
 # stops must not fill the cache's disk. Larger than any ORT, CUDA or cuDNN archive published so far;
 # an input that needs more declares its `size` in the manifest, which then is the bound.
 DEFAULT_MAX_DOWNLOAD = 4 * 1024**3
-# Free space kept beyond what a download needs, so the cache's disk is never filled to the last byte.
-FREE_SPACE_MARGIN = 64 * 1024**2
+# Free space kept beyond what a download needs, so the cache's disk is not filled to the last byte.
+FREE_SPACE_MARGIN = 1024**2
 
 
 @dataclass(frozen=True, kw_only=True)
