@@ -210,6 +210,9 @@ def disk_errors(error: type[BundleError], what: str) -> Iterator[None]:
     except OSError as exc:
         if exc.errno not in DISK_ERRNOS:
             raise
-        where = f" {exc.filename}" if exc.filename else ""
-        msg = f"{what}: cannot write{where} ({exc.strerror}); free space on that disk or choose another folder"
+        if exc.filename:
+            msg = f"{what}: cannot write {exc.filename} ({exc.strerror}); free space on that disk or choose another folder"
+        else:  # zipfile and shutil often do not say which file
+            msg = (f"{what}: a write failed ({exc.strerror}); free space on the disk of the cache (--cache) or of "
+                   f"the output folder (-o), or choose others")
         raise error(msg) from None
