@@ -625,9 +625,6 @@ def _path_location(value: str, where: str, base: Path, problems: _Problems) -> t
         problems.found(where, value, f"path components of at most 255 bytes (found one of {len(too_long)} characters)")
         return None, None
     path = (base / value).resolve()
-    if problem := file_name_problem(path.name):
-        problems.found(where, value, f"a file whose name is usable on every file system, not {problem}")
-        return None, None
     return str(path), path.name
 
 
