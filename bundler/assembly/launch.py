@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from importlib import resources
+from typing import Literal
 
 from bundler.assembly.assembly import Assembly, BuildInputs, Copy
 from bundler.assembly.render import (
@@ -13,6 +14,7 @@ from bundler.assembly.render import (
     render_scripts,
 )
 from bundler.errors import ManifestError
+from bundler.manifest import Input
 from bundler.sources.cache import cached_sha256
 from bundler.sources.inputs import INSTALLER_KEY
 
@@ -23,7 +25,9 @@ def add_entry_point(assembly: Assembly, build: BuildInputs) -> None:
     if launch.module:
         assembly.facts.entry_point = EntryPoint(kind="module", value=launch.module)
         return
-    for kind, source in (("script", launch.script), ("program", launch.program)):
+    kinds: tuple[tuple[Literal["script", "program"], Input | None], ...] = (("script", launch.script),
+                                                                           ("program", launch.program))
+    for kind, source in kinds:
         if source is None:
             continue
         path = build.files[source.key]

@@ -29,14 +29,14 @@ def bundle_info(assembly: Assembly, build: BuildInputs) -> BundleInfo:
     python_env, gpu, sdk, windows, vc_redist = facts.python_env, facts.gpu, facts.sdk, facts.windows, facts.vc_redist
     return BundleInfo(
         name=bundle.name, version=bundle.version, platform=bundle.platform, python=bundle.python,
-        python_tag=bundle.python_tag, built_with={"ort-bundler": __version__}, manifest=build.manifest.raw,
+        python_tag=bundle.python_tag, built_with={"ort-bundler": __version__}, manifest=dict(build.manifest.raw),
         ort=python_env.ort.to_json() if python_env else None,
         wheels=[{"name": w.name, "version": w.version, "filename": w.filename, "sha256": w.sha256}
                 for w in (python_env.wheels if python_env else ())],
         expected_providers=["CPUExecutionProvider", *(["CUDAExecutionProvider"] if gpu else [])],
         selfcheck=facts.selfcheck.to_json(), models=list(facts.models),
         entry_point={facts.entry_point.kind: facts.entry_point.value} if facts.entry_point else None,
-        gpu=gpu.record if gpu else None,
+        app_local_runtime=list(facts.app_local), gpu=gpu.record if gpu else None,
         ort_archive=sdk.ort_archive if sdk else None, sdk=sdk.sdk if sdk else None,
         dll_closure=windows.dll_closure if windows else None,
         vc_runtime_min=windows.vc_runtime_min if windows else None,

@@ -28,8 +28,8 @@ from bundler.assembly.facts import SdkFact
 from bundler.assembly.render import make_environment
 from bundler.errors import BuildError
 from bundler.hashing import file_sha256
+from bundler.platforms import target_platform
 from bundler.readers.ortarchive import (
-    _WINDOWS,
     OrtArchive,
     _is_binary,
     _Layout,
@@ -105,11 +105,12 @@ def add_sdk(assembly: Assembly, build: BuildInputs) -> None:
     Runs after the GPU part (so the property sheet can copy GPU DLLs) and before the Windows checks (so
     the SDK's DLLs join the DLL closure and the VC++ runtime minimum).
     """
-    manifest, identity_model, gpu_dlls = build.manifest, assembly.facts.selfcheck.identity_model, _gpu_dlls(assembly)
+    manifest = build.manifest
     source = manifest.ort.archive
     if source is None:
         assembly.facts.sdk = None
         return
+    identity_model, gpu_dlls = assembly.facts.selfcheck.identity_model, _gpu_dlls(assembly)
     path = build.files[source.key]
     platform = manifest.bundle.platform
     archive, root = extract_ort_archive(path, label=f"{source.key} ({path.name})", platform=platform,
@@ -150,7 +151,7 @@ def _gpu_dlls(assembly: Assembly) -> list[str]:
 
 def _sdk_record(archive: OrtArchive, *, platform: str, replaced: list[str]) -> dict[str, Any]:
     layout = _Layout.of(platform, archive.version)
-    windows = platform == _WINDOWS
+    windows = target_platform(platform).windows
     return {
         "root": SDK_INSTALL_DIR,
         "include_dir": f"{SDK_INSTALL_DIR}/include",
@@ -169,7 +170,7 @@ def _sdk_record(archive: OrtArchive, *, platform: str, replaced: list[str]) -> d
 def _runtime_files(archive: OrtArchive, platform: str) -> list[str]:
     """What a program needs beside it at run time: every DLL on Windows; on Linux the shared objects by the
     names the loader asks for (libonnxruntime.so.1, not the development link or the fully versioned file)."""
-    if platform == _WINDOWS:
+    if target_platform(platform).windows:
         return sorted(archive.binaries)
     library = _Layout.of(platform, archive.version).library
     soname = f"lib/{_soname(library)}"
@@ -193,7 +194,7 @@ def render_sdk_files(archive: OrtArchive, *, platform: str, gpu_dlls: list[str],
             msg = (f"install path {value!r} cannot be written into the SDK's CMake and MSBuild files; expected "
                    f"'/'-separated names of letters, digits and . _ + -")
             raise BuildError(msg)
-    windows = platform == _WINDOWS
+    windows = target_platform(platform).windows
     layout = _Layout.of(platform, archive.version)
     major, minor, _ = archive.version.split(".")
     values = {
