@@ -433,3 +433,66 @@ def test_run_cmd_verify_and_a_manifest_env_naming_the_launchers_own_variables(wi
     assert args[0].lower().endswith("\\demo\\venv\\scripts\\python.exe")
     assert args[1:] == ["-I", "-B", f"{win_root}\\installer\\engine.py", "verify", "--root", win_root, "--verify", "--json"]
     assert seen["APP_VALUE"] == "ok"
+
+
+def _function(script: str, name: str) -> str:
+    """The text of one function of a rendered script, found in its parse tree."""
+    tree = _PARSER.parse(script.encode("utf-8"))
+    for node in _walk(tree.root_node):
+        if node.type == "function_statement" and any(c.text.decode() == name for c in node.children):
+            return node.text.decode()
+    raise AssertionError(f"no function {name}")
+
+
+def test_install_ps1_takes_the_mutex_before_the_log_and_every_exit_path_has_a_code() -> None:
+    """Reviewed against PowerShell 5.1 behaviour (no PowerShell here): the order of the steps, the mutex a normal
+    user cannot open (SYSTEM made it) meaning 1618, a log that cannot throw, one handler mapping every error."""
+    for script_name in ("install.ps1", "uninstall.ps1"):
+        script = render_scripts(windows_context())[script_name].decode("utf-8-sig")
+        main = _function(script, "Invoke-Install" if script_name == "install.ps1" else "Invoke-Uninstall")
+        steps = [main.index(step) for step in ("Assert-", "Enter-Mutex", "Initialize-Log", "Invoke-Engine")]
+        assert steps == sorted(steps), script_name
+        mutex = _function(script, "Enter-Mutex")
+        assert "catch [UnauthorizedAccessException]" in mutex and "Stop-Script 'retry'" in mutex
+        log = _function(script, "Write-Log")
+        assert log.count("try {") == 2 and log.count("catch { }") == 2 and "Add-Content" not in log
+        handler = script[script.rindex("$exitCode = $ExitCodes.install"):]
+        assert "} catch {\r\n    $exitCode = Exit-Script $_" in handler and handler.rstrip().endswith("exit $exitCode")
+        assert "Assert-64BitHost" in main or "Assert-64BitHost" in _function(script, "Assert-Platform")
+
+
+def test_install_ps1_writes_detection_and_add_remove_programs_on_every_success() -> None:
+    script = render_scripts(windows_context())["install.ps1"].decode("utf-8-sig")
+    main = _function(script, "Invoke-Install")
+    tail = main[main.index("$run = Invoke-Engine $python $Engine (Get-EngineArguments $target $reboot $false)"):]
+    assert tail.index("return $run.Code") < tail.index("Set-DetectionValue") < tail.index("Set-UninstallEntry")
+    entry = _function(script, "Set-UninstallEntry")
+    for value in ("DisplayName", "DisplayVersion", "Publisher", "InstallLocation", "UninstallString",
+                  "QuietUninstallString", "NoModify", "NoRepair", "EstimatedSize", "uninstall.cmd"):
+        assert f"'{value}'" in entry or value in entry, value
+    assert "if (-not (Test-Administrator)) { return }" in entry
+    deferred = _function(script, "Register-DeferredSelfCheck")
+    assert "RunOnce" in deferred and "after-reboot --root" in deferred
+    assert "if ($run.Code -eq $ExitCodes.reboot) { Register-DeferredSelfCheck $python $target }" in main
+    python = _function(script, "Assert-PythonForMachine")
+    assert "$env:LOCALAPPDATA" in python and "Stop-Script 'prerequisite'" in python and "-PythonExe" in python
+    installdir = _function(script, "Get-FullInstallDir")
+    assert "$Path.Contains(';')" in installdir and "$full.Length + $StagingExtra -gt $MaxInstallDirLength" in installdir
+    uninstall = render_scripts(windows_context())["uninstall.ps1"].decode("utf-8-sig")
+    removal = _function(uninstall, "Invoke-Uninstall")
+    nothing = removal[removal.index("nothing to uninstall"):]
+    assert nothing.index("Remove-Registration $root") < nothing.index("return $ExitCodes.ok")
+    assert "CurrentVersion\\Uninstall\\ort-bundler-" in _function(uninstall, "Remove-Registration")
+
+
+def test_readme_install_says_what_an_administrator_needs_to_know() -> None:
+    readme = render_scripts(windows_context())["README-INSTALL.txt"].decode("utf-8").replace("\r\n", "\n")
+    flat = " ".join(readme.split())
+    for fragment in ("Unblock-File -LiteralPath", "Group Policy execution policy", "MachinePolicy or UserPolicy",
+                     "powershell.exe -NoProfile -ExecutionPolicy Bypass -File <install folder>\\run.ps1",
+                     "uninstall.cmd -InstallDir", "32-bit process", "Uninstall is idempotent",
+                     "run.cmd --verify", "Add/Remove Programs", "RunOnce"):
+        assert fragment in flat, fragment
+    codes = readme[readme.index("Exit codes\n"):readme.index("Log and receipt")]
+    for code in CODES.values():
+        assert f"    {code} " in codes
