@@ -16,6 +16,7 @@ import random
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -122,6 +123,16 @@ def test_a_folder_that_is_not_ours_is_refused_and_untouched(bundles: dict[str, P
         assert snapshot(target) == before
     proc = run_sh(bundles["2.0"] / "uninstall.sh", "--install-dir", str(target))
     assert proc.returncode == CODES["usage"] and snapshot(target) == before
+
+
+def test_an_install_path_with_a_line_break_is_refused_up_front(bundles: dict[str, Path], tmp_path: Path) -> None:
+    target = tmp_path / "apps\nevil" / "tiny"
+    proc = install(bundles["1.0"], target)
+    assert proc.returncode == CODES["usage"] and "must not contain a line break" in proc.stderr
+    direct = subprocess.run([sys.executable, "-I", "-B", str(bundles["1.0"] / "payload/installer/engine.py"), "install",
+                             "--bundle", str(bundles["1.0"]), "--install-dir", str(target)], capture_output=True, text=True)
+    assert direct.returncode == CODES["usage"] and "contains a line break or control character" in direct.stderr
+    assert not (tmp_path / "apps\nevil").exists()
 
 
 def test_a_symlink_at_the_install_path_is_refused(bundles: dict[str, Path], tmp_path: Path) -> None:

@@ -849,6 +849,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace, log: Log) -> int:
+    folder = str(getattr(args, "install_dir", None) or getattr(args, "root", ""))
+    if any(ord(c) < 0x20 or c == "\x7f" for c in folder):
+        raise EngineError("usage", f"the install folder {folder!r} contains a line break or control character; "
+                                   f"choose a plain path")
     if args.command == "install":
         options = Options(bundle=args.bundle.resolve(), install_dir=Path(os.path.abspath(args.install_dir)),
                           force=args.force, self_check=not args.no_self_check, cache_dir=args.cache_dir,
