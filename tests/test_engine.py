@@ -149,3 +149,26 @@ def test_run_sh_keeps_its_own_state_when_the_manifest_env_names_it(tmp_path: Pat
     proc = subprocess.run(["sh", str(root / "run.sh"), "a b"], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "OURS ['a b']"
+
+
+def test_the_engine_installs_on_the_oldest_supported_python_with_the_installer_its_lock_pins(tmp_path: Path) -> None:
+    """Python 3.8 (the oldest target) through the real install.sh, with installer 0.7.0 (the newest release for 3.8,
+    what `ort-bundler lock` pins for such a target): install, verify, uninstall."""
+    from test_install_sh import run_sh
+    from test_selfcheck import oldest_python
+
+    python = oldest_python()
+    if python is None:
+        pytest.skip("no Python 3.8 on this machine")
+    bundle = make_bundle(tmp_path / "bundle", python="3.8", installer="installer==0.7.0")
+    target = tmp_path / "apps" / "tiny"
+    proc = run_sh(bundle / "install.sh", "--install-dir", str(target), "--python", python, "--log-path",
+                  str(tmp_path / "log"))
+    assert proc.returncode == 0, proc.stderr
+    tool = subprocess.run([str(target / "venv" / "bin" / "tinytool")], capture_output=True, text=True)
+    assert tool.returncode == 0 and tool.stdout.strip() == "tinytool 42", tool.stderr
+    assert list((target / "venv" / "lib" / "python3.8" / "site-packages" / "tinypkg" / "__pycache__").glob("*.cpython-38.pyc"))
+    verify = subprocess.run([str(target / "run.sh"), "--verify"], capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert run_sh(bundle / "uninstall.sh", "--install-dir", str(target), "--python", python).returncode == 0
+    assert not target.exists()

@@ -89,15 +89,16 @@ def build_wheel(folder: Path, *, version: str = "1.0", broken: bool = False, mod
     return path
 
 
-def script_context(*, version: str = "1.0", env: dict[str, str] | None = None) -> ScriptContext:
+def script_context(*, version: str = "1.0", env: dict[str, str] | None = None, python: str = PY) -> ScriptContext:
     return ScriptContext(
-        name="tiny", version=version, platform="linux_x86_64", python=PY, vc_runtime_min=None,
-        vc_redist=None, gpu_dll_dirs=(), gpu_preload=(), dll_dirs=(ORT_DIR,),
+        name="tiny", version=version, platform="linux_x86_64", python=python, vc_runtime_min=None,
+        vc_redist=None, gpu_dll_dirs=(), gpu_preload=(), dll_dirs=(ORT_DIR.replace(PY, python),),
         entry_point=EntryPoint(kind="script", value="app/entry.py"), cache_dir=None,
         env=env or {"APP_MODE": "it's $HOME & `id`"}, default_install_dir="/nonexistent/tiny")
 
 
 def make_bundle(root: Path, *, version: str = "1.0", broken_wheel: bool = False, modules: int = 0, big_file: int = 0,
+                python: str = PY, installer: str = INSTALLER_REQUIREMENT,
                 selfcheck: str = SELFCHECK_STANDIN) -> Path:
     """Lay out an extracted bundle exactly as the build writes it."""
     root.mkdir(parents=True)
@@ -115,24 +116,24 @@ def make_bundle(root: Path, *, version: str = "1.0", broken_wheel: bool = False,
     for rel, (data, _) in engine_files().items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(data)
-    installer_wheel = pip_download(INSTALLER_REQUIREMENT, "any")
+    installer_wheel = pip_download(installer, "any", python_version=python)
     shutil.copyfile(installer_wheel, root / "payload" / "installer" / installer_wheel.name)
     (root / "bundle.json").write_text(json.dumps({"name": "tiny", "version": version}))
-    for rel, data in render_scripts(script_context(version=version)).items():
+    for rel, data in render_scripts(script_context(version=version, python=python)).items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(data)
     copies = [("bundle.json", "bundle.json"), ("payload/models/m.onnx", "models/m.onnx"),
               ("payload/selfcheck/selfcheck.py", "selfcheck/selfcheck.py"), ("payload/app/entry.py", "app/entry.py"),
               ("payload/launchers/run.sh", "run.sh"), *((rel, to) for rel, (_, to) in engine_files().items())]
     plan = InstallPlan(
-        install_id=f"tiny-{version}", name="tiny", version=version, platform="linux_x86_64", python=PY,
+        install_id=f"tiny-{version}", name="tiny", version=version, platform="linux_x86_64", python=python,
         dll_path_variable="LD_LIBRARY_PATH", installer_wheel=f"payload/installer/{installer_wheel.name}",
-        venv=VenvPlan(dir="venv", interpreter="bin/python", scripts="bin", site_packages=f"lib/python{PY}/site-packages",
+        venv=VenvPlan(dir="venv", interpreter="bin/python", scripts="bin", site_packages=f"lib/python{python}/site-packages",
                       script_kind="posix", wheels=(f"payload/wheels/{wheel.name}",),
                       requirements="payload/wheels/requirements.txt",
                       site_packages_files=tuple(PlanEntry(source=f"payload/launchers/ort_bundle_hook.{ext}",
                                                           target=f"ort_bundle_hook.{ext}") for ext in ("py", "pth"))),
-        copy=tuple(PlanEntry(source=a, target=b) for a, b in copies), dll_dirs=(ORT_DIR,)).to_json()
+        copy=tuple(PlanEntry(source=a, target=b) for a, b in copies), dll_dirs=(ORT_DIR.replace(PY, python),)).to_json()
     (root / "install-plan.json").write_text(json.dumps(plan, indent=2))
     write_sums(root)
     return root

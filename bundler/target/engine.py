@@ -846,6 +846,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except OSError as exc:
         log(f"ERROR: {exc.filename or ''}: {exc.strerror or exc}; nothing was changed in the installation")
         return INSTALL_EXIT_CODES["install"]
+    except Exception as exc:  # a defect of this program must still end in a documented code, with its reason
+        log(f"ERROR: the install engine failed unexpectedly: {type(exc).__name__}: {exc}")
+        return INSTALL_EXIT_CODES["install"]
 
 
 def _dispatch(args: argparse.Namespace, log: Log) -> int:
