@@ -12,11 +12,11 @@ import struct
 import tarfile
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Protocol, cast
 
 from bundler.errors import (
     InputUnavailableError,
@@ -156,8 +156,9 @@ class _ZipReader:
         self._check_layout(infos)
 
     def open(self, raw: RawEntry) -> BinaryIO:
+        assert isinstance(raw.handle, zipfile.ZipInfo)
         with translated_errors(self._label, self.fmt, raw.name):
-            return self._zip.open(raw.handle)
+            return cast(BinaryIO, self._zip.open(raw.handle))
 
     def close(self) -> None:
         self._zip.close()
@@ -224,7 +225,8 @@ class _ZipReader:
             raise unsafe(self._label, info.filename,
                           f"has no local file header at offset {info.header_offset} (corrupt zip)")
         name_length, extra_length = struct.unpack("<HH", header[26:30])
-        return info.header_offset + 30 + name_length + extra_length + info.compress_size
+        end: int = info.header_offset + 30 + name_length + extra_length + info.compress_size
+        return end
 
 
 def _require_zip_end_record(path: Path, *, label: str) -> None:
@@ -269,7 +271,7 @@ class _TarReader:
         if kind in _COMPRESSION and not _holds_tar(path, kind, label=label):
             raise UnsafeArchiveError(f"{label} is a {self.fmt} file that does not hold a tar archive")
         with translated_errors(label, self.fmt):
-            self._tar = tarfile.open(path, mode=_TAR_MODES[kind])
+            self._tar = tarfile.open(path, mode=_TAR_MODES[kind])  # type: ignore[call-overload]  # mode from a fixed table
 
     def members(self) -> Iterator[RawEntry]:
         total = 0
@@ -284,11 +286,12 @@ class _TarReader:
             self._check_end()
 
     def open(self, raw: RawEntry) -> BinaryIO:
+        assert isinstance(raw.handle, tarfile.TarInfo)
         with translated_errors(self._label, self.fmt, raw.name):
             stream = self._tar.extractfile(raw.handle)
         if stream is None:
             raise unsafe(self._label, raw.name, "is not a regular file and cannot be read")
-        return stream
+        return cast(BinaryIO, stream)
 
     def close(self) -> None:
         self._tar.close()
@@ -325,7 +328,7 @@ def _tar_kind(info: tarfile.TarInfo) -> str:
 
 
 def _holds_tar(path: Path, kind: str, *, label: str) -> bool:
-    opener = _COMPRESSION[kind][2]
+    opener = cast(Callable[[Path, str], BinaryIO], _COMPRESSION[kind][2])
     with translated_errors(label, _COMPRESSION[kind][1]), opener(path, "rb") as stream:
         return _is_tar_header(stream.read(_TAR_BLOCK))
 

@@ -207,7 +207,7 @@ class _CountedStream(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: memoryview) -> int:
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]  # io passes a memoryview
         with translated_errors(self._label, self._fmt, self._name):
             data = self._inner.read(len(buffer))
         self._count += len(data)
