@@ -202,6 +202,11 @@ def test_upgrade_and_forced_reinstall_keep_user_files_and_a_cache_inside(bundles
         assert not set(mine) & {entry["path"] for entry in receipt["files"]}
     audit = engine.audit(target)
     assert audit.ok and set(mine) <= set(audit.not_ours)
+    site = next((target / "venv" / "lib").glob("python*/site-packages"))
+    (site / "planted.pth").write_text("import os\n")  # not ours, in the environment: never carried over
+    assert install(bundles["1.0"], target, "--force").returncode == 0
+    assert not (next((target / "venv" / "lib").glob("python*/site-packages")) / "planted.pth").exists()
+    assert {rel: (target / rel).read_bytes() for rel in mine} == mine and engine.audit(target).ok
     proc = run_sh(bundles["2.0"] / "uninstall.sh", "--install-dir", str(target))
     assert proc.returncode == 0 and sorted(snapshot(target)) == sorted(mine)
 

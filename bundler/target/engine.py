@@ -185,13 +185,16 @@ def place_files(plan: InstallPlan, options: Options, stage: Path, stage_venv: Pa
 
 def carry_over(previous: Optional[Receipt], target: Path, stage: Path, plan: InstallPlan) -> Tuple[str, ...]:
     """Files in the old install that are not ours (user data, a cache folder) are linked into the
-    stage, so they survive the swap; the originals stay in place until the swap has happened."""
+    stage, so they survive the swap; the originals stay in place until the swap has happened.
+    Nothing is carried into the environment or the DLL folders: what lies there decides what runs,
+    and only the bundle's files belong there (a stray .pth or DLL stays behind with the old install)."""
     if previous is None:
         return ()
     ours = {entry.path for entry in previous.files} | {RECEIPT_FILE}
+    guarded = tuple(folder + "/" for folder in (plan.venv.dir, *plan.dll_dirs))
     kept = []
     for relative in walk(target):
-        if relative in ours or (relative.startswith(plan.venv.dir + "/") and "/__pycache__/" in relative):
+        if relative in ours or relative.startswith(guarded):
             continue
         destination = native(stage, relative)
         if os.path.lexists(destination):

@@ -44,8 +44,7 @@ def audit(root: Path) -> Audit:
     changed = tuple(rel for rel in sorted(present & set(listed)) if entry_sha256(native(root, rel)) != listed[rel])
     guarded = _guarded_folders(root)
     unlisted = sorted(present - set(listed))
-    extra = tuple(rel for rel in unlisted if any(rel.startswith(folder + "/") for folder in guarded)
-                  and rel not in receipt.kept)
+    extra = tuple(rel for rel in unlisted if any(rel.startswith(folder + "/") for folder in guarded))
     not_ours = tuple(rel for rel in unlisted if rel not in extra)
     return Audit(changed=changed, missing=tuple(sorted(set(listed) - present)), extra=extra, not_ours=not_ours)
 
