@@ -27,7 +27,7 @@ from bundler.sources.lock import Lock
 
 def add_all(assembly: Assembly, *, manifest: Manifest, lock: Lock | None, files: Mapping[str, Path], work: Path,
             cache: Cache) -> None:
-    add_python(assembly, manifest=manifest, lock=lock, files=files, work=work)
+    add_python(assembly, manifest=manifest, lock=lock, files=files, work=work, cache=cache)
     add_selfcheck(assembly)
     add_gpu(assembly, manifest=manifest, files=files, work=work)
     add_sdk(assembly, manifest=manifest, files=files, work=work)

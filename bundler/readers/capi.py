@@ -56,6 +56,7 @@ class CapiTree:
     package: str  # distribution name in wheel-filename form: "onnxruntime", "onnxruntime_gpu"
     version: str
     requires: tuple[str, ...]  # Requires-Dist of the source's dist-info, empty when it has none
+    dist_info: Path | None  # the source's ORT dist-info folder (an official wheel, an installed tree)
     tag: str  # compressed wheel tag derived from the binaries, e.g. "cp311-cp311-win_amd64"
 
 
@@ -79,6 +80,7 @@ def read_capi(source: Path, *, work_dir: Path, platform: str, label: str) -> Cap
         package=_tree_package(root, metadata),
         version=_tree_version(root, metadata, label=label),
         requires=tuple(metadata.get_all("Requires-Dist") or ()) if metadata else (),
+        dist_info=dist_info,
         tag=derive_tag(root, platform=platform, source_tags=source_tags),
     )
 
@@ -238,7 +240,7 @@ def _version(text: str, *, where: str) -> Version:
 
 def _files(folder: Path) -> list[Path]:
     """Every file under folder in a fixed order, skipping what a running Python leaves behind."""
-    found = []
+    found: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(folder):
         dirnames[:] = sorted(d for d in dirnames if d not in SKIPPED_DIRS)
         found.extend(Path(dirpath) / f for f in sorted(filenames) if Path(f).suffix not in SKIPPED_SUFFIXES)
@@ -269,7 +271,7 @@ def _pyd_extension(path: Path) -> _Extension:
 
 
 def _linux_extensions(package: Path) -> list[_Extension]:
-    found = []
+    found: list[_Extension] = []
     for path in _files(package):
         if match := LINUX_EXTENSION_RE.search(path.name):
             found.append(_Extension(path=path, python=f"cp3{match.group(1)}", abi=f"cp3{match.group(1)}"))
