@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from packaging.utils import parse_wheel_filename
 
 from bundler.assembly.assembly import Assembly
 from bundler.assembly.identity import source_identity
+from bundler.spdx import LicenseFinding, metadata_license
 from bundler.errors import BuildError
 from bundler.manifest import Input, Manifest
 from bundler.readers.archives import SafeArchive, is_archive
@@ -28,6 +30,8 @@ _CODE_SUFFIXES = (".py", ".pyc", ".pyi", ".h", ".c", ".cpp")
 
 WHEELS = "payload/wheels/"
 ORT_LICENSE = "MIT"
+NO_LICENSE_FILE = "ships no licence file"
+log = logging.getLogger(__name__)
 
 
 def bundled_wheels(assembly: Assembly) -> list[tuple[str, Path]]:
@@ -47,26 +51,17 @@ def _member_file(member: Member) -> Path:
     return member.source
 
 
-def declared_license(metadata: Message) -> str | None:
-    """License-Expression (SPDX, PEP 639) if present, else a one-line License field; a full licence text
-    pasted into License (older wheels do that) is not a name and is left to the licence files."""
-    expression = metadata.get("License-Expression")
-    if expression and expression.strip():
-        return expression.strip()
-    value = (metadata.get("License") or "").strip()
-    if value and "\n" not in value and len(value) <= 100 and value.upper() != "UNKNOWN":
-        return value
-    return None
-
-
 def is_license_text(filename: str) -> bool:
     """LICENSE, COPYING, NOTICE, ThirdPartyNotices, EULA and their variants; never a module named license.py."""
     return bool(_LICENSE_NAME.fullmatch(filename)) and not filename.lower().endswith(_CODE_SUFFIXES)
 
 
-def wheel_license(name: str, metadata: Message) -> str | None:
-    """What the wheel declares; an ORT wheel rebuilt from a capi tree declares nothing, but ORT is MIT."""
-    return declared_license(metadata) or (ORT_LICENSE if name.startswith("onnxruntime") else None)
+def wheel_license(name: str, metadata: Message) -> LicenseFinding | None:
+    """What the wheel declares, as SPDX where certain; ORT is MIT even when a capi tree declares nothing."""
+    found = metadata_license(metadata)
+    if (found is None or found.expression is None) and name.startswith("onnxruntime"):
+        return LicenseFinding(expression=ORT_LICENSE, declared=found.declared if found else None, source="ort-bundler")
+    return found
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,8 +69,22 @@ class LicenseSet:
     """The licence texts of one component: bundle path under licenses/ → where the text comes from."""
 
     component: str
-    license: str | None
+    license: LicenseFinding | None
     texts: Mapping[str, Member]
+
+    def notes(self) -> list[str]:
+        """What a reader of the licence index must know: no certain SPDX licence, no licence file."""
+        notes = []
+        if self.license is None or self.license.expression is None:
+            notes.append(f"licence {self.license.text if self.license else 'unknown (nothing declared)'}")
+        if not self.texts:
+            notes.append(NO_LICENSE_FILE)
+        return notes
+
+    def to_json(self) -> dict[str, object]:
+        return {"component": self.component, "files": sorted(self.texts),
+                "license": self.license.expression if self.license else None,
+                "declared": self.license.declared if self.license else None, "notes": self.notes()}
 
 
 def add_licenses(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, Path], work: Path) -> None:
@@ -93,7 +102,9 @@ def add_licenses(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, 
         for path, member in sorted(found.texts.items()):
             _add_member_copy(assembly, path, member)
             assembly.install(path, path)
-        index.append({"component": found.component, "files": sorted(found.texts), "license": found.license})
+        index.append(found.to_json())
+        for note in found.notes():
+            log.warning("licences: %s: %s", found.component, note)
     assembly.record["licenses"] = index
 
 
@@ -143,7 +154,8 @@ def sdk_licenses(assembly: Assembly) -> LicenseSet:
     for path in sorted(assembly.members):
         if path.startswith("payload/sdk/") and path.count("/") == 2 and is_license_text(path.rsplit("/", 1)[1]):
             texts[f"{LICENSES}onnxruntime-sdk/{path.rsplit('/', 1)[1]}"] = assembly.members[path]
-    return LicenseSet(component="onnxruntime-sdk", license=ORT_LICENSE if texts else None, texts=texts)
+    found = LicenseFinding(expression=ORT_LICENSE, declared=None, source="ort-bundler") if texts else None
+    return LicenseSet(component="onnxruntime-sdk", license=found, texts=texts)
 
 
 def archive_licenses(source: Input, path: Path) -> LicenseSet:
@@ -154,7 +166,7 @@ def archive_licenses(source: Input, path: Path) -> LicenseSet:
         return LicenseSet(component=component, license=None, texts={})
     is_wheel = path.name.endswith(".whl")
     with SafeArchive.open(path, label=source.key) as archive:
-        declared = declared_license(wheel_metadata(archive, label=source.key)[1]) if is_wheel else None
+        declared = metadata_license(wheel_metadata(archive, label=source.key)[1]) if is_wheel else None
         texts: dict[str, Member] = {}
         for name in sorted(e.name for e in archive.entries if not e.is_dir):
             target = _archive_license_target(name, is_wheel=is_wheel)

@@ -16,7 +16,7 @@ from bundler.assembly.launch import add_entry_point, add_scripts
 from bundler.assembly.licenses import add_licenses
 from bundler.assembly.models import add_models, add_selfcheck
 from bundler.assembly.python_env import add_python
-from bundler.assembly.sbom import add_sbom
+from bundler.assembly.sbom import install_sbom
 from bundler.assembly.sdk import add_sdk
 from bundler.assembly.signature_policy import check_signatures
 from bundler.assembly.windows import add_vc_redist, check_windows
@@ -38,7 +38,7 @@ def add_all(assembly: Assembly, *, manifest: Manifest, lock: Lock | None, files:
     add_scripts(assembly, manifest=manifest, entry_point=entry_point)
     check_signatures(assembly, manifest=manifest, work=work)
     add_licenses(assembly, manifest=manifest, files=files, work=work)
-    add_sbom(assembly, manifest=manifest)  # last: it describes every member, licences included
+    install_sbom(assembly)  # the SBOM itself is written after bundle.json and install-plan.json (build.py)
 
 
 # -- the Python environment ---------------------------------------------------------------------------

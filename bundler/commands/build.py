@@ -19,6 +19,7 @@ from tqdm import tqdm
 from bundler.assembly.assembly import Assembly
 from bundler.assembly.parts import add_all
 from bundler.assembly.records import _add_records, sha256sums
+from bundler.assembly.sbom import add_sbom
 from bundler.atomic import write_atomic
 from bundler.errors import HashMismatchError
 from bundler.hashing import file_sha256
@@ -54,6 +55,7 @@ def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None =
         assembly = Assembly()
         add_all(assembly, manifest=manifest, lock=lock, files=files, work=work, cache=cache)
         _add_records(assembly, manifest)
+        add_sbom(assembly, manifest=manifest)  # describes every member, records included; SHA256SUMS by path
         members = [_rooted(stem, m) for m in assembly.members.values()]
         members.append(Member(name=f"{stem}/SHA256SUMS", data=sha256sums(assembly.members).encode("utf-8")))
         zip_path = out_dir / f"{stem}.zip"
