@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from email.message import Message
+from email.parser import Parser
 from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
 from bundler.assembly.assembly import Assembly
 from bundler.assembly.identity import source_identity
-from bundler.spdx import LicenseFinding, metadata_license
 from bundler.errors import BuildError
 from bundler.manifest import Input, Manifest
 from bundler.readers.archives import SafeArchive, is_archive
 from bundler.readers.wheels import wheel_metadata
+from bundler.spdx import LicenseFinding, metadata_license
 from bundler.writer.zipwriter import Member
 
 LICENSES = "licenses/"
@@ -93,7 +95,7 @@ def add_licenses(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, 
     Redistributing a binary obliges us to ship its licence and notices with it, so they are installed too.
     `work` is not needed: every text is small and read from its archive into memory.
     """
-    sets = [wheel_licenses(path, wheel) for path, wheel in bundled_wheels(assembly)]
+    sets = [wheel_licenses(path, wheel, assembly.members[path].digest) for path, wheel in bundled_wheels(assembly)]
     sets.append(sdk_licenses(assembly))
     if manifest.gpu is not None:
         sets.extend(archive_licenses(gpu.source, files[gpu.source.key]) for gpu in manifest.gpu.sources)
@@ -116,17 +118,37 @@ def _add_member_copy(assembly: Assembly, path: str, member: Member) -> None:
         assembly.add_bytes(path, member.data)
 
 
-def wheel_licenses(bundle_path: str, wheel: Path) -> LicenseSet:
+@dataclass(frozen=True, kw_only=True)
+class WheelFacts:
+    """What the licence and SBOM parts read from a wheel: its METADATA and its licence texts."""
+
+    metadata: str
+    texts: tuple[tuple[str, bytes], ...]  # (target under licenses/<dist>/, bytes)
+
+    def parsed(self) -> Message:
+        return Parser().parsestr(self.metadata)
+
+
+@functools.lru_cache(maxsize=128)
+def wheel_facts(wheel: Path, sha256: str, *, label: str) -> WheelFacts:
+    """Read once per build for both parts (opening a wheel safely checks every entry name); keyed by the
+    wheel's hash, so a changed file is never answered from memory."""
+    with SafeArchive.open(wheel, label=label) as archive:
+        dist_info, metadata = wheel_metadata(archive, label=label)
+        names = [e.name for e in archive.entries if not e.is_dir]
+        chosen = _wheel_license_members(names, dist_info, metadata.get_all("License-File") or ())
+        texts = tuple((target, archive.read(member)) for target, member in sorted(chosen.items()))
+        text = archive.read(f"{dist_info}/METADATA").decode("utf-8", "replace")
+    return WheelFacts(metadata=text, texts=texts)
+
+
+def wheel_licenses(bundle_path: str, wheel: Path, sha256: str) -> LicenseSet:
     """Licence files a wheel declares (License-File) or keeps in its .dist-info, plus notices in a package's
     top folder: ORT ships LICENSE and ThirdPartyNotices.txt in onnxruntime/, not in its .dist-info."""
     name = str(parse_wheel_filename(wheel.name)[0])
-    with SafeArchive.open(wheel, label=bundle_path) as archive:
-        dist_info, metadata = wheel_metadata(archive, label=bundle_path)
-        names = [e.name for e in archive.entries if not e.is_dir]
-        chosen = _wheel_license_members(names, dist_info, metadata.get_all("License-File") or ())
-        texts = {f"{LICENSES}{name}/{target}": Member(name=target, data=archive.read(member))
-                 for target, member in chosen.items()}
-    return LicenseSet(component=name, license=wheel_license(name, metadata), texts=texts)
+    facts = wheel_facts(wheel, sha256, label=bundle_path)
+    texts = {f"{LICENSES}{name}/{target}": Member(name=target, data=data) for target, data in facts.texts}
+    return LicenseSet(component=name, license=wheel_license(name, facts.parsed()), texts=texts)
 
 
 def _wheel_license_members(names: list[str], dist_info: str, declared: list[str]) -> dict[str, str]:

@@ -44,15 +44,14 @@ from bundler.assembly.licenses import (
     ORT_LICENSE,
     WHEELS,
     _member_file,
+    wheel_facts,
     wheel_license,
 )
-from bundler.spdx import LicenseFinding, checked
 from bundler.assembly.wheelbuild import MARKER_FIELD
 from bundler.errors import BuildError
 from bundler.manifest import Input, Manifest
-from bundler.readers.archives import SafeArchive
 from bundler.readers.pe import inspect_pe
-from bundler.readers.wheels import wheel_metadata
+from bundler.spdx import LicenseFinding, checked
 from bundler.writer.zipwriter import Member
 
 SBOM = "sbom.cdx.json"
@@ -206,8 +205,7 @@ def wheel_component(path: str, wheel: Path, sha256: str) -> Component:
     is not that file: its purl carries its own checksum instead, and its pedigree names the upstream file
     with that file's own hash and purl, as the wheel's METADATA records it (the Rebuilt-By field)."""
     name, version, _, _ = parse_wheel_filename(wheel.name)
-    with SafeArchive.open(wheel, label=path) as archive:
-        metadata = wheel_metadata(archive, label=path)[1]
+    metadata = wheel_facts(wheel, sha256, label=path).parsed()
     finding = wheel_license(str(name), metadata)
     rebuilt = _rebuilt_from(metadata)
     qualifiers = {"checksum": f"sha256:{sha256}"} if rebuilt else {"file_name": wheel.name}

@@ -73,7 +73,7 @@ def build_wheel(tree: CapiTree, *, expected_version: str, requires: Sequence[str
     name = f"{tree.package}-{version}-{tree.tag}.whl"
     dist_info = f"{tree.package}-{version}.dist-info"
     metadata = _metadata(tree, version, requires=requires, target_python=target_python,
-                         marker=_marker(source_label or tree.root.name))
+                         marker=_marker(source_label))
     date_time = _zip_date_time(source_date_epoch)
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".wheelbuild-", dir=out_dir))
@@ -198,8 +198,9 @@ def _dependencies(tree: CapiTree, requires: Sequence[str] | None) -> tuple[str, 
     return dependencies
 
 
-def _marker(source_label: str) -> str:
-    return f"ort-bundler from {source_label}"
+def _marker(source_label: str | None) -> str:
+    """Never the tree's folder name: the wheel's bytes must not depend on where the source was unpacked."""
+    return f"ort-bundler from {source_label or 'a capi package tree'}"
 
 
 def _rebuilt_metadata(text: str, *, marker: str, requires: Sequence[str] | None) -> str:
