@@ -74,7 +74,9 @@ class LicenseFinding:
     @property
     def text(self) -> str:
         """One line for messages and the licence index."""
-        return self.expression or f"unknown ({self.declared or 'nothing declared'}: {self.reason})"
+        if self.expression:
+            return self.expression
+        return f"unknown: {self.declared!r} {self.reason}" if self.declared else f"unknown: {self.reason}"
 
 
 @functools.cache
@@ -121,7 +123,7 @@ def metadata_license(metadata: Message) -> LicenseFinding | None:
         return None
     return LicenseFinding(expression=None, declared=value or "; ".join(classifiers),
                           source="License" if value else "Classifier",
-                          reason="names no single SPDX licence (for example 'BSD' is BSD-2-Clause or BSD-3-Clause)")
+                          reason="is no SPDX expression and names no single SPDX licence")
 
 
 def _short_license(value: str | None) -> str | None:

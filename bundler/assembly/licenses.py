@@ -78,7 +78,7 @@ class LicenseSet:
         """What a reader of the licence index must know: no certain SPDX licence, no licence file."""
         notes = []
         if self.license is None or self.license.expression is None:
-            notes.append(f"licence {self.license.text if self.license else 'unknown (nothing declared)'}")
+            notes.append(f"licence {self.license.text if self.license else 'unknown: nothing declared'}")
         if not self.texts:
             notes.append(NO_LICENSE_FILE)
         return notes
