@@ -442,7 +442,8 @@ def _models(data: Mapping[str, Any], base: Path, problems: _Problems) -> list[Mo
 
 def _spdx_license(entry: Mapping[str, Any], where: str, problems: _Problems) -> str | None:
     """An optional SPDX licence expression, normalised ("mit" -> "MIT"); anything else is a manifest error."""
-    from bundler.spdx import spdx_expression  # loads the SPDX index: only for manifests that use the key
+    # Imported here: loading the SPDX index costs tens of milliseconds, paid only by manifests using the key.
+    from bundler.spdx import spdx_expression
 
     value = _string(entry, "license", where, problems, required=False,
                     expected="an SPDX licence expression such as 'MIT' or 'Apache-2.0 OR MIT'")
