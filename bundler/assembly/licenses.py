@@ -13,10 +13,10 @@ from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
-from bundler.assembly.assembly import Assembly
+from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.identity import source_identity
 from bundler.errors import BuildError
-from bundler.manifest import Input, Manifest
+from bundler.manifest import Input
 from bundler.readers.archives import SafeArchive, is_archive
 from bundler.readers.wheels import wheel_metadata
 from bundler.spdx import LicenseFinding, metadata_license
@@ -89,12 +89,13 @@ class LicenseSet:
                 "declared": self.license.declared if self.license else None, "notes": self.notes()}
 
 
-def add_licenses(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, Path], work: Path) -> None:
+def add_licenses(assembly: Assembly, build: BuildInputs) -> None:
     """Collect upstream licence and notice texts under licenses/<component>/ and index them in bundle.json.
 
     Redistributing a binary obliges us to ship its licence and notices with it, so they are installed too.
-    `work` is not needed: every text is small and read from its archive into memory.
+    Every text is small and read from its archive into memory.
     """
+    manifest, files = build.manifest, build.files
     sets = [wheel_licenses(path, wheel, assembly.members[path].digest) for path, wheel in bundled_wheels(assembly)]
     sets.append(sdk_licenses(assembly))
     if manifest.gpu is not None:
@@ -107,7 +108,7 @@ def add_licenses(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, 
         index.append(found.to_json())
         for note in found.notes():
             log.warning("licences: %s: %s", found.component, note)
-    assembly.record["licenses"] = index
+    assembly.facts.licenses = tuple(index)
 
 
 def _add_member_copy(assembly: Assembly, path: str, member: Member) -> None:

@@ -187,8 +187,8 @@ def member_components(assembly: Assembly, *, manifest: Manifest) -> list[Compone
 
 def gpu_origins(assembly: Assembly) -> dict[str, dict[str, Any]]:
     """The GPU part's record of each DLL it placed (install path, source key, file version), by bundle path."""
-    files = assembly.record.get("gpu", {}).get("files", [])
-    return {f"payload/{entry['file']}": entry for entry in files}
+    gpu = assembly.facts.gpu
+    return gpu.origins if gpu else {}
 
 
 def _single_component(path: str, member: Member, *, manifest: Manifest) -> Component | None:
@@ -333,13 +333,13 @@ def _gpu_source_group(source: Input, licenses: dict[str, LicenseFinding]) -> Gro
 
 
 def _without_license_files(assembly: Assembly) -> set[str]:
-    return {e["component"] for e in assembly.record.get("licenses", []) if NO_LICENSE_FILE in e.get("notes", [])}
+    return {e["component"] for e in assembly.facts.licenses if NO_LICENSE_FILE in e.get("notes", [])}
 
 
 def _license_index(assembly: Assembly) -> dict[str, LicenseFinding]:
     """The licence part's findings by component name (bundle.json's licence index)."""
     found = {}
-    for entry in assembly.record.get("licenses", []):
+    for entry in assembly.facts.licenses:
         expression, declared = entry.get("license"), entry.get("declared")
         reason = None if expression else "; ".join(entry.get("notes", [])) or "nothing declared"
         found[entry["component"]] = LicenseFinding(expression=expression, declared=declared, source="index",
