@@ -91,7 +91,7 @@ def spdx_expression(text: str) -> str | None:
     licensing = _licensing()
     info = licensing.validate(text.strip())
     if not info.errors:
-        return info.normalized_expression
+        return str(info.normalized_expression)
     if info.invalid_symbols and all(LICENSE_REF_RE.fullmatch(s) for s in info.invalid_symbols) and all(
             e.startswith("Unknown license key") for e in info.errors):
         return str(licensing.parse(text.strip(), validate=False).render())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from email.message import Message
 from email.parser import Parser
@@ -152,10 +152,10 @@ def wheel_licenses(bundle_path: str, wheel: Path, sha256: str) -> LicenseSet:
     return LicenseSet(component=name, license=wheel_license(name, facts.parsed()), texts=texts)
 
 
-def _wheel_license_members(names: list[str], dist_info: str, declared: list[str]) -> dict[str, str]:
+def _wheel_license_members(names: list[str], dist_info: str, declared: Sequence[str]) -> dict[str, str]:
     """Target path (relative to licenses/<dist>/) → member, dist-info files first so they win a clash."""
     present = set(names)
-    members = []
+    members: list[str] = []
     for value in declared:
         members.extend(c for c in (f"{dist_info}/licenses/{value}", f"{dist_info}/{value}") if c in present)
     for name in sorted(names):

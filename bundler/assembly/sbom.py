@@ -125,10 +125,12 @@ def schema_errors(document: object) -> list[str]:
 def _validator() -> Any:
     import jsonschema_rs
 
-    folder = resources.files(_SCHEMA_PACKAGE)
-    load = lambda name: json.loads(folder.joinpath(name).read_text(encoding="utf-8"))
-    registry = jsonschema_rs.Registry([(f"{_SCHEMA_BASE}{name}", load(name)) for name in _SCHEMA_REFS])
-    return jsonschema_rs.Draft7Validator(load(_SCHEMA_FILE), registry=registry, validate_formats=True)
+    registry = jsonschema_rs.Registry([(f"{_SCHEMA_BASE}{name}", _schema(name)) for name in _SCHEMA_REFS])
+    return jsonschema_rs.Draft7Validator(_schema(_SCHEMA_FILE), registry=registry, validate_formats=True)
+
+
+def _schema(name: str) -> Any:
+    return json.loads(resources.files(_SCHEMA_PACKAGE).joinpath(name).read_text(encoding="utf-8"))
 
 
 def sbom(assembly: Assembly, *, manifest: Manifest) -> Bom:
@@ -165,7 +167,8 @@ def serial_number(manifest: Manifest, assembly: Assembly) -> uuid.UUID:
 def member_components(assembly: Assembly, *, manifest: Manifest) -> list[Component]:
     """One component per wheel, model and VC redistributable; the other members as files of a group."""
     gpu_files = gpu_origins(assembly)
-    singles, grouped = [], {}
+    singles: list[Component] = []
+    grouped: dict[str, list[Component]] = {}
     for path in sorted(assembly.members):
         if path == SBOM:
             continue

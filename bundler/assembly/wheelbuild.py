@@ -119,7 +119,7 @@ def capi_wheel(source: Path, *, source_sha256: str, platform: str, target_python
 # --- writing the wheel -----------------------------------------------------------------------------
 
 
-class _FixedTimeWheelFile(WheelFile):
+class _FixedTimeWheelFile(WheelFile):  # type: ignore[misc]  # wheel publishes no types
     """WheelFile whose every entry, RECORD included, gets our timestamp and mode, never the clock's.
 
     `WheelFile.close` writes RECORD through `writestr` with a plain name, which would stamp it with the

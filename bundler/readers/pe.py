@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pefile
 
@@ -165,7 +166,7 @@ def _is_name_char(data: bytes | mmap.mmap, offset: int, *, width: int) -> bool:
     return data[offset] in _NAME_CHARS and not any(data[offset + 1:offset + width])
 
 
-def _dll_names(entries: Iterable) -> tuple[str, ...]:
+def _dll_names(entries: Iterable[Any]) -> tuple[str, ...]:
     return tuple(entry.dll.decode("ascii", "replace") for entry in entries)
 
 

@@ -42,7 +42,8 @@ NOT_CHECKED = "certificate revocation and lifetimes (offline verification)"
 _SECURITY = pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_SECURITY"]
 _WIN_CERT_TYPE_PKCS_SIGNED_DATA = 0x0002
 _MAX_CHAIN = 8
-_HASHES = {"sha1": hashes.SHA1, "sha256": hashes.SHA256, "sha384": hashes.SHA384, "sha512": hashes.SHA512}
+_HASHES: dict[str, type[hashes.SHA1 | hashes.SHA256 | hashes.SHA384 | hashes.SHA512]] = {
+    "sha1": hashes.SHA1, "sha256": hashes.SHA256, "sha384": hashes.SHA384, "sha512": hashes.SHA512}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,7 +54,7 @@ class SignatureEvidence:
     signer: str | None
     reason: str | None  # why it is not verified; None when verified
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         return {
             "path": self.path, "signed": self.signed, "verified": self.verified, "signer": self.signer,
             "reason": self.reason, "not_checked": NOT_CHECKED,
@@ -247,7 +248,7 @@ def _issued_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
     return True
 
 
-def _verify(key, signature: bytes, data: bytes, algorithm: hashes.HashAlgorithm) -> None:
+def _verify(key: object, signature: bytes, data: bytes, algorithm: hashes.HashAlgorithm) -> None:
     if isinstance(key, rsa.RSAPublicKey):
         key.verify(signature, data, padding.PKCS1v15(), algorithm)
     elif isinstance(key, ec.EllipticCurvePublicKey):
