@@ -481,3 +481,29 @@ def test_tampered_official_wheel_names_the_changed_file(ort_win_wheel: Path, tmp
         verify_official_wheel(tampered, expected_name="onnxruntime", expected_version="1.23.1",
                               target_platform="win_amd64", target_python="3.11", label="ort.wheel")
 
+
+
+def test_a_zip_source_lends_its_compressed_members_unchanged(tmp_path: Path, host_extension: Path) -> None:
+    """Members are copied as the source zip compressed them (here: stored), not inflated and deflated again;
+    RECORD still hashes their content, and a folder source of the same tree is deflated."""
+    root = host_tree(tmp_path / "src", host_extension, capi_files={"big.py": "x = 1\n" * 5000})
+    source = tmp_path / "build.zip"
+    with zipfile.ZipFile(source, "w", zipfile.ZIP_STORED) as archive:
+        for path in sorted(root.rglob("*")):
+            if path.is_file():
+                archive.write(path, "build/Release/" + path.relative_to(root).as_posix())
+    tree = read_capi(source, work_dir=tmp_path / "work", platform="linux_x86_64", label="ort.capi")
+    assert (tree.archive, tree.archive_root) == (source, "build/Release")
+    wheel = build_wheel(tree, expected_version="1.23.1", requires=ORT_REQUIRES, out_dir=tmp_path / "out",
+                        source_date_epoch=EPOCH)
+    with zipfile.ZipFile(wheel) as archive:
+        methods = {i.filename: i.compress_type for i in archive.infolist()}
+    assert methods["onnxruntime/capi/big.py"] == zipfile.ZIP_STORED
+    assert methods["onnxruntime-1.23.1.dist-info/METADATA"] == zipfile.ZIP_DEFLATED
+    with InstallerWheelFile.open(wheel) as checked:
+        checked.validate_record()  # every copied member hashes to what RECORD says
+    folder = build_wheel(read_capi(root, work_dir=tmp_path / "w2", platform="linux_x86_64", label="ort.capi"),
+                         expected_version="1.23.1", requires=ORT_REQUIRES, out_dir=tmp_path / "out2",
+                         source_date_epoch=EPOCH)
+    with zipfile.ZipFile(folder) as archive:
+        assert archive.getinfo("onnxruntime/capi/big.py").compress_type == zipfile.ZIP_DEFLATED

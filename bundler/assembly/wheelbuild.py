@@ -14,11 +14,14 @@ import hashlib
 import os
 import re
 import shutil
+import struct
 import tempfile
 import time
 import zipfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import parse_tag
@@ -32,6 +35,9 @@ from bundler.sources.derived import Derived, DerivedCache, code_digest, derived_
 
 GENERATOR = "ort-bundler"
 CHUNK = 1 << 20
+LOCAL_HEADER_SIZE = 30
+RAW_METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
+ENCRYPTED = 0x1
 # Zip timestamps cannot express times before 1980 or after 2107.
 ZIP_MIN_EPOCH = 315532800
 ZIP_MAX_EPOCH = 4354819199
@@ -78,12 +84,12 @@ def build_wheel(tree: CapiTree, *, expected_version: str, requires: Sequence[str
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".wheelbuild-", dir=out_dir))
     try:
-        with _FixedTimeWheelFile(staging / name, "w", date_time=date_time) as wheel:
+        with _FixedTimeWheelFile(staging / name, "w", date_time=date_time) as wheel, _RawSource(tree) as raw:
             for arcname, path in _package_files(tree.root):
-                wheel.write_file(arcname, path, mode=_mode(arcname))
+                wheel.add_file(arcname, path, mode=_mode(arcname), raw=raw.member(path))
             generated = {"METADATA": metadata, "WHEEL": _wheel_text(tree.tag)}
             for arcname, path in _dist_info_files(tree.dist_info, dist_info):
-                wheel.write_file(arcname, path, mode=FILE_MODE)
+                wheel.add_file(arcname, path, mode=FILE_MODE, raw=raw.member(path))
             for member, text in sorted(generated.items()):
                 wheel.write_member(f"{dist_info}/{member}", text)
         target = out_dir / name
@@ -130,6 +136,32 @@ class _FixedTimeWheelFile(WheelFile):  # type: ignore[misc]  # wheel publishes n
         super().__init__(path, mode, compression=zipfile.ZIP_DEFLATED)
         self._date_time = date_time
 
+    def add_file(self, arcname: str, path: Path, *, mode: int, raw: _RawMember | None) -> None:
+        """Reuse the source zip's compressed bytes when the file came from one, else deflate it."""
+        if raw is not None:
+            self.copy_raw(arcname, path, raw, mode=mode)
+        else:
+            self.write_file(arcname, path, mode=mode)
+
+    def copy_raw(self, arcname: str, path: Path, raw: _RawMember, *, mode: int) -> None:
+        """Lay down a member compressed by the source zip, unchanged: deflating 35 MB of ORT binaries again
+        costs seconds and gives nothing, and the bytes then depend only on the pinned source, not on the
+        local zlib. CRC and sizes are the source's (checked when the tree was extracted from it); RECORD's
+        hash is taken from the extracted file, which holds the same bytes."""
+        info = self._zipinfo(arcname, mode)
+        info.compress_type = raw.info.compress_type
+        info.CRC, info.compress_size, info.file_size = raw.info.CRC, raw.info.compress_size, raw.info.file_size
+        self._writecheck(info)
+        self._didModify = True
+        info.header_offset = self.fp.tell()
+        self.fp.write(info.FileHeader())
+        raw.copy_to(self.fp)
+        self.filelist.append(info)
+        self.NameToInfo[arcname] = info
+        self.start_dir = self.fp.tell()
+        self._file_hashes[arcname] = ("sha256", _record_digest(path))
+        self._file_sizes[arcname] = info.file_size
+
     def write_member(self, arcname: str, data: bytes | str, *, mode: int = FILE_MODE) -> None:
         self.writestr(self._zipinfo(arcname, mode), data)
 
@@ -159,6 +191,66 @@ class _FixedTimeWheelFile(WheelFile):  # type: ignore[misc]  # wheel publishes n
         info.create_system = 3  # Unix, on every build host, so the mode bits below are honoured
         info.external_attr = (0o100000 | mode) << 16
         return info
+
+
+@dataclass(frozen=True, kw_only=True)
+class _RawMember:
+    """One member of the source zip, by its entry and the file the tree holds it as."""
+
+    info: zipfile.ZipInfo
+    source: BinaryIO
+
+    def copy_to(self, out: BinaryIO) -> None:
+        """The compressed bytes after the member's local header (whose name and extra lengths may differ
+        from the central directory's)."""
+        self.source.seek(self.info.header_offset)
+        header = self.source.read(LOCAL_HEADER_SIZE)
+        name_length, extra_length = struct.unpack("<HH", header[26:30])
+        self.source.seek(self.info.header_offset + LOCAL_HEADER_SIZE + name_length + extra_length)
+        remaining = self.info.compress_size
+        while remaining:
+            chunk = self.source.read(min(CHUNK, remaining))
+            if not chunk:
+                msg = f"{self.info.filename}: the source zip ends inside this member, expected {self.info.compress_size} bytes"
+                raise BuildError(msg)
+            out.write(chunk)
+            remaining -= len(chunk)
+
+
+class _RawSource:
+    """The zip a capi tree was extracted from, if any: which of its members hold which extracted file."""
+
+    def __init__(self, tree: CapiTree) -> None:
+        self._root, self._prefix = tree.root, f"{tree.archive_root}/" if tree.archive_root else ""
+        self._file = tree.archive.open("rb") if tree.archive is not None else None
+        self._zip = zipfile.ZipFile(self._file) if self._file is not None else None
+
+    def __enter__(self) -> _RawSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._zip is not None and self._file is not None:
+            self._zip.close()
+            self._file.close()
+
+    def member(self, path: Path) -> _RawMember | None:
+        """The entry whose bytes `path` was extracted from, when it can be copied as it is (stored or
+        deflated, not encrypted, same size)."""
+        if self._zip is None or self._file is None:
+            return None
+        info = self._zip.NameToInfo.get(self._prefix + path.relative_to(self._root).as_posix())
+        if (info is None or info.compress_type not in RAW_METHODS or info.flag_bits & ENCRYPTED
+                or info.file_size != path.stat().st_size):
+            return None
+        return _RawMember(info=info, source=self._file)
+
+
+def _record_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(CHUNK):
+            digest.update(chunk)
+    return base64.urlsafe_b64encode(digest.digest()).decode("ascii").rstrip("=")
 
 
 def _checked_version(tree: CapiTree, expected_version: str) -> str:

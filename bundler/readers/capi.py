@@ -6,6 +6,7 @@ import ast
 import os
 import re
 import shutil
+import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from email.message import Message
@@ -58,6 +59,8 @@ class CapiTree:
     requires: tuple[str, ...]  # Requires-Dist of the source's dist-info, empty when it has none
     dist_info: Path | None  # the source's ORT dist-info folder (an official wheel, an installed tree)
     tag: str  # compressed wheel tag derived from the binaries, e.g. "cp311-cp311-win_amd64"
+    archive: Path | None = None  # the zip the tree was extracted from, whose compressed members can be reused
+    archive_root: str = ""  # where `root` is inside that zip ("" for its top, "build/Release" for a nested tree)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,7 +74,9 @@ class _Extension:
 
 def read_capi(source: Path, *, work_dir: Path, platform: str, label: str) -> CapiTree:
     """Find the package tree in a zip or folder and read its name, version, dependencies and tag."""
-    root = _package_root(_materialize(source, work_dir=work_dir, label=label), label=label)
+    base = _materialize(source, work_dir=work_dir, label=label)
+    root = _package_root(base, label=label)
+    archive = source if source.is_file() and zipfile.is_zipfile(source) else None
     dist_info = _dist_info(root, label=label)
     metadata = _parse_headers((dist_info / "METADATA").read_text(encoding="utf-8")) if dist_info else None
     source_tags = _wheel_file_tags(dist_info) if dist_info else ()
@@ -82,6 +87,8 @@ def read_capi(source: Path, *, work_dir: Path, platform: str, label: str) -> Cap
         requires=tuple(metadata.get_all("Requires-Dist") or ()) if metadata else (),
         dist_info=dist_info,
         tag=derive_tag(root, platform=platform, source_tags=source_tags),
+        archive=archive,
+        archive_root=root.relative_to(base).as_posix() if archive and root != base else "",
     )
 
 
