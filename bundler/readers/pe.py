@@ -12,7 +12,7 @@ import mmap
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,8 @@ _ASCII_SUFFIX = re.compile(rb"\.dll(?![A-Za-z0-9_])", re.IGNORECASE)
 _UTF16_SUFFIX = re.compile(rb"\.\x00[dD]\x00[lL]\x00[lL]\x00")
 _MAX_NAME = 100
 X64_MACHINE = 0x8664  # IMAGE_FILE_MACHINE_AMD64
+_PARSED_MAX = 4096
+_PARSED: dict[tuple[int, int, int, int], PeInfo] = {}  # see inspect_pe
 ELF_X86_64 = 62  # e_machine of an x86-64 ELF file
 
 
@@ -81,11 +83,31 @@ def is_pe(path: Path) -> bool:
 def inspect_pe(path: Path, *, label: str | None = None) -> PeInfo:
     """Read one PE file; `label` names it in errors (e.g. its path inside a wheel).
 
-    The file is memory-mapped, not read: a CUDA provider DLL is over 400 MB.
+    The file is memory-mapped, not read: a CUDA provider DLL is over 400 MB. Each file is parsed once per
+    process: the GPU part, the DLL closure, the app-local layout and the SBOM all ask about the same DLLs,
+    and parsing a large one (and scanning it for DLL names) is the expensive part. The answer is kept by
+    the file's identity (device, inode, size, modification time), so a rewritten file is parsed again.
     """
     name = label or str(path)
-    with mapped(path, name=name) as data:
-        return _inspect(data, name=name)
+    key = _identity(path)
+    parsed = _PARSED.get(key) if key is not None else None
+    if parsed is None:
+        with mapped(path, name=name) as data:
+            parsed = _inspect(data, name=name)
+        if key is not None:
+            if len(_PARSED) >= _PARSED_MAX:
+                _PARSED.clear()
+            _PARSED[key] = parsed
+    own = Path(name).name.lower()  # the label's own name is not a dependency either
+    return replace(parsed, runtime_names=tuple(n for n in parsed.runtime_names if n.lower() != own))
+
+
+def _identity(path: Path) -> tuple[int, int, int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None  # `mapped` reports it
+    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
 
 
 @contextmanager
@@ -116,8 +138,9 @@ def _inspect(data: mmap.mmap, *, name: str) -> PeInfo:
     imports = _dll_names(getattr(pe, "DIRECTORY_ENTRY_IMPORT", ()))
     delay_imports = _dll_names(getattr(pe, "DIRECTORY_ENTRY_DELAY_IMPORT", ()))
     strings = _version_strings(pe)
-    # The file's own names (cudart64_110.dll calls itself CUDART64_118_89.DLL) are not dependencies.
-    own_names = (Path(name).name, strings.get("OriginalFilename", ""), strings.get("InternalName", ""))
+    # The file's own names (cudart64_110.dll calls itself CUDART64_118_89.DLL) are not dependencies;
+    # the name it is stored under is left out by `inspect_pe`, which knows the caller's label.
+    own_names = (strings.get("OriginalFilename", ""), strings.get("InternalName", ""))
     security = pe.OPTIONAL_HEADER.DATA_DIRECTORY[_SECURITY]
     return PeInfo(
         machine=pe.FILE_HEADER.Machine,
