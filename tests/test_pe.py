@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import zipfile
 from pathlib import Path
 
@@ -154,3 +155,19 @@ def test_wheel_binaries_are_extracted_once_per_wheel_hash_and_checked_before_use
     assert repaired == first
     with zipfile.ZipFile(ort_win_wheel) as archive:
         assert file_sha256(dll) == hashlib.sha256(archive.read("onnxruntime/capi/onnxruntime.dll")).hexdigest()
+
+
+@pytest.mark.integration
+def test_pe_facts_are_kept_for_later_builds_by_content_hash(capi: Path, tmp_path: Path) -> None:
+    dll = capi / "onnxruntime_providers_shared.dll"
+    fresh = inspect_pe(dll)
+    pe_module._PARSED.clear()  # as in a new process
+    stored = inspect_pe(dll, store=tmp_path)
+    [entry] = list((tmp_path / pe_module.PE_FACTS).rglob("*.json"))
+    assert entry.name == f"{file_sha256(dll)}.json" and stored == fresh
+    pe_module._PARSED.clear()
+    assert inspect_pe(dll, store=tmp_path) == fresh  # answered from the entry
+    entry.write_text("{ damaged", encoding="utf-8")
+    pe_module._PARSED.clear()
+    assert inspect_pe(dll, store=tmp_path) == fresh  # a damaged entry is parsed again and rewritten
+    assert json.loads(entry.read_text(encoding="utf-8"))["imports"] == list(fresh.imports)

@@ -22,6 +22,7 @@ from cyclonedx.validation.json import JsonStrictValidator
 from license_expression import get_spdx_licensing
 from packageurl import PackageURL
 
+from bundler.assembly import licenses as licenses_module
 from bundler.assembly.assembly import Assembly
 from bundler.assembly.facts import Facts, GpuFact
 from bundler.assembly.launch import add_scripts
@@ -44,7 +45,7 @@ from bundler.assembly.signature_policy import (
     signing_rule,
 )
 from bundler.commands.build import build
-from bundler.errors import BuildError
+from bundler.errors import BuildError, InputUnavailableError
 from bundler.hashing import file_sha256
 from bundler.manifest import Manifest, load
 from bundler.readers.pe import inspect_pe
@@ -688,3 +689,18 @@ def test_build_time_schema_check_catches_what_the_full_validator_catches(tmp_pat
         change(broken)
         assert schema_errors(broken), broken
         assert full.validate_str(json.dumps(broken)) is not None
+
+
+def test_wheel_facts_are_kept_for_later_builds_and_a_damaged_entry_is_read_again(tmp_path: Path) -> None:
+    wheel = demo_wheel(tmp_path / "wheels")
+    sha = file_sha256(wheel)
+    read = licenses_module.wheel_facts(wheel, sha, label="w", store=tmp_path / "derived")
+    [entry] = list((tmp_path / "derived" / licenses_module.WHEEL_FACTS).rglob(f"{sha}.json"))
+    licenses_module._FACTS.clear()  # as in a new process
+    wheel.unlink()  # a later build answers from the entry, without opening the wheel
+    assert licenses_module.wheel_facts(wheel, sha, label="w", store=tmp_path / "derived") == read
+    assert dict(read.texts)["LICENSE"] == b"MIT text"
+    entry.write_text("[]", encoding="utf-8")
+    licenses_module._FACTS.clear()
+    with pytest.raises(InputUnavailableError):  # a damaged entry is not trusted: the wheel is read again
+        licenses_module.wheel_facts(wheel, sha, label="w", store=tmp_path / "derived")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import functools
+import base64
 import logging
 import re
 from collections.abc import Mapping, Sequence
@@ -19,10 +19,13 @@ from bundler.errors import BuildError
 from bundler.manifest import Input
 from bundler.readers.archives import SafeArchive, is_archive
 from bundler.readers.wheels import wheel_metadata
+from bundler.sources.derived import code_digest, read_entry, write_entry
 from bundler.spdx import LicenseFinding, metadata_license
 from bundler.writer.zipwriter import Member
 
 LICENSES = "licenses/"
+WHEEL_FACTS = "wheel-facts"
+_FACTS_MAX = 256
 
 
 _LICENSE_NAME = re.compile(r"(LICEN[CS]E|COPYING|NOTICE|THIRDPARTYNOTICES|EULA)([._-][^/]*)?", re.IGNORECASE)
@@ -96,7 +99,9 @@ def add_licenses(assembly: Assembly, build: BuildInputs) -> None:
     Every text is small and read from its archive into memory.
     """
     manifest, files = build.manifest, build.files
-    sets = [wheel_licenses(path, wheel, assembly.members[path].digest) for path, wheel in bundled_wheels(assembly)]
+    store = build.cache.work_dir("derived")
+    sets = [wheel_licenses(path, wheel, assembly.members[path].digest, store=store)
+            for path, wheel in bundled_wheels(assembly)]
     sets.append(sdk_licenses(assembly))
     if manifest.gpu is not None:
         sets.extend(archive_licenses(gpu.source, files[gpu.source.key]) for gpu in manifest.gpu.sources)
@@ -119,6 +124,9 @@ def _add_member_copy(assembly: Assembly, path: str, member: Member) -> None:
         assembly.add_bytes(path, member.data)
 
 
+_FACTS: dict[str, WheelFacts] = {}  # by wheel sha256: read once per process (wheel_facts)
+
+
 @dataclass(frozen=True, kw_only=True)
 class WheelFacts:
     """What the licence and SBOM parts read from a wheel: its METADATA and its licence texts."""
@@ -130,10 +138,33 @@ class WheelFacts:
         return Parser().parsestr(self.metadata)
 
 
-@functools.lru_cache(maxsize=128)
-def wheel_facts(wheel: Path, sha256: str, *, label: str) -> WheelFacts:
-    """Read once per build for both parts (opening a wheel safely checks every entry name); keyed by the
-    wheel's hash, so a changed file is never answered from memory."""
+def wheel_facts(wheel: Path, sha256: str, *, label: str, store: Path | None = None) -> WheelFacts:
+    """Read once per build for both parts (opening a wheel safely checks every entry name), and with a
+    `store` (the cache's derived folder) once per wheel hash for later builds; keyed by the wheel's hash,
+    so a changed file is never answered from memory."""
+    if sha256 in _FACTS:
+        return _FACTS[sha256]
+    facts = _stored_wheel_facts(wheel, sha256, label=label, store=store)
+    if len(_FACTS) >= _FACTS_MAX:
+        _FACTS.clear()
+    _FACTS[sha256] = facts
+    return facts
+
+
+def _stored_wheel_facts(wheel: Path, sha256: str, *, label: str, store: Path | None) -> WheelFacts:
+    entry = store / WHEEL_FACTS / code_digest(("bundler.assembly.licenses",))[:16] / f"{sha256}.json" if store else None
+    found = read_entry(entry) if entry is not None else None
+    if isinstance(found, dict) and isinstance(found.get("metadata"), str) and isinstance(found.get("texts"), list):
+        return WheelFacts(metadata=found["metadata"],
+                          texts=tuple((target, base64.b64decode(data)) for target, data in found["texts"]))
+    facts = _read_wheel_facts(wheel, label=label)
+    if entry is not None:
+        write_entry(entry, {"metadata": facts.metadata,
+                            "texts": [[t, base64.b64encode(d).decode("ascii")] for t, d in facts.texts]})
+    return facts
+
+
+def _read_wheel_facts(wheel: Path, *, label: str) -> WheelFacts:
     with SafeArchive.open(wheel, label=label) as archive:
         dist_info, metadata = wheel_metadata(archive, label=label)
         names = [e.name for e in archive.entries if not e.is_dir]
@@ -143,11 +174,11 @@ def wheel_facts(wheel: Path, sha256: str, *, label: str) -> WheelFacts:
     return WheelFacts(metadata=text, texts=texts)
 
 
-def wheel_licenses(bundle_path: str, wheel: Path, sha256: str) -> LicenseSet:
+def wheel_licenses(bundle_path: str, wheel: Path, sha256: str, *, store: Path | None = None) -> LicenseSet:
     """Licence files a wheel declares (License-File) or keeps in its .dist-info, plus notices in a package's
     top folder: ORT ships LICENSE and ThirdPartyNotices.txt in onnxruntime/, not in its .dist-info."""
     name = str(parse_wheel_filename(wheel.name)[0])
-    facts = wheel_facts(wheel, sha256, label=bundle_path)
+    facts = wheel_facts(wheel, sha256, label=bundle_path, store=store)
     texts = {f"{LICENSES}{name}/{target}": Member(name=target, data=data) for target, data in facts.texts}
     return LicenseSet(component=name, license=wheel_license(name, facts.parsed()), texts=texts)
 

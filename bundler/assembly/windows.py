@@ -80,8 +80,9 @@ def check_windows(assembly: Assembly, build: BuildInputs) -> None:
     if not build.target.windows:
         assembly.facts.windows = None
         return
-    binaries = payload_binaries(assembly, work, store=build.cache.work_dir("derived"))
-    infos: dict[str, PeInfo] = {label: inspect_pe(path, label=label) for label, path in binaries.items()}
+    store = build.cache.work_dir("derived")
+    binaries = payload_binaries(assembly, work, store=store)
+    infos: dict[str, PeInfo] = {label: inspect_pe(path, label=label, store=store) for label, path in binaries.items()}
     optional = {label for label in infos if _optional(label)}
     names = [PurePosixPath(label).name for label in optional]
     gpu_fact = assembly.facts.gpu

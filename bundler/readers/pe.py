@@ -12,13 +12,15 @@ import mmap
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pefile
 
 from bundler.errors import BuildError, InputUnavailableError
+from bundler.hashing import file_sha256
+from bundler.sources.derived import code_digest, read_entry, write_entry
 
 MACHINE_NAMES = {0x8664: "x64", 0x014C: "x86", 0xAA64: "arm64"}
 
@@ -37,6 +39,7 @@ _UTF16_SUFFIX = re.compile(rb"\.\x00[dD]\x00[lL]\x00[lL]\x00")
 _MAX_NAME = 100
 X64_MACHINE = 0x8664  # IMAGE_FILE_MACHINE_AMD64
 _PARSED_MAX = 4096
+PE_FACTS = "pe-facts"
 _PARSED: dict[tuple[int, int, int, int], PeInfo] = {}  # see inspect_pe
 ELF_X86_64 = 62  # e_machine of an x86-64 ELF file
 
@@ -80,26 +83,49 @@ def is_pe(path: Path) -> bool:
         return False
 
 
-def inspect_pe(path: Path, *, label: str | None = None) -> PeInfo:
+def inspect_pe(path: Path, *, label: str | None = None, store: Path | None = None) -> PeInfo:
     """Read one PE file; `label` names it in errors (e.g. its path inside a wheel).
 
     The file is memory-mapped, not read: a CUDA provider DLL is over 400 MB. Each file is parsed once per
     process: the GPU part, the DLL closure, the app-local layout and the SBOM all ask about the same DLLs,
     and parsing a large one (and scanning it for DLL names) is the expensive part. The answer is kept by
     the file's identity (device, inode, size, modification time), so a rewritten file is parsed again.
+    With a `store` (the cache's derived folder) the answer is also kept for later builds, by the file's
+    sha256 and the code of this module.
     """
     name = label or str(path)
     key = _identity(path)
     parsed = _PARSED.get(key) if key is not None else None
     if parsed is None:
-        with mapped(path, name=name) as data:
-            parsed = _inspect(data, name=name)
+        parsed = _stored_or_parsed(path, name=name, store=store)
         if key is not None:
             if len(_PARSED) >= _PARSED_MAX:
                 _PARSED.clear()
             _PARSED[key] = parsed
     own = Path(name).name.lower()  # the label's own name is not a dependency either
     return replace(parsed, runtime_names=tuple(n for n in parsed.runtime_names if n.lower() != own))
+
+
+def _stored_or_parsed(path: Path, *, name: str, store: Path | None) -> PeInfo:
+    entry = store / PE_FACTS / code_digest(("bundler.readers.pe",))[:16] / f"{file_sha256(path)}.json" if store else None
+    found = read_entry(entry) if entry is not None else None
+    if isinstance(found, dict):
+        try:
+            return _from_json(found)
+        except (TypeError, KeyError, ValueError):
+            pass  # an entry of another shape: parse again
+    with mapped(path, name=name) as data:
+        parsed = _inspect(data, name=name)
+    if entry is not None:
+        write_entry(entry, asdict(parsed))
+    return parsed
+
+
+def _from_json(data: dict[str, Any]) -> PeInfo:
+    info = PeInfo(**data)
+    major, minor = info.linker_version
+    return replace(info, linker_version=(int(major), int(minor)), imports=tuple(info.imports),
+                   delay_imports=tuple(info.delay_imports), runtime_names=tuple(info.runtime_names))
 
 
 def _identity(path: Path) -> tuple[int, int, int, int] | None:

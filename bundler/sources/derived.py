@@ -11,6 +11,7 @@ name. A hit is hashed again before use: a damaged entry is removed and rebuilt, 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -18,9 +19,10 @@ import shutil
 import sys
 import tempfile
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bundler.errors import BuildError
 from bundler.hashing import file_sha256
@@ -36,7 +38,8 @@ class Derived:
     sha256: str
 
 
-def code_digest(modules: Iterable[str]) -> str:
+@functools.lru_cache(maxsize=32)
+def code_digest(modules: tuple[str, ...]) -> str:
     """The sha256 of the source files of the modules that make an artifact, plus what else shapes its bytes
     (the Python minor version, which `zipfile` comes with, and the zlib that deflates)."""
     digest = hashlib.sha256(f"python {sys.version_info[:2]} zlib {zlib.ZLIB_RUNTIME_VERSION}\n".encode())
@@ -45,6 +48,28 @@ def code_digest(modules: Iterable[str]) -> str:
         digest.update(f"{name}\n".encode())
         digest.update(Path(module.__file__ or "").read_bytes())
     return digest.hexdigest()
+
+
+def read_entry(path: Path) -> Any:
+    """A JSON entry of a derived-facts store, or None when it is missing or damaged (then it is made again)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def write_entry(path: Path, data: object) -> None:
+    """Write a JSON entry beside its final name and rename it into place. No fsync: an entry lost to a crash
+    is only made again, and a first build writes dozens of them."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def derived_key(inputs: Mapping[str, object]) -> str:
