@@ -694,6 +694,7 @@ def test_build_time_schema_check_catches_what_the_full_validator_catches(tmp_pat
 def test_wheel_facts_are_kept_for_later_builds_and_a_damaged_entry_is_read_again(tmp_path: Path) -> None:
     wheel = demo_wheel(tmp_path / "wheels")
     sha = file_sha256(wheel)
+    licenses_module._FACTS.clear()  # earlier tests read the same demo wheel in this process
     read = licenses_module.wheel_facts(wheel, sha, label="w", store=tmp_path / "derived")
     [entry] = list((tmp_path / "derived" / licenses_module.WHEEL_FACTS).rglob(f"{sha}.json"))
     licenses_module._FACTS.clear()  # as in a new process

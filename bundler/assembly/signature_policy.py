@@ -88,8 +88,9 @@ def check_signatures(assembly: Assembly, build: BuildInputs) -> None:
     allowed_vc = bool(manifest.vc_redist and manifest.vc_redist.allow_unsigned)
     installed = _install_paths(assembly)
     records, problems, failed = [], [], set()
-    for pe in _pe_files(assembly, work=work, store=build.cache.work_dir("derived")):
-        evidence = signature_evidence(pe.file, label=pe.label)
+    store = build.cache.work_dir("derived")
+    for pe in _pe_files(assembly, work=work, store=store):
+        evidence = signature_evidence(pe.file, label=pe.label, store=store)
         rule = signing_rule(pe.label)
         problem = signature_problem(evidence, rule)
         relaxed = allowed_vc if rule is VC_REDIST_RULE else rule.relaxable and allowed_ort

@@ -19,8 +19,7 @@ from typing import Any
 import pefile
 
 from bundler.errors import BuildError, InputUnavailableError
-from bundler.hashing import file_sha256
-from bundler.sources.derived import code_digest, read_entry, write_entry
+from bundler.sources.derived import code_digest, content_sha256, read_entry, write_entry
 
 MACHINE_NAMES = {0x8664: "x64", 0x014C: "x86", 0xAA64: "arm64"}
 
@@ -107,7 +106,7 @@ def inspect_pe(path: Path, *, label: str | None = None, store: Path | None = Non
 
 
 def _stored_or_parsed(path: Path, *, name: str, store: Path | None) -> PeInfo:
-    entry = store / PE_FACTS / code_digest(("bundler.readers.pe",))[:16] / f"{file_sha256(path)}.json" if store else None
+    entry = store / PE_FACTS / code_digest(("bundler.readers.pe",))[:16] / f"{content_sha256(path)}.json" if store else None
     found = read_entry(entry) if entry is not None else None
     if isinstance(found, dict):
         try:

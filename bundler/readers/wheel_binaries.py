@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 
 from bundler.errors import BuildError
-from bundler.hashing import file_sha256
 from bundler.readers.archives import SafeArchive
+from bundler.sources.derived import content_sha256
 
 PE_SUFFIXES = (".dll", ".pyd")
 INDEX = "INDEX.json"  # {member name: sha256 of the extracted file}
@@ -40,7 +40,7 @@ def _checked_index(folder: Path) -> dict[str, str] | None:
         return None
     for member, digest in index.items():
         path = folder / member
-        if not path.is_file() or file_sha256(path) != digest:
+        if not path.is_file() or content_sha256(path) != digest:
             shutil.rmtree(folder, ignore_errors=True)
             return None
     return index
@@ -55,7 +55,7 @@ def _extract(name: str, wheel: Path, folder: Path) -> dict[str, str]:
             wanted = [e.name for e in archive.entries if not e.is_dir and e.name.lower().endswith(PE_SUFFIXES)]
             if wanted:
                 archive.extract(staging, members=wanted)
-        index = {member: file_sha256(staging / member) for member in wanted}
+        index = {member: content_sha256(staging / member) for member in wanted}  # a rename keeps identity
         (staging / INDEX).write_text(json.dumps(index, sort_keys=True), encoding="utf-8")
         shutil.rmtree(folder, ignore_errors=True)
         try:

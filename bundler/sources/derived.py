@@ -50,6 +50,21 @@ def code_digest(modules: tuple[str, ...]) -> str:
     return digest.hexdigest()
 
 
+_SHA256: dict[tuple[int, int, int, int], str] = {}  # by file identity, see content_sha256
+
+
+def content_sha256(path: Path) -> str:
+    """A file's sha256, computed once per process for each file identity (device, inode, size,
+    modification time): the wheel-binaries check, the PE facts and the signature evidence all key on it."""
+    stat = path.stat()
+    identity = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    if identity not in _SHA256:
+        if len(_SHA256) >= 4096:
+            _SHA256.clear()
+        _SHA256[identity] = file_sha256(path)
+    return _SHA256[identity]
+
+
 def read_entry(path: Path) -> Any:
     """A JSON entry of a derived-facts store, or None when it is missing or damaged (then it is made again)."""
     try:
