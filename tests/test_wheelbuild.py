@@ -32,6 +32,7 @@ from bundler.assembly.wheelbuild import (
 from bundler.errors import BuildError, UnsafeArchiveError
 from bundler.hashing import file_sha256
 from bundler.readers.capi import CapiTree, derive_tag, read_capi
+from bundler.readers.wheel_binaries import wheel_binaries
 from bundler.readers.wheels import verify_official_wheel
 from bundler.sources.derived import Derived, DerivedCache
 
@@ -507,3 +508,19 @@ def test_a_zip_source_lends_its_compressed_members_unchanged(tmp_path: Path, hos
                          source_date_epoch=EPOCH)
     with zipfile.ZipFile(folder) as archive:
         assert archive.getinfo("onnxruntime/capi/big.py").compress_type == zipfile.ZIP_DEFLATED
+
+
+@pytest.mark.integration
+def test_the_built_wheels_binaries_are_recorded_from_the_tree_not_inflated_again(ort_win_wheel: Path,
+                                                                                 tmp_path: Path) -> None:
+    cache = DerivedCache(tmp_path / "derived")
+    built = rebuilt(ort_win_wheel, "win_amd64", tmp_path / "w", cache=cache)
+    index = tmp_path / "derived" / "wheel-binaries" / built.sha256 / "INDEX.json"
+    assert index.is_file(), "the capi build records the wheel's DLLs and PYDs for the DLL closure"
+    found = wheel_binaries("payload/wheels/ort.whl", built.path, built.sha256, store=cache.root)
+    tree_dll = tmp_path / "w" / "capi" / f"{ort_win_wheel.name}.capi" / "onnxruntime" / "capi" / "onnxruntime.dll"
+    dll = found["payload/wheels/ort.whl!onnxruntime/capi/onnxruntime.dll"]
+    assert dll.stat().st_ino == tree_dll.stat().st_ino  # a hard link to the extracted tree's file
+    with zipfile.ZipFile(built.path) as archive:
+        for label, path in found.items():
+            assert path.read_bytes() == archive.read(label.split("!", 1)[1]), label

@@ -31,6 +31,7 @@ from wheel.wheelfile import WheelFile
 from bundler.errors import BuildError
 from bundler.hashing import file_sha256
 from bundler.readers.capi import PACKAGE, CapiTree, _files, _version, read_capi
+from bundler.readers.wheel_binaries import seed_wheel_binaries
 from bundler.sources.derived import Derived, DerivedCache, code_digest, derived_key
 
 GENERATOR = "ort-bundler"
@@ -119,7 +120,10 @@ def capi_wheel(source: Path, *, source_sha256: str, platform: str, target_python
                         source_label=f"{source.name} sha256:{source_sha256}")
     if cache is None:
         return Derived(path=built, sha256=file_sha256(built))
-    return cache.store(WHEEL_KIND, key, built)
+    stored = cache.store(WHEEL_KIND, key, built)
+    # The DLL closure and the signature check read the wheel's binaries: they are the tree's files.
+    seed_wheel_binaries(stored.sha256, dict(_package_files(tree.root)), store=cache.root)
+    return stored
 
 
 # --- writing the wheel -----------------------------------------------------------------------------

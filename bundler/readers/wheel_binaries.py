@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from bundler.errors import BuildError
@@ -31,6 +32,35 @@ def wheel_binaries(name: str, wheel: Path, sha256: str, *, store: Path) -> dict[
     if index is None:
         index = _extract(name, wheel, folder)
     return {f"{name}!{member}": folder / member for member in sorted(index)}
+
+
+def seed_wheel_binaries(sha256: str, files: Mapping[str, Path], *, store: Path) -> None:
+    """Record binaries already on disk as the extraction of the wheel `sha256` (member name → file with the
+    same bytes): the wheel built from a capi tree holds the tree's files, so they need not be inflated again.
+    Files are hard-linked where the file system allows, else copied."""
+    folder = store / FOLDER / sha256
+    if _checked_index(folder) is not None:
+        return
+    wanted = {member: path for member, path in files.items() if member.lower().endswith(PE_SUFFIXES)}
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".seed-"))
+    try:
+        for member, path in sorted(wanted.items()):
+            target = staging / member
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(path, target)
+            except OSError:
+                shutil.copyfile(path, target)
+        index = {member: content_sha256(staging / member) for member in wanted}
+        (staging / INDEX).write_text(json.dumps(index, sort_keys=True), encoding="utf-8")
+        shutil.rmtree(folder, ignore_errors=True)
+        try:
+            os.replace(staging, folder)
+        except OSError:
+            pass  # another build recorded the same wheel first
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _checked_index(folder: Path) -> dict[str, str] | None:
