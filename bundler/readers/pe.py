@@ -156,7 +156,7 @@ def mapped(path: Path, *, name: str) -> Iterator[mmap.mmap]:
 def _inspect(data: mmap.mmap, *, name: str) -> PeInfo:
     try:
         pe = pefile.PE(data=data, fast_load=True)
-        pe.parse_data_directories(directories=_DIRECTORIES)
+        pe.parse_data_directories(directories=_DIRECTORIES, import_dllnames_only=True)  # names are all we use
     except pefile.PEFormatError as exc:
         msg = f"{name} is not a valid PE file ({exc.value}); expected a Windows DLL, PYD or EXE."
         raise BuildError(msg) from None
