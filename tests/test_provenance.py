@@ -336,7 +336,10 @@ def test_win_quickstart_sbom_validates_and_lists_every_files_component(win_quick
     document = json.loads(data)
     assert sorted(covered_paths(document)) == sorted({*assembly.members, "SHA256SUMS"} - {SBOM})
     wheels = {c["bom-ref"]: c for c in document["components"] if c.get("purl", "").startswith("pkg:pypi/")}
-    assert set(wheels) == {p for p in assembly.members if p.startswith("payload/wheels/") and p.endswith(".whl")}
+    # The environment's wheels and, as its own component, the pinned pypa installer the install engine uses.
+    assert set(wheels) == {p for p in assembly.members if p.startswith(("payload/wheels/", "payload/installer/"))
+                           and p.endswith(".whl")}
+    assert any(c["name"] == "installer" and c["bom-ref"].startswith("payload/installer/") for c in wheels.values())
     for path, component in wheels.items():
         assert component["hashes"] == [{"alg": "SHA-256", "content": assembly.members[path].sha256}]
     assert wheels[f"payload/wheels/{ORT_WHEEL}"]["licenses"] == [{"license": {"id": "MIT"}}]
@@ -602,7 +605,7 @@ def test_every_zip_member_but_the_sbom_is_in_a_component_with_its_hash(built: Bu
 def test_every_purl_resolves_to_a_file_whose_hash_the_sbom_states(built: Built, bundler_cache: Path) -> None:
     """With packageurl-python: a purl naming a file names one of the bundle's wheels (or, for a rebuilt wheel's
     ancestor, the upstream file in the input cache) with the component's hash; otherwise it carries that hash."""
-    wheels = {PurePosixPath(p).name: data for p, data in built.members.items() if p.startswith("payload/wheels/")}
+    wheels = {PurePosixPath(p).name: data for p, data in built.members.items() if p.endswith(".whl")}
     checked = 0
     for component in [*all_components(built.sbom["components"]),
                       *(a for c in built.sbom["components"] for a in ancestors(c))]:
