@@ -1,0 +1,15 @@
+"""Signing a finished bundle, and checking its signatures (issue 14).
+
+A signed bundle carries two kinds of signature:
+
+- an Authenticode signature block (`# SIG # Begin signature block`) at the end of every `.ps1`, which
+  is what Windows PowerShell's `AllSigned` policy, Trusted Publishers and WDAC evaluate;
+- `SHA256SUMS.p7s`, a detached CMS (PKCS#7) signature over `SHA256SUMS`, which pins every other file,
+  so a payload file changed together with a rewritten `SHA256SUMS` is caught.
+
+`signature.json` (listed in `SHA256SUMS`, so covered by the CMS signature) records what was signed and
+the sha256 of the unsigned bundle it was made from. One module per concept: `credentials` (loading and
+checking the certificate and key), `pkix` (certificate chains against a trust anchor), `cms` (building
+and checking CMS SignedData), `authenticode` (PowerShell signature blocks, osslsigncode), `external`
+(the `--signer` contract), `bundle` (signing a bundle zip), `check` (verifying a signed bundle).
+"""
