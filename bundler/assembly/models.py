@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from pathlib import Path
-
-from bundler.assembly.assembly import Assembly
-from bundler.manifest import Manifest
+from bundler.assembly.assembly import Assembly, BuildInputs
+from bundler.assembly.facts import SelfCheckFact
 from bundler.readers.modelgate import (
     ModelInput,
     gate_models,
     identity_model_bytes,
     selfcheck_script_bytes,
 )
-from bundler.sources.cache import Cache, cached_sha256
+from bundler.sources.cache import cached_sha256
 
 
-def add_models(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, Path], cache: Cache) -> None:
+def add_models(assembly: Assembly, build: BuildInputs) -> None:
     """Every model passes the gate in the pinned ORT version; its signature and reference output are recorded."""
+    manifest, files, cache = build.manifest, build.files, build.cache
     inputs = [ModelInput(name=m.name, path=files[m.source.key], sha256=cached_sha256(files[m.source.key]),
                          shapes=m.shapes) for m in manifest.models]
     records = gate_models(inputs, ort_version=manifest.ort.version, work_dir=cache.work_dir("ort-envs"))
@@ -25,12 +23,12 @@ def add_models(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, Pa
         bundle_path = f"payload/models/{model.name}.onnx"
         assembly.add_file(bundle_path, model.path, model.sha256)
         assembly.install(bundle_path, f"models/{model.name}.onnx")
-    assembly.record["models"] = [{**r.to_json(), "file": f"models/{r.name}.onnx"} for r in records]
+    assembly.facts.models = tuple({**r.to_json(), "file": f"models/{r.name}.onnx"} for r in records)
 
 
-def add_selfcheck(assembly: Assembly) -> None:
+def add_selfcheck(assembly: Assembly, build: BuildInputs) -> None:
     """The self-check script and its identity model, installed under selfcheck/."""
     for name, data in (("selfcheck.py", selfcheck_script_bytes()), ("identity.onnx", identity_model_bytes())):
         assembly.add_bytes(f"payload/selfcheck/{name}", data)
         assembly.install(f"payload/selfcheck/{name}", f"selfcheck/{name}")
-    assembly.record["selfcheck"] = {"identity_model": "selfcheck/identity.onnx", "script": "selfcheck/selfcheck.py"}
+    assembly.facts.selfcheck = SelfCheckFact(identity_model="selfcheck/identity.onnx", script="selfcheck/selfcheck.py")
