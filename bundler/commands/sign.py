@@ -82,9 +82,10 @@ def _options(args: argparse.Namespace):  # noqa: ANN202  (SignOptions, imported 
 
 
 def output_path(source: Path, output: Path) -> Path:
-    """`-o DIR` gets `<top>.zip`; a file name must keep the top folder's name."""
+    """`-o DIR` (existing, or any name not ending in .zip) gets `<top>.zip`; a zip name must keep the top folder's."""
     top = _top_folder(source)
-    dest = output / f"{top}.zip" if output.is_dir() or str(output).endswith(("/", "\\")) else output
+    as_folder = output.is_dir() or (not output.exists() and output.suffix.lower() != ".zip")
+    dest = output / f"{top}.zip" if as_folder else output
     if dest.name not in (f"{top}.zip", f"{top}-signed.zip"):
         msg = (f"-o {output}: the signed zip must be named {top}.zip or {top}-signed.zip (its top folder), "
                "or give a folder")

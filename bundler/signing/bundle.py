@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bundler.assembly.records import sha256sums, to_json
+from bundler.assembly.records import to_json
 from bundler.atomic import write_atomic
 from bundler.errors import BuildError, UsageError, VerificationError
 from bundler.hashing import file_sha256
@@ -75,12 +75,15 @@ def sign_bundle(source: Path, dest: Path, *, options: SignOptions, member_cache:
             files[rel] = signer.script(rel, files[rel])
         record = _record(source.name, unsigned_digest, unpacked, files, scripts, signer)
         files[SIGNATURE_RECORD] = _bytes_file(work / "out" / SIGNATURE_RECORD, to_json(record))
-        listed = {rel: Member(name=rel, source=f.path, sha256=f.sha256) for rel, f in files.items() if rel != SUMS}
-        files[SUMS] = _bytes_file(work / "out" / SUMS, sha256sums(listed).encode("utf-8"))
-        files[SUMS_SIGNATURE] = signer.sums(files[SUMS].path)
+        zip_members = members(unpacked.top, files)  # SHA256SUMS is computed here, over the signed files
+        sums = next(m for m in zip_members if m.name == f"{unpacked.top}/{SUMS}")
+        assert sums.data is not None
+        files[SUMS_SIGNATURE] = signer.sums(_bytes_file(work / "out" / SUMS, sums.data).path)
+        zip_members.append(Member(name=f"{unpacked.top}/{SUMS_SIGNATURE}", source=files[SUMS_SIGNATURE].path,
+                                  sha256=files[SUMS_SIGNATURE].sha256))
         staging = dest.with_name(f".{dest.name}.signing")
         try:
-            write_zip(members(unpacked.top, files), staging, epoch=unpacked.epoch, member_cache=member_cache)
+            write_zip(zip_members, staging, epoch=unpacked.epoch, member_cache=member_cache)
             _check_unsigned_view(staging, unsigned_digest, work=work, member_cache=member_cache)
             os.replace(staging, dest)
         finally:

@@ -73,12 +73,13 @@ def zip_epoch(info: zipfile.ZipInfo) -> int:
 
 
 def members(top: str, files: Mapping[str, File]) -> list[Member]:
-    """Zip members for `files` plus a SHA256SUMS over them: the same shape the build writes."""
+    """Zip members for `files` plus a SHA256SUMS over all but its own signature: the shape the build writes."""
     by_name = {rel: Member(name=rel, source=f.path, sha256=f.sha256, executable=f.executable)
                for rel, f in files.items() if rel != SUMS}
     rooted = [Member(name=f"{top}/{m.name}", source=m.source, sha256=m.sha256, executable=m.executable)
               for m in by_name.values()]
-    rooted.append(Member(name=f"{top}/{SUMS}", data=sha256sums(by_name).encode("utf-8")))
+    listed = {rel: m for rel, m in by_name.items() if rel != SUMS_SIGNATURE}
+    rooted.append(Member(name=f"{top}/{SUMS}", data=sha256sums(listed).encode("utf-8")))
     return rooted
 
 
