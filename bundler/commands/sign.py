@@ -13,8 +13,12 @@ import argparse
 import sys
 import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bundler.errors import UsageError, VerificationError
+
+if TYPE_CHECKING:
+    from bundler.signing.bundle import SignOptions
 
 EXAMPLES = """examples:
   ort-bundler sign dist/app-1.0.0-win_amd64.zip -o signed/ --cert signer.pem --key signer.key --chain chain.pem
@@ -58,7 +62,7 @@ def sign_command(args: argparse.Namespace, *, member_cache_dir: Path) -> int:
     return 0
 
 
-def _options(args: argparse.Namespace):  # noqa: ANN202  (SignOptions, imported lazily)
+def _options(args: argparse.Namespace):
     from bundler.signing.bundle import SignOptions
     from bundler.signing.credentials import environment, load_pem_identity, load_pkcs12_identity, pkcs12_password
     from bundler.signing.external import parse_command

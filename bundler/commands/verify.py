@@ -79,7 +79,7 @@ class Report:
             found.append("without its signatures the bundle is not the unsigned build signature.json names")
         return found
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         return {"bundle": self.bundle, "ok": self.ok, "files": self.files, "missing": list(self.missing),
                 "extra": list(self.extra), "altered": list(self.altered), "problems": list(self.problems),
                 "signed": bool(self.signatures), "trust_anchor": self.anchor,
@@ -120,7 +120,7 @@ def verify_bundle(path: Path, *, trust: Path | None = None, member_cache: Member
         if trust is None and SUMS_SIGNATURE not in _member_names(archive):
             return report
         return _with_signatures(report, archive, anchors=anchors, anchor=str(trust) if trust else None,
-                                member_cache=member_cache, now=now or dt.datetime.now(dt.timezone.utc))
+                                member_cache=member_cache, now=now or dt.datetime.now(dt.UTC))
 
 
 def _anchors(trust: Path) -> list[x509.Certificate]:
@@ -177,9 +177,9 @@ def _safe_files(infos: Sequence[zipfile.ZipInfo], top: str, problems: list[str])
         if folded in seen:  # an extractor may write either copy of a duplicated name: never ours
             problems.append(f"{info.filename} appears twice (also as {seen[folded]}); a bundle has unique names")
         seen.setdefault(folded, info.filename)
-        if info.flag_bits & 0x1:
+        if info.flag_bits & 0x1:  # kept: hashing it fails, so it is also reported as altered
             problems.append(f"{info.filename} is marked encrypted; ort-bundler never writes encrypted entries")
-        elif not info.is_dir():
+        if not info.is_dir():
             files.append(info)
     return files
 

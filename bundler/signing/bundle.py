@@ -20,6 +20,7 @@ from pathlib import Path
 
 from bundler.assembly.records import to_json
 from bundler.atomic import write_atomic
+from bundler.commands.verify import verify_bundle
 from bundler.errors import BuildError, UsageError, VerificationError
 from bundler.hashing import file_sha256
 from bundler.runner import Runner, run
@@ -38,7 +39,6 @@ from bundler.signing.layout import (
     unsigned_sha256,
 )
 from bundler.signing.pkix import describe, fingerprint
-from bundler.commands.verify import verify_bundle
 from bundler.writer.zipwriter import Member, MemberCache, write_zip
 
 FORMAT = 1

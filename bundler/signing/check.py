@@ -124,4 +124,4 @@ def _one_signer(checks: list[SignatureCheck]) -> list[SignatureCheck]:
 
 
 def _iso(moment: dt.datetime | None) -> str | None:
-    return moment.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if moment else None
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if moment else None

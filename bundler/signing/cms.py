@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import signify.asn1.spc  # noqa: F401  (registers the Authenticode content types with asn1crypto)
@@ -30,7 +31,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 from bundler.signing.credentials import Identity
 
-HASHES = {"sha1": hashes.SHA1, "sha256": hashes.SHA256, "sha384": hashes.SHA384, "sha512": hashes.SHA512}
+HASHES: dict[str, Callable[[], hashes.HashAlgorithm]] = {
+    "sha1": hashes.SHA1, "sha256": hashes.SHA256, "sha384": hashes.SHA384, "sha512": hashes.SHA512}
 TIMESTAMP_ATTRIBUTES = ("microsoft_time_stamp_token", "signature_time_stamp_token")
 
 
@@ -80,7 +82,7 @@ def sign_detached(content: bytes, identity: Identity) -> bytes:
     signed_data = cms.SignedData({
         "version": "v1", "digest_algorithms": [algos.DigestAlgorithm({"algorithm": "sha256"})],
         "encap_content_info": {"content_type": "data"}, "certificates": certs, "signer_infos": [signer]})
-    return cms.ContentInfo({"content_type": "signed_data", "content": signed_data}).dump()
+    return bytes(cms.ContentInfo({"content_type": "signed_data", "content": signed_data}).dump())
 
 
 def _sign(identity: Identity, data: bytes) -> bytes:

@@ -15,18 +15,18 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from bundler.errors import UsageError
 from bundler.signing.pkix import describe
 
-PrivateKey = Union[rsa.RSAPrivateKey, ec.EllipticCurvePrivateKey]
+PrivateKey = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey
 
 
 class CredentialError(UsageError):
@@ -122,7 +122,7 @@ def checked(identity: Identity, *, source: str, now: dt.datetime | None = None) 
         msg = (f"{source}: the certificate {identity.subject} is not for code signing (its extended key usage "
                "lacks codeSigning, 1.3.6.1.5.5.7.3.3); Windows refuses such script signatures")
         raise CredentialError(msg)
-    moment = now or dt.datetime.now(dt.timezone.utc)
+    moment = now or dt.datetime.now(dt.UTC)
     if moment > cert.not_valid_after_utc:
         msg = f"{source}: the certificate {identity.subject} expired on {cert.not_valid_after_utc:%Y-%m-%d}"
         raise CredentialError(msg)
@@ -148,9 +148,8 @@ def _supported(key: object, path: Path) -> PrivateKey:
     raise CredentialError(msg)
 
 
-def _public_der(key: object) -> bytes:
-    return key.public_bytes(serialization.Encoding.DER,  # type: ignore[attr-defined]
-                            serialization.PublicFormat.SubjectPublicKeyInfo)
+def _public_der(key: PublicKeyTypes) -> bytes:
+    return key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
 def _read(path: Path, *, what: str) -> bytes:
