@@ -62,7 +62,7 @@ def sign_command(args: argparse.Namespace, *, member_cache_dir: Path) -> int:
     return 0
 
 
-def _options(args: argparse.Namespace):
+def _options(args: argparse.Namespace) -> SignOptions:
     from bundler.signing.bundle import SignOptions
     from bundler.signing.credentials import environment, load_pem_identity, load_pkcs12_identity, pkcs12_password
     from bundler.signing.external import parse_command
