@@ -2,7 +2,8 @@
 
 Everything is generated in the test's folder; nothing is committed. `Pki.make(folder, name)` writes
 `<name>-root.pem`, `<name>-intermediate.pem`, `<name>-signer.pem`, `<name>-signer.key` (PEM, no
-password), `<name>-chain.pem` (intermediate) and `<name>-signer.p12` (password "test-password").
+password), `<name>-chain.pem` (intermediate) and `<name>-signer.p12` (password "test-password"). `Tsa.make` makes
+a time-stamping authority that `openssl ts -reply` can run as.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def _key() -> rsa.RSAPrivateKey:
 
 
 def make_cert(common_name: str, key, *, issuer: x509.Certificate | None, issuer_key, ca: bool,
-              eku: list | None = None, not_before: dt.datetime | None = None,
+              eku: list | None = None, eku_critical: bool = False, not_before: dt.datetime | None = None,
               not_after: dt.datetime | None = None) -> x509.Certificate:
     """One certificate; `issuer=None` makes it self-signed."""
     subject = _name(common_name)
@@ -50,7 +51,7 @@ def make_cert(common_name: str, key, *, issuer: x509.Certificate | None, issuer_
         builder = builder.add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()),
                                         critical=False)
     if eku:
-        builder = builder.add_extension(x509.ExtendedKeyUsage(eku), critical=False)
+        builder = builder.add_extension(x509.ExtendedKeyUsage(eku), critical=eku_critical)
     return builder.sign(issuer_key, hashes.SHA256())
 
 
@@ -96,3 +97,46 @@ class Pki:
             b"signer", leaf_key, leaf, [mid],
             serialization.BestAvailableEncryption(P12_PASSWORD.encode())))
         return paths
+
+
+TSA_CONFIG = """
+[ tsa ]
+default_tsa = tsa_config
+[ tsa_config ]
+serial = {serial}
+crypto_device = builtin
+signer_digest = sha256
+default_policy = 1.3.6.1.4.1.99999.1
+digests = sha256, sha384, sha512
+accuracy = secs:1
+ordering = yes
+tsa_name = yes
+ess_cert_id_chain = no
+ess_cert_id_alg = sha256
+"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tsa:
+    """A time-stamping authority for `openssl ts -reply`: its own root and a timeStamping certificate."""
+
+    root: Path
+    cert: Path
+    key: Path
+    config: Path
+
+    @classmethod
+    def make(cls, folder: Path) -> Tsa:
+        folder.mkdir(parents=True, exist_ok=True)
+        root_key, leaf_key = _key(), _key()
+        root = make_cert("test TSA Root", root_key, issuer=None, issuer_key=root_key, ca=True)
+        leaf = make_cert("test Time Stamping", leaf_key, issuer=root, issuer_key=root_key, ca=False,
+                         eku=[ExtendedKeyUsageOID.TIME_STAMPING], eku_critical=True)
+        tsa = cls(root=folder / "tsa-root.pem", cert=folder / "tsa.pem", key=folder / "tsa.key",
+                  config=folder / "tsa.cnf")
+        tsa.root.write_bytes(pem(root))
+        tsa.cert.write_bytes(pem(leaf))
+        tsa.key.write_bytes(key_pem(leaf_key))
+        (folder / "tsa-serial").write_text("01\n")
+        tsa.config.write_text(TSA_CONFIG.format(serial=folder / "tsa-serial"))
+        return tsa

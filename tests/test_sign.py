@@ -17,13 +17,17 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 import zipfile
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
 from conftest import MANIFESTS, REPO, run_cli
 from cryptography.x509.oid import ExtendedKeyUsageOID
-from signing_pki import P12_PASSWORD, Pki
+from signing_pki import P12_PASSWORD, Pki, Tsa
 from test_scripts_windows import parse_problems, powershell7_constructs
 
 from bundler.commands.verify import verify_bundle
@@ -291,3 +295,58 @@ def test_the_library_reports_an_expired_certificate_against_the_moment_of_verifi
     report = verify_bundle(signed_win, trust=pki["good"].root, now=later)
     assert not report.ok
     assert all("expired on" in c.problems[0] for c in report.signatures)
+
+
+@pytest.fixture(scope="module")
+def tsa(tmp_path_factory: pytest.TempPathFactory) -> Tsa:
+    return Tsa.make(tmp_path_factory.mktemp("tsa"))
+
+
+@pytest.fixture(scope="module")
+def tsa_url(tsa: Tsa) -> Iterator[str]:
+    """A real RFC 3161 server on 127.0.0.1: each POSTed query is answered by `openssl ts -reply`."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            query = self.rfile.read(int(self.headers["Content-Length"]))
+            with tempfile.TemporaryDirectory() as tmp:
+                (Path(tmp) / "q.tsq").write_bytes(query)
+                subprocess.run(["openssl", "ts", "-reply", "-queryfile", str(Path(tmp) / "q.tsq"), "-signer",
+                                str(tsa.cert), "-inkey", str(tsa.key), "-config", str(tsa.config), "-out",
+                                str(Path(tmp) / "r.tsr")], check=True, capture_output=True)
+                body = (Path(tmp) / "r.tsr").read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/timestamp-reply")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_timestamped_bundle_outlives_its_certificate(win_zip: Path, pki: dict[str, Pki], tsa: Tsa, tsa_url: str,
+                                                       tmp_path: Path) -> None:
+    """Scripts timestamped by osslsigncode, SHA256SUMS.p7s by us: both checked at the token's time."""
+    sign(win_zip, tmp_path / "ts", pki["good"], "--timestamp-url", tsa_url)
+    signed = tmp_path / "ts" / win_zip.name
+    anchors = tmp_path / "anchors.pem"
+    anchors.write_bytes(pki["good"].root.read_bytes() + tsa.root.read_bytes())
+    code, report = verify_json(signed, "--trust", str(anchors))
+    assert code == 0, report
+    assert all(c["timestamp"] and c["timestamp_authority"] == "test Time Stamping" for c in report["signatures"])
+    assert report["unsigned_build"]["equal"]
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=730)
+    assert verify_bundle(signed, trust=anchors, now=later).ok  # the certificate has expired by then
+    untrusted_tsa = verify_bundle(signed, trust=pki["good"].root, now=later)
+    assert not untrusted_tsa.ok
+    for check in untrusted_tsa.signatures:
+        assert any("timestamp's authority is not trusted" in n for n in check.notes)
+        assert "expired on" in check.problems[0]

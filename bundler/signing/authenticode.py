@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,9 +34,9 @@ HEADER = b"# SIG # Begin signature block"
 FOOTER = b"# SIG # End signature block"
 CRLF = b"\r\n"
 SCRIPT_SUFFIXES = (".ps1", ".psm1", ".psd1")
-INSTALL_HINT = ("install it with `apt-get install osslsigncode` (Debian/Ubuntu; version 2.9 or later signs "
-                "PowerShell scripts) or from https://github.com/mtrojnar/osslsigncode, or hand the signing to "
-                "your own tool with --signer COMMAND")
+MIN_VERSION = (2, 8)
+INSTALL_HINT = ("install it with `apt-get install osslsigncode` (on Debian 12 from bookworm-backports: 2.8 or "
+                "later signs PowerShell scripts), or hand the signing to your own tool with --signer COMMAND")
 
 
 class ToolMissingError(InputUnavailableError):
@@ -120,18 +121,25 @@ def load_script_signature(data: bytes) -> tuple[SplitScript, cms.SignedData, byt
     return split, signed_data, covered
 
 
-def osslsigncode() -> str:
+def osslsigncode(runner: Runner) -> str:
+    """The osslsigncode program, 2.8 or later (the first to sign PowerShell scripts), or a clear error."""
     found = shutil.which("osslsigncode")
     if found is None:
         msg = f"osslsigncode was not found on PATH; it signs the PowerShell scripts: {INSTALL_HINT}"
         raise ToolMissingError(msg)
+    first = (runner([found, "--version"]).splitlines() or [""])[0]
+    match = re.match(r"osslsigncode (\d+)\.(\d+)", first)
+    if match is None or (int(match.group(1)), int(match.group(2))) < MIN_VERSION:
+        msg = (f"{found} is {first.strip() or 'of an unknown version'}; signing PowerShell scripts needs osslsigncode "
+               f"{MIN_VERSION[0]}.{MIN_VERSION[1]} or later: {INSTALL_HINT}")
+        raise ToolMissingError(msg)
     return found
 
 
-def sign_script(source: Path, dest: Path, *, certs: Path, key: Path, runner: Runner, signing_time: int | None,
-                timestamp_url: str | None) -> None:
-    """Sign one script with osslsigncode: SHA-256, the chain in `certs`, a fixed or a timestamped time."""
-    cmd = [osslsigncode(), "sign", "-certs", str(certs), "-key", str(key), "-h", "sha256"]
+def sign_script(source: Path, dest: Path, *, tool: str, certs: Path, key: Path, runner: Runner,
+                signing_time: int | None, timestamp_url: str | None) -> None:
+    """Sign one script with osslsigncode (`tool`): SHA-256, the chain in `certs`, a fixed or a timestamped time."""
+    cmd = [tool, "sign", "-certs", str(certs), "-key", str(key), "-h", "sha256"]
     if timestamp_url:
         cmd += ["-ts", timestamp_url]
     elif signing_time is not None:

@@ -39,6 +39,7 @@ from bundler.signing.layout import (
     unsigned_sha256,
 )
 from bundler.signing.pkix import describe, fingerprint
+from bundler.signing.timestamp import request_token
 from bundler.writer.zipwriter import Member, MemberCache, write_zip
 
 FORMAT = 1
@@ -115,6 +116,7 @@ class _Signer:
     def __init__(self, *, options: SignOptions, work: Path, epoch: int, runner: Runner) -> None:
         self.options, self.work, self.runner = options, work, runner
         self.subject: str | None = None
+        self.tool: str | None = None
         self.fingerprint: str | None = None
         identity = options.identity
         if identity is not None:
@@ -133,8 +135,8 @@ class _Signer:
         if self.options.signer_command:
             run_signer(self.options.signer_command, file.path, dest, kind="authenticode", runner=self.runner)
         else:
-            authenticode.osslsigncode()  # a clear error before anything runs when it is missing
-            authenticode.sign_script(file.path, dest, certs=self.certs, key=self.key, runner=self.runner,
+            self.tool = self.tool or authenticode.osslsigncode(self.runner)  # checked once, on the first script
+            authenticode.sign_script(file.path, dest, tool=self.tool, certs=self.certs, key=self.key, runner=self.runner,
                                      signing_time=self.signing_time, timestamp_url=self.options.timestamp_url)
         data = dest.read_bytes()
         self._check_script(rel, file, data)
@@ -158,7 +160,9 @@ class _Signer:
             run_signer(self.options.signer_command, sums_path, dest, kind="cms", runner=self.runner)
         else:
             assert self.options.identity is not None
-            dest.write_bytes(cms.sign_detached(sums_path.read_bytes(), self.options.identity))
+            url = self.options.timestamp_url
+            stamp = (lambda signature: request_token(url, signature)) if url else None
+            dest.write_bytes(cms.sign_detached(sums_path.read_bytes(), self.options.identity, timestamp=stamp))
         data = dest.read_bytes()
         try:
             checked = cms.check_signed_data(cms.load_signed_data(data, what=SUMS_SIGNATURE), sums_path.read_bytes(),

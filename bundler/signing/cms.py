@@ -60,8 +60,12 @@ class Checked:
     timestamp_problem: str | None
 
 
-def sign_detached(content: bytes, identity: Identity) -> bytes:
-    """DER ContentInfo holding a detached SignedData over `content` (SHA-256), without a signing time."""
+def sign_detached(content: bytes, identity: Identity,
+                  timestamp: Callable[[bytes], cms.ContentInfo] | None = None) -> bytes:
+    """DER ContentInfo holding a detached SignedData over `content` (SHA-256), without a signing time.
+
+    `timestamp`, given the signature value, returns an RFC 3161 token for the unsigned attributes.
+    """
     attrs = sorted([cms.CMSAttribute({"type": "content_type", "values": ["data"]}),
                     cms.CMSAttribute({"type": "message_digest", "values": [hashlib.sha256(content).digest()]})],
                    key=lambda a: a.dump())  # DER orders a SET OF by encoding; verifiers re-encode it so
@@ -78,6 +82,9 @@ def sign_detached(content: bytes, identity: Identity) -> bytes:
             {"algorithm": "rsassa_pkcs1v15" if isinstance(identity.key, rsa.RSAPrivateKey) else "sha256_ecdsa"}),
         "signature": signature,
     })
+    if timestamp is not None:
+        signer["unsigned_attrs"] = cms.CMSAttributes([cms.CMSAttribute(
+            {"type": "signature_time_stamp_token", "values": [timestamp(signature)]})])
     certs = [cert] + [ax509.Certificate.load(c.public_bytes(serialization.Encoding.DER)) for c in identity.chain]
     signed_data = cms.SignedData({
         "version": "v1", "digest_algorithms": [algos.DigestAlgorithm({"algorithm": "sha256"})],
@@ -99,7 +106,10 @@ def load_signed_data(der: bytes, *, what: str) -> cms.SignedData:
             msg = f"{what} holds a {info['content_type'].native}, expected CMS signed data"
             raise SignatureProblem(msg)
         signed_data = info["content"]
-        signed_data.native  # noqa: B018  (parse everything now)
+        for part in ("version", "digest_algorithms", "encap_content_info", "certificates", "signer_infos"):
+            signed_data[part].contents  # noqa: B018  (parse the structure now; .native is very slow on tokens)
+        for signer_info in signed_data["signer_infos"]:
+            signer_info["signed_attrs"].native  # noqa: B018
     except (ValueError, TypeError, KeyError) as exc:
         msg = f"{what} cannot be parsed as a CMS signature ({exc})"
         raise SignatureProblem(msg) from None
@@ -111,6 +121,14 @@ def load_signed_data(der: bytes, *, what: str) -> cms.SignedData:
 
 def check_signed_data(signed_data: cms.SignedData, content: bytes, *, what: str) -> Checked:
     """The signer's signature over `content` holds; read its signing time and timestamp."""
+    try:
+        return _check_signed_data(signed_data, content, what=what)
+    except (ValueError, TypeError, KeyError) as exc:  # a field asn1crypto parses only when it is read
+        msg = f"{what} cannot be parsed ({exc})"
+        raise SignatureProblem(msg) from None
+
+
+def _check_signed_data(signed_data: cms.SignedData, content: bytes, *, what: str) -> Checked:
     certs = tuple(_load_cert(c.chosen.dump()) for c in signed_data["certificates"] or [])
     signer_info = signed_data["signer_infos"][0]
     signer = _signer_cert(signer_info, certs, what=what)
