@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from importlib import resources
+from typing import Literal
 
 from bundler.assembly.assembly import Assembly, BuildInputs, Copy
 from bundler.assembly.render import (
@@ -11,6 +12,7 @@ from bundler.assembly.render import (
     ScriptContext,
     render_scripts,
 )
+from bundler.manifest import Input
 from bundler.sources.cache import cached_sha256
 
 
@@ -20,7 +22,9 @@ def add_entry_point(assembly: Assembly, build: BuildInputs) -> None:
     if launch.module:
         assembly.facts.entry_point = EntryPoint(kind="module", value=launch.module)
         return
-    for kind, source in (("script", launch.script), ("program", launch.program)):
+    kinds: tuple[tuple[Literal["script", "program"], Input | None], ...] = (("script", launch.script),
+                                                                           ("program", launch.program))
+    for kind, source in kinds:
         if source is None:
             continue
         path = build.files[source.key]

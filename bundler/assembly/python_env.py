@@ -61,6 +61,10 @@ def wheel_requirement(path: Path, sha256: str) -> LockedWheel:
     return LockedWheel(name=str(name), version=str(version), filename=path.name, sha256=sha256)
 
 
+def lock_name(manifest: Manifest) -> str:
+    return manifest.python.lock.name if manifest.python.lock else f"{manifest.path.stem}.lock.toml"
+
+
 def add_python(assembly: Assembly, build: BuildInputs) -> None:
     manifest, lock, files = build.manifest, build.lock, build.files
     if manifest.ort.python_source is None:
@@ -73,7 +77,7 @@ def add_python(assembly: Assembly, build: BuildInputs) -> None:
     wheel, requires = ort_wheel(manifest, files, build.work)
     expected = lock_requirements(manifest, requires)
     if tuple(sorted(lock.requirements)) != expected:
-        msg = (f"{manifest.python.lock.name}: locked requirements {list(lock.requirements)} differ from what the "
+        msg = (f"{lock_name(manifest)}: locked requirements {list(lock.requirements)} differ from what the "
                f"manifest needs now {list(expected)}; run `ort-bundler lock {manifest.path.name}` again")
         raise ManifestError(msg)
     ort_sha = cached_sha256(wheel) if manifest.ort.wheel else file_sha256(wheel)

@@ -23,7 +23,7 @@ def bundle_info(assembly: Assembly, build: BuildInputs) -> BundleInfo:
     python_env, gpu, sdk, windows, vc_redist = facts.python_env, facts.gpu, facts.sdk, facts.windows, facts.vc_redist
     return BundleInfo(
         name=bundle.name, version=bundle.version, platform=bundle.platform, python=bundle.python,
-        python_tag=bundle.python_tag, built_with={"ort-bundler": __version__}, manifest=build.manifest.raw,
+        python_tag=bundle.python_tag, built_with={"ort-bundler": __version__}, manifest=dict(build.manifest.raw),
         ort=python_env.ort.to_json() if python_env else None,
         wheels=[{"name": w.name, "version": w.version, "filename": w.filename, "sha256": w.sha256}
                 for w in (python_env.wheels if python_env else ())],

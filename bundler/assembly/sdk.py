@@ -28,8 +28,8 @@ from bundler.assembly.facts import SdkFact
 from bundler.assembly.render import make_environment
 from bundler.errors import BuildError
 from bundler.hashing import file_sha256
+from bundler.platforms import target_platform
 from bundler.readers.ortarchive import (
-    _WINDOWS,
     OrtArchive,
     _is_binary,
     _Layout,
@@ -150,7 +150,7 @@ def _gpu_dlls(assembly: Assembly) -> list[str]:
 
 def _sdk_record(archive: OrtArchive, *, platform: str, replaced: list[str]) -> dict[str, Any]:
     layout = _Layout.of(platform, archive.version)
-    windows = platform == _WINDOWS
+    windows = target_platform(platform).windows
     return {
         "root": SDK_INSTALL_DIR,
         "include_dir": f"{SDK_INSTALL_DIR}/include",
@@ -169,7 +169,7 @@ def _sdk_record(archive: OrtArchive, *, platform: str, replaced: list[str]) -> d
 def _runtime_files(archive: OrtArchive, platform: str) -> list[str]:
     """What a program needs beside it at run time: every DLL on Windows; on Linux the shared objects by the
     names the loader asks for (libonnxruntime.so.1, not the development link or the fully versioned file)."""
-    if platform == _WINDOWS:
+    if target_platform(platform).windows:
         return sorted(archive.binaries)
     library = _Layout.of(platform, archive.version).library
     soname = f"lib/{_soname(library)}"
@@ -193,7 +193,7 @@ def render_sdk_files(archive: OrtArchive, *, platform: str, gpu_dlls: list[str],
             msg = (f"install path {value!r} cannot be written into the SDK's CMake and MSBuild files; expected "
                    f"'/'-separated names of letters, digits and . _ + -")
             raise BuildError(msg)
-    windows = platform == _WINDOWS
+    windows = target_platform(platform).windows
     layout = _Layout.of(platform, archive.version)
     major, minor, _ = archive.version.split(".")
     values = {
