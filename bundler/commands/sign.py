@@ -73,7 +73,10 @@ def _options(args: argparse.Namespace) -> SignOptions:
         msg = f"give exactly one of --cert/--key, --pkcs12 or --signer (found {', '.join(ways) or 'none'})"
         raise UsageError(msg)
     if args.signer:
-        return SignOptions(signer_command=parse_command(args.signer), timestamp_url=args.timestamp_url)
+        if args.timestamp_url:
+            msg = "--timestamp-url does nothing with --signer: let your signing tool timestamp its signatures"
+            raise UsageError(msg)
+        return SignOptions(signer_command=parse_command(args.signer))
     if args.pkcs12:
         password = pkcs12_password(args.password_env, environ=environment(), prompt=sys.stdin.isatty())
         identity = load_pkcs12_identity(args.pkcs12, password, chain=args.chain)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -82,7 +83,7 @@ def sign_bundle(source: Path, dest: Path, *, options: SignOptions, member_cache:
         files[SUMS_SIGNATURE] = signer.sums(_bytes_file(work / "out" / SUMS, sums.data).path)
         zip_members.append(Member(name=f"{unpacked.top}/{SUMS_SIGNATURE}", source=files[SUMS_SIGNATURE].path,
                                   sha256=files[SUMS_SIGNATURE].sha256))
-        staging = dest.with_name(f".{dest.name}.signing")
+        staging = dest.with_name(f".{dest.name}.{secrets.token_hex(8)}.signing")  # unpredictable: see issue 18
         try:
             write_zip(zip_members, staging, epoch=unpacked.epoch, member_cache=member_cache)
             _check_unsigned_view(staging, unsigned_digest, work=work, member_cache=member_cache)
@@ -185,7 +186,11 @@ class _Signer:
 
 def _record(source_name: str, unsigned_digest: str, unpacked: Unpacked, files: dict[str, File],
             scripts: list[str], signer: _Signer) -> dict[str, object]:
-    """signature.json: what was signed and from which unsigned bundle; deterministic (no clock)."""
+    """signature.json: what was signed and from which unsigned bundle; deterministic (no clock).
+
+    The signer is known before SHA256SUMS is signed except for a `--signer` tool on a bundle without
+    scripts: then it is null here, and SHA256SUMS.p7s names it.
+    """
     return {
         "format": FORMAT,
         "unsigned_bundle": {"file": source_name, "sha256": unsigned_digest},
