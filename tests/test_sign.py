@@ -260,6 +260,20 @@ def test_a_missing_osslsigncode_names_the_tool_and_how_to_install_it(win_zip: Pa
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+def test_an_osslsigncode_too_old_for_scripts_is_refused_by_version(win_zip: Path, pki: dict[str, Pki],
+                                                                    tmp_path: Path) -> None:
+    """A stand-in named osslsigncode that reports Debian 12's own 2.5 (which cannot sign scripts)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "osslsigncode"
+    fake.write_text("#!/bin/sh\necho 'osslsigncode 2.5, using:'\nexit 0\n")
+    fake.chmod(0o755)
+    proc = sign(win_zip, tmp_path / "out", pki["good"], check=False, env={**os.environ, "PATH": str(bin_dir)})
+    assert proc.returncode == 4
+    assert "is osslsigncode 2.5" in proc.stderr and "2.8 or later" in proc.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="the Linux install-time check runs openssl")
 def test_the_linux_install_time_check_with_openssl(linux_zip: Path, pki: dict[str, Pki], tmp_path: Path) -> None:
     """bundler/target/trust.py, as install.sh --trust will run it, on the unpacked Linux bundle."""

@@ -12,12 +12,14 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
 import tree_sitter_pwsh
 from signing_pki import Pki
 from test_scripts_windows import _walk, parse_problems, powershell7_constructs
 from tree_sitter import Language, Parser
 
 from bundler.assembly.render import encode_script, make_environment
+from bundler.cli import main
 
 CALLER = """{% include "_bundle_signature.ps1.j2" %}
 $problem = Get-BundleSignatureProblem -ScriptPath $PSCommandPath -Root $PSScriptRoot
@@ -62,3 +64,13 @@ def test_a_script_with_the_include_signed_by_osslsigncode_still_parses_and_verif
     proc = subprocess.run(["osslsigncode", "verify", "-CAfile", str(pki.root), "-in", str(signed)],
                           capture_output=True, text=True)
     assert proc.returncode == 0 and "Succeeded" in proc.stdout
+
+
+def test_sign_and_verify_trust_have_help_with_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sign", "--help"]) == 0
+    out = capsys.readouterr().out
+    for flag in ("--cert", "--key", "--pkcs12", "--password-env", "--chain", "--timestamp-url", "--signer", "examples:"):
+        assert flag in out
+    assert "--password " not in out  # a password is never an argument
+    assert main(["verify", "--help"]) == 0
+    assert "--trust CA.pem" in capsys.readouterr().out
