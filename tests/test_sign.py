@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import zipfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -364,3 +365,30 @@ def test_a_timestamped_bundle_outlives_its_certificate(win_zip: Path, pki: dict[
     for check in untrusted_tsa.signatures:
         assert any("timestamp's authority is not trusted" in n for n in check.notes)
         assert "expired on" in check.problems[0]
+
+
+def test_a_certificate_that_expires_after_signing_needs_the_timestamp(linux_zip: Path, tsa: Tsa, tsa_url: str,
+                                                                      tmp_path: Path) -> None:
+    """For real, no clock games: a certificate that lives 20 seconds signs two bundles, one timestamped;
+    after it has expired, only the timestamped one passes verify --trust and the Linux install-time check."""
+    expires = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=20)
+    short = Pki.make(tmp_path / "pki", "short", not_after=expires)
+    sign(linux_zip, tmp_path / "plain", short)
+    sign(linux_zip, tmp_path / "stamped", short, "--timestamp-url", tsa_url)
+    anchors = tmp_path / "anchors.pem"
+    anchors.write_bytes(short.root.read_bytes() + tsa.root.read_bytes())
+    time.sleep(max(0.0, (expires - dt.datetime.now(dt.UTC)).total_seconds() + 1.5))
+
+    def install_check(kind: str, anchor: Path) -> subprocess.CompletedProcess[str]:
+        root = unpack(tmp_path / kind / linux_zip.name, tmp_path / f"unpacked-{kind}-{anchor.stem}")
+        return subprocess.run([sys.executable, str(TRUST_PY), str(root), "--trust", str(anchor)],
+                              capture_output=True, text=True)
+
+    assert install_check("stamped", anchors).returncode == 0
+    refused = install_check("plain", anchors)
+    assert refused.returncode == 11 and "expired" in refused.stderr
+    assert install_check("stamped", short.root).returncode == 11  # the token's authority is not trusted
+    code, report = verify_json(tmp_path / "stamped" / linux_zip.name, "--trust", str(anchors))
+    assert code == 0 and report["signatures"][0]["timestamp_authority"] == "test Time Stamping"
+    code, report = verify_json(tmp_path / "plain" / linux_zip.name, "--trust", str(anchors))
+    assert code == 8 and "no trusted timestamp" in report["signatures"][0]["problems"][0]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from cryptography import x509
 
 from bundler.signing import authenticode, cms
-from bundler.signing.credentials import may_sign_code
+from bundler.signing.credentials import may_sign_code, may_stamp_time
 from bundler.signing.layout import SUMS, SUMS_SIGNATURE
 from bundler.signing.pkix import build_chain, describe, fingerprint
 
@@ -96,7 +96,9 @@ def evaluate(path: str, kind: str, checked: cms.Checked, *, anchors: Sequence[x5
     if anchors is not None:
         if stamp is not None:
             stamp_chain = build_chain(stamp.authority, stamp.certificates, anchors, at=stamp.time)
-            if stamp_chain.trusted:
+            if not may_stamp_time(stamp.authority):
+                notes.append(f"{describe(stamp.authority)} is not a time-stamping certificate; lifetimes checked now")
+            elif stamp_chain.trusted:
                 moment = stamp.time
             else:
                 notes.append(f"the timestamp's authority is not trusted ({stamp_chain.reason}); lifetimes checked now")

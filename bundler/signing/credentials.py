@@ -141,6 +141,15 @@ def may_sign_code(cert: x509.Certificate) -> bool:
     return ExtendedKeyUsageOID.CODE_SIGNING in usages
 
 
+def may_stamp_time(cert: x509.Certificate) -> bool:
+    """RFC 3161 §2.3: a time-stamping authority's certificate has the timeStamping extended key usage."""
+    try:
+        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        return False
+    return ExtendedKeyUsageOID.TIME_STAMPING in usages
+
+
 def _supported(key: object, path: Path) -> PrivateKey:
     if isinstance(key, (rsa.RSAPrivateKey, ec.EllipticCurvePrivateKey)):
         return key
