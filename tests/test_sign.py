@@ -114,7 +114,7 @@ def test_a_signed_windows_bundle_passes_osslsigncode_sha256sum_and_our_verifier(
         assert parse_problems(data) == [] and powershell7_constructs(data) == []
     subprocess.run(["sha256sum", "-c", "--strict", "--quiet", "SHA256SUMS"], cwd=root, check=True)
     code, report = verify_json(signed_win, "--trust", str(pki["good"].root))
-    assert code == 0 and report["ok"], report
+    assert code == 0 and report["ok"] and report["signed"], report
     checks = {c["path"]: c for c in report["signatures"]}
     assert sorted(checks) == sorted([*scripts, "SHA256SUMS.p7s"])
     for check in checks.values():
@@ -192,7 +192,7 @@ def test_a_bundle_signed_by_another_ca_or_not_signed_is_refused(signed_win: Path
     assert code == 8
     assert all(not c["trusted"] and "does not reach the trust anchor" in c["problems"][0] for c in report["signatures"])
     code, report = verify_json(win_zip, "--trust", str(pki["good"].root))
-    assert code == 8
+    assert code == 8 and report["signed"] is False
     problems = " ".join(p for c in report["signatures"] for p in c["problems"])
     assert "no Authenticode signature block" in problems and "SHA256SUMS.p7s is missing" in problems
     code, report = verify_json(signed_win)  # no anchor: the mathematics pass, trust is not claimed

@@ -82,7 +82,7 @@ class Report:
     def to_json(self) -> dict[str, object]:
         return {"bundle": self.bundle, "ok": self.ok, "files": self.files, "missing": list(self.missing),
                 "extra": list(self.extra), "altered": list(self.altered), "problems": list(self.problems),
-                "signed": bool(self.signatures), "trust_anchor": self.anchor,
+                "signed": any(c.signer for c in self.signatures), "trust_anchor": self.anchor,
                 "signatures": [c.to_json() for c in self.signatures],
                 "unsigned_build": self.unsigned_build.to_json() if self.unsigned_build else None}
 
