@@ -218,6 +218,38 @@ def test_the_external_signer_contract_and_an_expired_certificate_without_timesta
             assert "expired on" in check["problems"][0] and "no trusted timestamp" in check["problems"][0]
 
 
+BAD_SIGNER = r'''
+"""A signing tool that breaks the contract on purpose: it edits the script, or signs SHA256SUMS as someone else."""
+import os, shutil, subprocess, sys
+how, cert, key, chain, other_cert, other_key, source, dest = sys.argv[1:9]
+if os.environ["ORT_BUNDLER_SIGN_KIND"] == "authenticode":
+    if how == "edits":
+        edited = dest + ".edited.ps1"
+        shutil.copyfile(source, edited)
+        with open(edited, "ab") as fh:
+            fh.write(b"Write-Host 'added by the signer'\r\n")
+        source = edited
+    cmd = ["osslsigncode", "sign", "-certs", cert, "-ac", chain, "-key", key, "-h", "sha256", "-in", source, "-out", dest]
+else:
+    cmd = ["openssl", "cms", "-sign", "-binary", "-outform", "DER", "-md", "sha256", "-nosmimecap", "-signer",
+           other_cert, "-inkey", other_key, "-in", source, "-out", dest]
+sys.exit(subprocess.run(cmd, stdout=subprocess.DEVNULL).returncode)
+'''
+
+
+@pytest.mark.parametrize(("how", "expected"), [("edits", "changed the script itself"),
+                                               ("two-signers", "expected one signer")])
+def test_a_signer_command_that_breaks_the_contract_is_refused(win_zip: Path, pki: dict[str, Pki], tmp_path: Path,
+                                                              how: str, expected: str) -> None:
+    script = tmp_path / "bad-signer.py"
+    script.write_text(BAD_SIGNER)
+    good, other = pki["good"], pki["other"]
+    command = f"{sys.executable} {script} {how} {good.cert} {good.key} {good.chain} {other.cert} {other.key}"
+    proc = run_cli("sign", str(win_zip), "-o", str(tmp_path / "out"), "--signer", command, check=False)
+    assert proc.returncode == 7 and expected in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
 def test_a_signer_command_that_writes_nothing_is_a_clear_error(win_zip: Path, tmp_path: Path) -> None:
     proc = run_cli("sign", str(win_zip), "-o", str(tmp_path / "out"), "--signer", "true", check=False)
     assert proc.returncode == 2 and "wrote no install.ps1" in proc.stderr
