@@ -173,6 +173,29 @@ def _tampered(signed: Path, dest: Path, member: str) -> Path:
     return dest / signed.name
 
 
+def test_a_script_whose_signature_would_depend_on_the_code_page_is_not_signed(win_zip: Path, pki: dict[str, Pki],
+                                                                              tmp_path: Path) -> None:
+    """A bundle (consistent SHA256SUMS) whose run.ps1 lost its byte-order mark and CRLFs, as an editor may do."""
+    top = win_zip.name.removesuffix(".zip")
+    with zipfile.ZipFile(win_zip) as archive:
+        files = {i.filename: (i, archive.read(i)) for i in archive.infolist()}
+    name = f"{top}/payload/launchers/run.ps1"
+    old = files[name][1]
+    new = old.removeprefix(b"\xef\xbb\xbf").replace(b"\r\n", b"\n")
+    files[name] = (files[name][0], new)
+    sums_info, sums = files[f"{top}/SHA256SUMS"]
+    files[f"{top}/SHA256SUMS"] = (sums_info, sums.replace(hashlib.sha256(old).hexdigest().encode(),
+                                                          hashlib.sha256(new).hexdigest().encode()))
+    (tmp_path / "in").mkdir()
+    with zipfile.ZipFile(tmp_path / "in" / win_zip.name, "w", zipfile.ZIP_DEFLATED) as out:
+        for info, content in files.values():
+            out.writestr(info, content)
+    assert run_cli("verify", str(tmp_path / "in" / win_zip.name)).returncode == 0
+    proc = sign(tmp_path / "in" / win_zip.name, tmp_path / "out", pki["good"], check=False)
+    assert proc.returncode == 7 and "payload/launchers/run.ps1 is not UTF-8 with a byte-order mark" in proc.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
 @pytest.mark.parametrize("member", ["payload/selfcheck/selfcheck.py", "install.ps1"])
 def test_a_changed_file_with_rewritten_sums_is_refused(signed_win: Path, pki: dict[str, Pki], tmp_path: Path,
                                                        member: str) -> None:

@@ -131,6 +131,7 @@ class _Signer:
             self.signing_time = max(epoch, int(identity.cert.not_valid_before_utc.timestamp()))
 
     def script(self, rel: str, file: File) -> File:
+        _check_encoding(rel, file.path.read_bytes())
         dest = self.work / "out" / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
         if self.options.signer_command:
@@ -213,6 +214,16 @@ def _check_unsigned_view(dest: Path, expected: str, *, work: Path, member_cache:
         msg = (f"without its signatures the signed bundle is not the input bundle (sha256 {actual}, "
                f"expected {expected}); nothing was written")
         raise VerificationError(msg)
+
+
+def _check_encoding(rel: str, data: bytes) -> None:
+    """Only UTF-8 with a byte-order mark and CRLF line ends hash the same on every Windows code page:
+    without the mark, PowerShell reads non-ASCII text in the machine's ANSI code page and reports a
+    signed script as changed (PowerShell/PowerShell#3466); bare LFs make mixed line ends after signing."""
+    if not data.startswith(b"\xef\xbb\xbf") or b"\n" in data.replace(b"\r\n", b""):
+        msg = (f"{rel} is not UTF-8 with a byte-order mark and CRLF line ends (what `build` writes); its signature "
+               "would not verify on every Windows machine")
+        raise BuildError(msg)
 
 
 def _bytes_file(path: Path, data: bytes) -> File:
