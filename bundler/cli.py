@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="sign every .ps1 (Authenticode) and the bundle as a whole (SHA256SUMS.p7s)",
                        epilog=sign.EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     sign.configure(p)
-    p.set_defaults(action=lambda args: sign.sign_command(args, member_cache_dir=_cache(args).work_dir("members")))
+    p.set_defaults(action=lambda args: sign.sign_command(args, cache=_cache(args)))
 
     p = command("inspect", "explain one artifact: ORT archive, wheel, DLL/PYD, or ONNX model")
     p.add_argument("path", type=Path)

@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import MANIFESTS, REPO, run_cli
+from conftest import MANIFESTS, REPO, cache_root, run_cli
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from signing_pki import P12_PASSWORD, Pki, Tsa
 from test_scripts_windows import parse_problems, powershell7_constructs
@@ -39,6 +39,7 @@ pytestmark = pytest.mark.integration
 WIN = "quickstart-win-1.0.0-win_amd64"
 LINUX = "quickstart-linux-1.0.0-linux_x86_64"
 TRUST_PY = REPO / "bundler" / "target" / "trust.py"
+CACHE = cache_root() / "bundler-cache"  # the member cache and scratch folders of sign and verify
 EXTERNAL_SIGNER = r'''
 """A stand-in for an organisation's signing tool, honouring the --signer contract with real tools."""
 import os, subprocess, sys
@@ -77,7 +78,7 @@ def linux_zip(bundler_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def sign(bundle: Path, out: Path, pki: Pki, *extra: str, check: bool = True, env: dict[str, str] | None = None):
-    return run_cli("sign", "-q", str(bundle), "-o", str(out), "--cert", str(pki.cert), "--key", str(pki.key),
+    return run_cli("sign", "--cache", str(CACHE), "-q", str(bundle), "-o", str(out), "--cert", str(pki.cert), "--key", str(pki.key),
                    "--chain", str(pki.chain), *extra, check=check, env=env)
 
 
@@ -95,7 +96,7 @@ def unpack(zip_path: Path, dest: Path) -> Path:
 
 
 def verify_json(zip_path: Path, *args: str) -> tuple[int, dict]:
-    proc = run_cli("verify", "--json", *args, str(zip_path), check=False)
+    proc = run_cli("verify", "--cache", str(CACHE), "--json", *args, str(zip_path), check=False)
     assert "Traceback" not in proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 
@@ -146,7 +147,7 @@ def test_signing_twice_and_with_pkcs12_gives_the_same_bytes(win_zip: Path, signe
     sign(win_zip, again, pki["good"])
     assert (again / win_zip.name).read_bytes() == signed_win.read_bytes()
     p12 = tmp_path / "p12"
-    run_cli("sign", "-q", str(win_zip), "-o", str(p12), "--pkcs12", str(pki["good"].p12), "--password-env",
+    run_cli("sign", "--cache", str(CACHE), "-q", str(win_zip), "-o", str(p12), "--pkcs12", str(pki["good"].p12), "--password-env",
             "TEST_P12_PASSWORD", env={**os.environ, "TEST_P12_PASSWORD": P12_PASSWORD})
     assert (p12 / win_zip.name).read_bytes() == signed_win.read_bytes()
     sidecar = (p12 / f"{win_zip.name}.sha256").read_text()
@@ -190,7 +191,7 @@ def test_a_script_whose_signature_would_depend_on_the_code_page_is_not_signed(wi
     with zipfile.ZipFile(tmp_path / "in" / win_zip.name, "w", zipfile.ZIP_DEFLATED) as out:
         for info, content in files.values():
             out.writestr(info, content)
-    assert run_cli("verify", str(tmp_path / "in" / win_zip.name)).returncode == 0
+    assert run_cli("verify", "--cache", str(CACHE), str(tmp_path / "in" / win_zip.name)).returncode == 0
     proc = sign(tmp_path / "in" / win_zip.name, tmp_path / "out", pki["good"], check=False)
     assert proc.returncode == 7 and "payload/launchers/run.ps1 is not UTF-8 with a byte-order mark" in proc.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
@@ -206,7 +207,7 @@ def test_a_changed_file_with_rewritten_sums_is_refused(signed_win: Path, pki: di
     assert "changed after signing" in " ".join(failed["SHA256SUMS.p7s"])
     if member == "install.ps1":
         assert "changed after signing" in " ".join(failed["install.ps1"])
-    assert run_cli("verify", str(tampered), check=False).returncode == 8  # the mathematics fail without --trust too
+    assert run_cli("verify", "--cache", str(CACHE), str(tampered), check=False).returncode == 8  # the mathematics fail without --trust too
 
 
 def test_a_bundle_signed_by_another_ca_or_not_signed_is_refused(signed_win: Path, win_zip: Path,
@@ -229,7 +230,7 @@ def test_the_external_signer_contract_and_an_expired_certificate_without_timesta
     for name in ("good", "expired"):
         p = pki[name]
         command = f"{sys.executable} {script} {p.cert} {p.key} {p.chain}"
-        run_cli("sign", "-q", str(win_zip), "-o", str(tmp_path / name), "--signer", command)
+        run_cli("sign", "--cache", str(CACHE), "-q", str(win_zip), "-o", str(tmp_path / name), "--signer", command)
         code, report = verify_json(tmp_path / name / win_zip.name, "--trust", str(p.root))
         assert report["unsigned_build"]["equal"]
         if name == "good":
@@ -268,13 +269,13 @@ def test_a_signer_command_that_breaks_the_contract_is_refused(win_zip: Path, pki
     script.write_text(BAD_SIGNER)
     good, other = pki["good"], pki["other"]
     command = f"{sys.executable} {script} {how} {good.cert} {good.key} {good.chain} {other.cert} {other.key}"
-    proc = run_cli("sign", str(win_zip), "-o", str(tmp_path / "out"), "--signer", command, check=False)
+    proc = run_cli("sign", "--cache", str(CACHE), str(win_zip), "-o", str(tmp_path / "out"), "--signer", command, check=False)
     assert proc.returncode == 7 and expected in proc.stderr, proc.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
 def test_a_signer_command_that_writes_nothing_is_a_clear_error(win_zip: Path, tmp_path: Path) -> None:
-    proc = run_cli("sign", str(win_zip), "-o", str(tmp_path / "out"), "--signer", "true", check=False)
+    proc = run_cli("sign", "--cache", str(CACHE), str(win_zip), "-o", str(tmp_path / "out"), "--signer", "true", check=False)
     assert proc.returncode == 2 and "wrote no install.ps1" in proc.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
@@ -299,7 +300,7 @@ def test_bad_credentials_are_one_clear_error_and_nothing_is_written(win_zip: Pat
                 "foreign-key": "does not belong to the certificate", "no-code-signing-usage": "is not for code signing",
                 "expired": "expired on", "two-ways": "exactly one of", "already-signed": "already signed"}[case]
     bundle = signed_win if case == "already-signed" else win_zip
-    proc = run_cli("sign", str(bundle), "-o", str(out), *args, check=False, env={**os.environ, "P12": "wrong"})
+    proc = run_cli("sign", "--cache", str(CACHE), str(bundle), "-o", str(out), *args, check=False, env={**os.environ, "P12": "wrong"})
     assert proc.returncode == 2, proc.stderr
     assert expected in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

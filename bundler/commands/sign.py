@@ -19,6 +19,7 @@ from bundler.errors import UsageError, VerificationError
 
 if TYPE_CHECKING:
     from bundler.signing.bundle import SignOptions
+    from bundler.sources.cache import Cache
 
 EXAMPLES = """examples:
   ort-bundler sign dist/app-1.0.0-win_amd64.zip -o signed/ --cert signer.pem --key signer.key --chain chain.pem
@@ -44,15 +45,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def sign_command(args: argparse.Namespace, *, member_cache_dir: Path) -> int:
+def sign_command(args: argparse.Namespace, *, cache: Cache) -> int:
     import json
 
     from bundler.signing.bundle import sign_bundle
-    from bundler.writer.zipwriter import MemberCache
 
     options = _options(args)
     dest = output_path(args.bundle, args.output)
-    result = sign_bundle(args.bundle, dest, options=options, member_cache=MemberCache(member_cache_dir))
+    result = sign_bundle(args.bundle, dest, options=options, cache=cache)
     if args.json:
         print(json.dumps({"zip": str(result.zip_path), "sha256": result.sha256, "size": result.size,
                           "signer": result.signer, "signed": list(result.signed)}, indent=2))

@@ -136,10 +136,10 @@ def osslsigncode(runner: Runner) -> str:
     return found
 
 
-def sign_script(source: Path, dest: Path, *, tool: str, certs: Path, key: Path, runner: Runner,
+def sign_script(source: Path, dest: Path, *, tool: str, certs: Path, key: Path, passphrase: str, runner: Runner,
                 signing_time: int | None, timestamp_url: str | None) -> None:
     """Sign one script with osslsigncode (`tool`): SHA-256, the chain in `certs`, a fixed or a timestamped time."""
-    cmd = [tool, "sign", "-certs", str(certs), "-key", str(key), "-h", "sha256"]
+    cmd = [tool, "sign", "-certs", str(certs), "-key", str(key), "-pass", passphrase, "-h", "sha256"]
     if timestamp_url:
         cmd += ["-ts", timestamp_url]
     elif signing_time is not None:

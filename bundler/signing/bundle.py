@@ -12,7 +12,6 @@ unsigned bundle is rebuilt from it and must equal the input byte for byte.
 from __future__ import annotations
 
 import hashlib
-import os
 import secrets
 import zipfile
 from collections.abc import Sequence
@@ -20,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bundler.assembly.records import to_json
-from bundler.atomic import write_atomic
 from bundler.commands.verify import verify_bundle
 from bundler.errors import BuildError, UsageError, VerificationError
 from bundler.hashing import file_sha256
@@ -35,12 +33,12 @@ from bundler.signing.layout import (
     File,
     Unpacked,
     members,
-    scratch,
     unpack,
     unsigned_sha256,
 )
 from bundler.signing.pkix import describe, fingerprint
 from bundler.signing.timestamp import request_token
+from bundler.sources.cache import Cache, disk_errors
 from bundler.writer.zipwriter import Member, MemberCache, write_zip
 
 FORMAT = 1
@@ -64,11 +62,12 @@ class SignResult:
     signed: tuple[str, ...]
 
 
-def sign_bundle(source: Path, dest: Path, *, options: SignOptions, member_cache: MemberCache,
-                runner: Runner = run) -> SignResult:
+def sign_bundle(source: Path, dest: Path, *, options: SignOptions, cache: Cache, runner: Runner = run) -> SignResult:
+    """Sign `source` into `dest` (and `dest.sha256`); `cache` gives the scratch folder and the member cache."""
     unsigned_digest = file_sha256(source)
-    with scratch() as tmp:
-        work = Path(tmp)
+    member_cache = MemberCache(cache.work_dir("members"))
+    with cache.scratch(prefix="sign-") as work, disk_errors(BuildError, "sign"):
+        work.chmod(0o700)  # the unpacked bundle and the (encrypted) key copy are this user's alone
         unpacked = _unpack_verified(source, work / "in")
         signer = _Signer(options=options, work=work, epoch=unpacked.epoch, runner=runner)
         files = dict(unpacked.files)
@@ -83,15 +82,15 @@ def sign_bundle(source: Path, dest: Path, *, options: SignOptions, member_cache:
         files[SUMS_SIGNATURE] = signer.sums(_bytes_file(work / "out" / SUMS, sums.data).path)
         zip_members.append(Member(name=f"{unpacked.top}/{SUMS_SIGNATURE}", source=files[SUMS_SIGNATURE].path,
                                   sha256=files[SUMS_SIGNATURE].sha256))
-        staging = dest.with_name(f".{dest.name}.{secrets.token_hex(8)}.signing")  # unpredictable: see issue 18
-        try:
-            write_zip(zip_members, staging, epoch=unpacked.epoch, member_cache=member_cache)
-            _check_unsigned_view(staging, unsigned_digest, work=work, member_cache=member_cache)
-            os.replace(staging, dest)
-        finally:
-            staging.unlink(missing_ok=True)
-    digest = file_sha256(dest)
-    write_atomic(dest.with_name(dest.name + ".sha256"), f"{digest}  {dest.name}\n".encode("ascii"))
+        # First in the scratch folder, checked there; then the same bytes to `dest`, with the writer's own
+        # atomic rename and sidecar replacement, so a failed check leaves `dest` as it was.
+        trial = write_zip(zip_members, work / "trial" / dest.name, epoch=unpacked.epoch, member_cache=member_cache)
+        _check_unsigned_view(work / "trial" / dest.name, unsigned_digest, work=work, member_cache=member_cache)
+        digest = write_zip(zip_members, dest, epoch=unpacked.epoch, member_cache=member_cache,
+                           sidecar=dest.with_name(dest.name + ".sha256"))
+    if digest != trial:
+        msg = f"{dest}: the zip written differs from the one checked (sha256 {digest}, expected {trial})"
+        raise BuildError(msg)
     return SignResult(zip_path=dest, sha256=digest, size=dest.stat().st_size, signer=signer.subject or "",
                       signed=(*scripts, SUMS))
 
@@ -124,8 +123,12 @@ class _Signer:
             self.subject, self.fingerprint = identity.subject, fingerprint(identity.cert)
             self.certs, self.key = work / "certs.pem", work / "key.pem"
             self.certs.write_bytes(identity.certs_pem())
+            # osslsigncode reads the key from a file: a copy encrypted with a one-time passphrase, so
+            # that a copy left behind by a killed run is useless; the passphrase only lives in this process
+            # and osslsigncode's arguments.
+            self.passphrase = secrets.token_urlsafe(24)
             self.key.touch(mode=0o600)
-            self.key.write_bytes(identity.key_pem())
+            self.key.write_bytes(identity.encrypted_key_pem(self.passphrase))
             # No timestamp: a fixed signing time (the bundle's, or the certificate's start if later) keeps
             # the signature reproducible; verifiers do not trust a signing time anyway.
             self.signing_time = max(epoch, int(identity.cert.not_valid_before_utc.timestamp()))
@@ -138,8 +141,9 @@ class _Signer:
             run_signer(self.options.signer_command, file.path, dest, kind="authenticode", runner=self.runner)
         else:
             self.tool = self.tool or authenticode.osslsigncode(self.runner)  # checked once, on the first script
-            authenticode.sign_script(file.path, dest, tool=self.tool, certs=self.certs, key=self.key, runner=self.runner,
-                                     signing_time=self.signing_time, timestamp_url=self.options.timestamp_url)
+            authenticode.sign_script(file.path, dest, tool=self.tool, certs=self.certs, key=self.key,
+                                     passphrase=self.passphrase, runner=self.runner, signing_time=self.signing_time,
+                                     timestamp_url=self.options.timestamp_url)
         data = dest.read_bytes()
         self._check_script(rel, file, data)
         return File(path=dest, sha256=_sha256(data), executable=file.executable)

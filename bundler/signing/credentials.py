@@ -49,9 +49,10 @@ class Identity:
         """The certificate first, then the chain: what osslsigncode's `-certs` reads."""
         return b"".join(c.public_bytes(serialization.Encoding.PEM) for c in (self.cert, *self.chain))
 
-    def key_pem(self) -> bytes:
+    def encrypted_key_pem(self, passphrase: str) -> bytes:
+        """The key as encrypted PKCS#8 PEM: what reaches the disk for osslsigncode is useless without `passphrase`."""
         return self.key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                      serialization.NoEncryption())
+                                      serialization.BestAvailableEncryption(passphrase.encode("ascii")))
 
 
 def load_certificates(path: Path, *, what: str) -> list[x509.Certificate]:
