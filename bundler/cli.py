@@ -207,9 +207,8 @@ def _build(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from bundler.commands.verify import verify_bundle
     from bundler.errors import VerificationError
-    from bundler.writer.zipwriter import MemberCache
 
-    report = verify_bundle(args.bundle, trust=args.trust, member_cache=MemberCache(_cache(args).work_dir("members")))
+    report = verify_bundle(args.bundle, trust=args.trust, cache=_cache(args))
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     elif not report.ok or not args.quiet:

@@ -29,6 +29,7 @@ from bundler.hashing import CHUNK, file_sha256
 from bundler.signing.check import SignatureCheck, check_signatures
 from bundler.signing.credentials import CredentialError, load_certificates
 from bundler.signing.layout import SIGNATURE_RECORD, SUMS_SIGNATURE, scratch, unpack, unsigned_sha256
+from bundler.sources.cache import Cache
 from bundler.writer.zipwriter import MemberCache
 
 REQUIRED = ("SHA256SUMS", "bundle.json", "install-plan.json")
@@ -100,9 +101,10 @@ class Report:
         return "\n".join(lines)
 
 
-def verify_bundle(path: Path, *, trust: Path | None = None, member_cache: MemberCache | None = None,
+def verify_bundle(path: Path, *, trust: Path | None = None, cache: Cache | None = None,
                   now: dt.datetime | None = None) -> Report:
-    """`trust`: a PEM file of anchor certificates; with it an unsigned bundle fails."""
+    """`trust`: a PEM file of anchor certificates; with it an unsigned bundle fails. `cache` lends its
+    member cache to rebuilding a signed bundle's unsigned zip (only then is it touched)."""
     anchors = _anchors(trust) if trust else None
     try:
         archive = zipfile.ZipFile(path)
@@ -120,7 +122,7 @@ def verify_bundle(path: Path, *, trust: Path | None = None, member_cache: Member
         if trust is None and SUMS_SIGNATURE not in _member_names(archive):
             return report
         return _with_signatures(report, archive, anchors=anchors, anchor=str(trust) if trust else None,
-                                member_cache=member_cache, now=now or dt.datetime.now(dt.UTC))
+                                cache=cache, now=now or dt.datetime.now(dt.UTC))
 
 
 def _anchors(trust: Path) -> list[x509.Certificate]:
@@ -260,18 +262,18 @@ def _sha256(archive: zipfile.ZipFile, info: zipfile.ZipInfo, problems: list[str]
 
 
 def _with_signatures(report: Report, archive: zipfile.ZipFile, *, anchors: list[x509.Certificate] | None,
-                     anchor: str | None, member_cache: MemberCache | None, now: dt.datetime) -> Report:
+                     anchor: str | None, cache: Cache | None, now: dt.datetime) -> Report:
     """Signature checks only on a bundle whose structure held: they read members by name."""
     top = archive.infolist()[0].filename.split("/", 1)[0]
     if not report.ok:
         return replace(report, anchor=anchor)
     names = sorted(_member_names(archive) - {""})
     checks = check_signatures(names, lambda rel: archive.read(f"{top}/{rel}"), anchors=anchors, now=now)
-    rebuilt = _unsigned_build(archive, top, member_cache=member_cache) if SUMS_SIGNATURE in names else None
+    rebuilt = _unsigned_build(archive, top, cache=cache) if SUMS_SIGNATURE in names else None
     return replace(report, anchor=anchor, signatures=tuple(checks), unsigned_build=rebuilt)
 
 
-def _unsigned_build(archive: zipfile.ZipFile, top: str, *, member_cache: MemberCache | None) -> UnsignedBuild:
+def _unsigned_build(archive: zipfile.ZipFile, top: str, *, cache: Cache | None) -> UnsignedBuild:
     recorded = None
     try:
         record = json.loads(archive.read(f"{top}/{SIGNATURE_RECORD}"))
@@ -282,5 +284,5 @@ def _unsigned_build(archive: zipfile.ZipFile, top: str, *, member_cache: MemberC
         work = Path(tmp)
         unpacked = unpack(archive, top, work / "in")
         (work / "out").mkdir()
-        cache = member_cache or MemberCache(work / "members")
-        return UnsignedBuild(recorded=recorded, rebuilt=unsigned_sha256(unpacked, work / "out", member_cache=cache))
+        members = MemberCache(cache.work_dir("members") if cache else work / "members")
+        return UnsignedBuild(recorded=recorded, rebuilt=unsigned_sha256(unpacked, work / "out", member_cache=members))
