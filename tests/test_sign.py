@@ -30,6 +30,7 @@ from conftest import MANIFESTS, REPO, cache_root, run_cli
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from signing_pki import P12_PASSWORD, Pki, Tsa
 from test_scripts_windows import parse_problems, powershell7_constructs
+from test_selfcheck import oldest_python
 
 from bundler.commands.verify import verify_bundle
 from bundler.signing.authenticode import split_signature
@@ -333,13 +334,15 @@ def test_an_osslsigncode_too_old_for_scripts_is_refused_by_version(win_zip: Path
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="the Linux install-time check runs openssl")
 def test_the_linux_install_time_check_with_openssl(linux_zip: Path, pki: dict[str, Pki], tmp_path: Path) -> None:
-    """bundler/target/trust.py, as install.sh --trust will run it, on the unpacked Linux bundle."""
+    """bundler/target/trust.py, as install.sh --trust will run it, on the unpacked Linux bundle; with the
+    oldest Python a target may have (3.8) when this machine has one."""
     sign(linux_zip, tmp_path / "signed", pki["good"])
     signed = tmp_path / "signed" / linux_zip.name
+    python = oldest_python() or sys.executable
 
     def trust(zip_path: Path, anchor: Path, where: str) -> subprocess.CompletedProcess[str]:
         root = unpack(zip_path, tmp_path / where)
-        return subprocess.run([sys.executable, str(TRUST_PY), str(root), "--trust", str(anchor)],
+        return subprocess.run([python, str(TRUST_PY), str(root), "--trust", str(anchor)],
                               capture_output=True, text=True)
 
     good = trust(signed, pki["good"].root, "good")
