@@ -362,6 +362,30 @@ def test_the_linux_install_time_check_with_openssl(linux_zip: Path, pki: dict[st
     assert missing.returncode == 10 and "no such file" in missing.stderr
 
 
+def test_install_sh_trust_refuses_an_altered_foreign_or_unsigned_bundle_before_anything_changes(
+        linux_zip: Path, pki: dict[str, Pki], tmp_path: Path) -> None:
+    """The Linux bundle, installed for real with install.sh --trust; each refusal is exit 11 and leaves no folder."""
+    sign(linux_zip, tmp_path / "signed", pki["good"])
+    signed = tmp_path / "signed" / linux_zip.name
+    cases = {"altered": (_tampered(signed, tmp_path / "t", "payload/models/tiny-mlp.onnx"), pki["good"].root, 11),
+             "other-ca": (signed, pki["other"].root, 11), "unsigned": (linux_zip, pki["good"].root, 11),
+             "no-anchor-file": (signed, tmp_path / "missing.pem", 10)}
+    for name, (zip_path, anchor, code) in cases.items():
+        bundle = unpack(zip_path, tmp_path / name)
+        root = tmp_path / f"{name}-root"
+        proc = subprocess.run(["sh", str(bundle / "install.sh"), "--trust", str(anchor), "--install-dir", str(root)],
+                              capture_output=True, text=True)
+        assert proc.returncode == code, (name, proc.stdout, proc.stderr)
+        assert "ERROR: trust.py:" in proc.stderr and not root.exists(), (name, proc.stderr)
+    bundle = unpack(signed, tmp_path / "good")
+    root = tmp_path / "good-root"
+    proc = subprocess.run(["sh", str(bundle / "install.sh"), "--trust", str(pki["good"].root), "--install-dir", str(root)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "bundle signature verified: signed by CN=good Code Signing" in proc.stderr
+    assert json.loads((root / "receipt.json").read_text())["selfcheck"]["passed"] is True
+
+
 def test_the_library_reports_an_expired_certificate_against_the_moment_of_verification(
         signed_win: Path, pki: dict[str, Pki]) -> None:
     """The same signatures, checked as if two years had passed: expired, and no timestamp to rescue them."""
