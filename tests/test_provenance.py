@@ -262,7 +262,7 @@ def quickstart_assembly(name: str, cache_root: Path, work: Path) -> tuple[Manife
     files = cached_inputs(all_inputs(manifest), cache)
     assembly = Assembly()
     add_python(assembly, manifest=manifest, lock=load_lock(manifest), files=files, work=work)
-    add_models(assembly, manifest=manifest, files=files, cache=cache)
+    add_models(assembly, manifest=manifest, lock=load_lock(manifest), files=files, cache=cache)
     add_scripts(assembly, manifest=manifest, entry_point=add_entry_point(assembly, manifest=manifest, files=files))
     return manifest, assembly
 

@@ -2,30 +2,83 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from bundler.assembly.assembly import Assembly
+from bundler.errors import ManifestError
 from bundler.manifest import Manifest
 from bundler.readers.modelgate import (
     ModelInput,
+    ModelRecord,
     gate_models,
+    gate_pinned,
     identity_model_bytes,
     selfcheck_script_bytes,
 )
 from bundler.sources.cache import Cache, cached_sha256
+from bundler.sources.lock import Lock, PinnedModel
 
 
-def add_models(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, Path], cache: Cache) -> None:
-    """Every model passes the gate in the pinned ORT version; its signature and reference output are recorded."""
-    inputs = [ModelInput(name=m.name, path=files[m.source.key], sha256=cached_sha256(files[m.source.key]),
-                         shapes=m.shapes) for m in manifest.models]
-    records = gate_models(inputs, ort_version=manifest.ort.version, work_dir=cache.work_dir("ort-envs"))
+def model_inputs(manifest: Manifest, files: Mapping[str, Path]) -> list[ModelInput]:
+    return [ModelInput(name=m.name, path=files[m.source.key], sha256=cached_sha256(files[m.source.key]),
+                       shapes=m.shapes) for m in manifest.models]
+
+
+def pin_models(manifest: Manifest, files: Mapping[str, Path], cache: Cache) -> tuple[PinnedModel, ...]:
+    """`lock`'s part: run the gate once in the pinned ORT and pin what it records, so builds need not."""
+    records = gate_models(model_inputs(manifest, files), ort_version=manifest.ort.version,
+                          work_dir=cache.work_dir("ort-envs"))
+    return tuple(PinnedModel(name=r.name, sha256=r.sha256, ort_version=manifest.ort.version, record=r.pinned_json())
+                 for r in records)
+
+
+def add_models(assembly: Assembly, *, manifest: Manifest, lock: Lock | None, files: Mapping[str, Path],
+               cache: Cache) -> None:
+    """Every model passes the gate in the pinned ORT version; the signature and reference the lock pins are recorded."""
+    inputs = model_inputs(manifest, files)
+    pinned = pinned_records(manifest, lock, inputs)
+    records = gate_pinned(inputs, pinned, ort_version=manifest.ort.version, work_dir=cache.work_dir("ort-envs"),
+                          results_dir=cache.work_dir("gate-results"))
     for model in inputs:
         bundle_path = f"payload/models/{model.name}.onnx"
         assembly.add_file(bundle_path, model.path, model.sha256)
         assembly.install(bundle_path, f"models/{model.name}.onnx")
     assembly.record["models"] = [{**r.to_json(), "file": f"models/{r.name}.onnx"} for r in records]
+
+
+def pinned_records(manifest: Manifest, lock: Lock | None, inputs: Sequence[ModelInput]) -> dict[str, ModelRecord]:
+    """The lock's record of every model, or one error naming each model the lock does not describe as it is now."""
+    if not inputs:
+        return {}
+    relock = f"run `ort-bundler lock {manifest.path.name}`"
+    if lock is None:
+        msg = (f"{manifest.path.name}: the models' references are pinned in the lock file, but python.lock is "
+               f"missing; {relock} and add `lock = \"<file>\"` under [python]")
+        raise ManifestError(msg)
+    by_name = {model.name: model for model in lock.models}
+    lock_name = manifest.python.lock.name if manifest.python.lock else "the lock file"
+    problems, records = [], {}
+    for model in inputs:
+        entry = by_name.get(model.name)
+        if entry is None:
+            problems.append(f"{lock_name}: {model.label} has no pinned reference; {relock} again")
+        elif entry.sha256 != model.sha256:
+            problems.append(f"{lock_name}: {model.label} changed (sha256 {model.sha256}, the lock pins {entry.sha256}); "
+                            f"{relock} again")
+        elif entry.ort_version != manifest.ort.version:
+            problems.append(f"{lock_name}: {model.label} was pinned with ORT {entry.ort_version}, the manifest pins "
+                            f"{manifest.ort.version}; {relock} again")
+        else:
+            record = ModelRecord.from_pinned(name=entry.name, sha256=entry.sha256, text=entry.record)
+            shapes = {name: [int(dim) for dim in shape] for name, shape in sorted(model.shapes.items())}
+            if record.shapes != shapes:
+                problems.append(f"{lock_name}: {model.label} was pinned for shapes {record.shapes}, the manifest "
+                                f"gives {shapes}; {relock} again")
+            records[model.name] = record
+    if problems:
+        raise ManifestError(problems)
+    return records
 
 
 def add_selfcheck(assembly: Assembly) -> None:

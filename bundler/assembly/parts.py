@@ -33,7 +33,7 @@ def add_all(assembly: Assembly, *, manifest: Manifest, lock: Lock | None, files:
     add_sdk(assembly, manifest=manifest, files=files, work=work)
     check_windows(assembly, manifest=manifest, work=work)
     add_vc_redist(assembly, manifest=manifest, files=files)
-    add_models(assembly, manifest=manifest, files=files, cache=cache)
+    add_models(assembly, manifest=manifest, lock=lock, files=files, cache=cache)
     entry_point = add_entry_point(assembly, manifest=manifest, files=files)
     add_scripts(assembly, manifest=manifest, entry_point=entry_point)
     check_signatures(assembly, manifest=manifest, work=work)

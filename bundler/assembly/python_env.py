@@ -20,7 +20,7 @@ from bundler.readers.archives import SafeArchive
 from bundler.readers.capi import read_capi
 from bundler.readers.wheels import verify_official_wheel
 from bundler.sources.cache import cached_sha256
-from bundler.sources.lock import Lock, LockedWheel, requirements_txt
+from bundler.sources.lock import Lock, LockedWheel, lock_data, requirements_txt
 
 
 def site_packages(manifest: Manifest) -> str:
@@ -66,6 +66,8 @@ def wheel_requirement(path: Path, sha256: str) -> LockedWheel:
 
 def add_python(assembly: Assembly, *, manifest: Manifest, lock: Lock | None, files: Mapping[str, Path],
                work: Path) -> None:
+    if lock is not None:
+        assembly.record["lock"] = lock_data(lock)  # what `reproduce` rebuilds from, with the manifest
     if manifest.ort.python_source is None:
         return
     if lock is None:

@@ -1,14 +1,19 @@
-"""The model gate: every bundled model must load and run in the pinned ORT version at build time.
+"""The model gate: every bundled model must load and run in the pinned ORT version.
 
 An unsupported operator or opset found on an air-gapped target costs a release; found here it
-costs a build. The gate also records what the self-check needs to prove the install: each model's
-fingerprint, signature and a reference output computed on deterministic inputs (`target/synth.py`).
-The session runs in the very ORT version the bundle ships: in this process when it is that version,
-else in an isolated environment on the build host running the shipped self-check's `--reference` mode.
+costs a build. `lock` runs the gate once, on the connected machine, and pins what it found (each
+model's fingerprint, signature and a reference output computed on deterministic inputs,
+`target/synth.py`); `build` runs it again and checks that the pinned ORT reproduces the pinned
+reference within its tolerance, and ships the pinned record: the zip never carries this machine's
+floating-point results. The session runs in the very ORT version the bundle ships: in this process
+when it is that version, else in an isolated environment on the build host running the shipped
+self-check's `--reference` mode.
 """
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import json
 import os
 import shutil
@@ -21,14 +26,16 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from bundler import __version__
 from bundler import runner as runners
-from bundler.errors import BuildError, HashMismatchError, UnsupportedError
+from bundler.atomic import write_atomic
+from bundler.errors import BuildError, HashMismatchError, ManifestError, UnsupportedError
 from bundler.hashing import file_sha256, mismatch_message
 from bundler.runner import Runner
 from bundler.target import synth
 
-# The one line of selfcheck.py that the shipped copy replaces with synth.py's source.
-SYNTH_IMPORT = "from bundler.target.synth import "
+# The one import statement of selfcheck.py that the shipped copy replaces with synth.py's source.
+SYNTH_MODULE = "bundler.target.synth"
 FUTURE_IMPORT = "from __future__ import annotations\n"
 READY_MARKER = ".ort-bundler-ready"
 
@@ -70,17 +77,28 @@ class ModelRecord:
             "reference": self.reference,
         }
 
+    def pinned_json(self) -> str:
+        """The record as the lock pins it: one canonical JSON line, without the name and hash the lock states."""
+        data = {key: value for key, value in self.to_json().items() if key not in ("name", "sha256")}
+        return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+    @classmethod
+    def from_pinned(cls, *, name: str, sha256: str, text: str) -> ModelRecord:
+        """The record a lock pins (`pinned_json`); a record missing a key is a lock error."""
+        data = json.loads(text)
+        missing = sorted({"opsets", "inputs", "outputs", "shapes", "reference"} - set(data))
+        if missing:
+            msg = f"the lock's record of model '{name}' lacks {', '.join(missing)}; run `ort-bundler lock` again"
+            raise ManifestError(msg)
+        return cls(name=name, sha256=sha256, opsets=data["opsets"], inputs=data["inputs"], outputs=data["outputs"],
+                   shapes=data["shapes"], reference=data["reference"])
+
 
 def gate_models(
     models: Sequence[ModelInput], *, ort_version: str, runner: Runner | None = None, work_dir: Path
 ) -> list[ModelRecord]:
-    """Check every model and record it, or fail the build naming every model that cannot ship."""
-    opsets, problems = {}, []
-    for model in models:
-        try:
-            opsets[model.name] = check_model_file(model)
-        except BuildError as exc:
-            problems.append(str(exc))
+    """Check every model and record it, or fail naming every model that cannot ship (run by `lock`)."""
+    opsets, problems = check_model_files(models)
     parsed = [model for model in models if model.name in opsets]
     probes = probe_models(parsed, ort_version=ort_version, runner=runner or runners.run, work_dir=work_dir)
     problems += [problem for model in parsed
@@ -99,6 +117,97 @@ def gate_models(
         )
         for model in models
     ]
+
+
+def gate_pinned(
+    models: Sequence[ModelInput], pinned: Mapping[str, ModelRecord], *, ort_version: str,
+    runner: Runner | None = None, work_dir: Path, results_dir: Path,
+) -> list[ModelRecord]:
+    """The build's gate: the pinned ORT must reproduce each pinned record within its tolerance.
+
+    What ships is the pinned record, never this machine's output, so the zip does not depend on the CPU
+    kernels of the build machine. A model that passed once for the same model hash, ORT version, pinned
+    record and gate code is not run again (`results_dir`).
+    """
+    opsets, problems = check_model_files(models)
+    parsed = [model for model in models if model.name in opsets]
+    keys = {model.name: gate_key(model, pinned[model.name], ort_version) for model in parsed}
+    todo = [model for model in parsed if not (results_dir / keys[model.name]).is_file()]
+    probes = probe_models(todo, ort_version=ort_version, runner=runner or runners.run, work_dir=work_dir)
+    for model in parsed:
+        if model in todo and (problem := probe_problem(model, probes[model.name], opsets[model.name], ort_version)
+                              or pinned_problem(model, pinned[model.name], probes[model.name], ort_version)):
+            problems.append(problem)
+        elif pinned[model.name].opsets != opsets[model.name]:
+            problems.append(f"{model.label}: the lock pins opsets {pinned[model.name].opsets}, the model imports "
+                            f"{opsets[model.name]}; run `ort-bundler lock` again")
+    if problems:
+        raise BuildError("\n".join(problems))
+    results_dir.mkdir(parents=True, exist_ok=True)
+    for model in todo:
+        write_atomic(results_dir / keys[model.name], b"passed\n")
+    return [pinned[model.name] for model in models]
+
+
+def gate_key(model: ModelInput, pinned: ModelRecord, ort_version: str) -> str:
+    """What a gate result depends on: the model, the ORT version, the pinned record and the gate's own code."""
+    parts = [model.sha256, ort_version, pinned.pinned_json(), __version__,
+             hashlib.sha256(selfcheck_script_bytes()).hexdigest()]
+    return hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()
+
+
+def pinned_problem(model: ModelInput, pinned: ModelRecord, probe: dict, ort_version: str) -> str | None:
+    """None when this run reproduces the pinned record within its tolerance, else the build's sentence."""
+    if (probe["inputs"], probe["outputs"]) != (pinned.inputs, pinned.outputs):
+        return (f"{model.label}: ORT {ort_version} reports the signature inputs {probe['inputs']} outputs "
+                f"{probe['outputs']}, but the lock pins inputs {pinned.inputs} outputs {pinned.outputs}; "
+                "run `ort-bundler lock` again")
+    fresh, recorded = probe["reference"], pinned.reference
+    if fresh["inputs"] != recorded["inputs"]:
+        return (f"{model.label}: the synthesised inputs differ from those the pinned reference was computed on "
+                f"({fresh['inputs']} here, {recorded['inputs']} pinned); run `ort-bundler lock` again")
+    worst = largest_difference(fresh["outputs"], recorded["outputs"], rtol=recorded["rtol"], atol=recorded["atol"])
+    if worst is None:
+        return None
+    return (f"{model.label}: ORT {ort_version} on this machine does not reproduce the pinned reference within "
+            f"rtol {recorded['rtol']}, atol {recorded['atol']}: {worst}")
+
+
+def largest_difference(fresh: Mapping[str, dict], pinned: Mapping[str, dict], *, rtol: float, atol: float) -> str | None:
+    """None when every output is within the tolerance, else the largest difference, said in one phrase."""
+    import numpy as np
+
+    failures = []
+    for name, recorded in sorted(pinned.items()):
+        value = fresh.get(name)
+        if recorded.get("digest") is None or value is None or value.get("digest") == recorded["digest"]:
+            if value is None:
+                failures.append((float("inf"), f"output '{name}' is missing"))
+            continue
+        if (value.get("shape"), value.get("dtype")) != (recorded["shape"], recorded["dtype"]):
+            failures.append((float("inf"), f"output '{name}' is {value.get('dtype')}{value.get('shape')}, "
+                                            f"pinned {recorded['dtype']}{recorded['shape']}"))
+            continue
+        actual, expected = (np.asarray([float(v) if isinstance(v, str) else v for v in values], dtype=np.float64)
+                            for values in (value["values"], recorded["values"]))
+        close = np.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+        if not close.all():
+            gap = np.where(close, 0.0, np.nan_to_num(np.abs(actual - expected), nan=np.inf))
+            index = int(np.argmax(gap))
+            failures.append((float(gap[index]), f"the largest difference is {gap[index]:g} in output '{name}' "
+                                                f"element {index} ({actual[index]!r} here, {expected[index]!r} pinned)"))
+    return max(failures)[1] if failures else None
+
+
+def check_model_files(models: Sequence[ModelInput]) -> tuple[dict[str, dict[str, int]], list[str]]:
+    """Each readable model's opsets, and the sentence for each model that is not."""
+    opsets, problems = {}, []
+    for model in models:
+        try:
+            opsets[model.name] = check_model_file(model)
+        except BuildError as exc:
+            problems.append(str(exc))
+    return opsets, problems
 
 
 def check_model_file(model: ModelInput) -> dict[str, int]:
@@ -168,7 +277,7 @@ def isolated_python(ort_version: str, *, runner: Runner, work_dir: Path) -> Path
     python = env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     work_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(work_dir / f"{env_dir.name}.lock"):  # builds sharing a cache make the environment once
-        if (env_dir / READY_MARKER).is_file():
+        if (env_dir / READY_MARKER).is_file() and python.exists():  # exists(): the venv's link may point nowhere
             return python
         shutil.rmtree(env_dir, ignore_errors=True)
         runner([sys.executable, "-m", "venv", str(env_dir)])
@@ -221,14 +330,17 @@ def selfcheck_script_bytes() -> bytes:
     single source for the inputs the build and the target synthesise.
     """
     package = resources.files("bundler.target")
-    script = (package / "selfcheck.py").read_text(encoding="utf-8").splitlines(keepends=True)
+    source = (package / "selfcheck.py").read_text(encoding="utf-8")
     synth_source = (package / "synth.py").read_text(encoding="utf-8")
-    imports = [index for index, line in enumerate(script) if line.startswith(SYNTH_IMPORT)]
+    imports = [node for node in ast.parse(source).body
+               if isinstance(node, ast.ImportFrom) and node.module == SYNTH_MODULE]
     if len(imports) != 1 or FUTURE_IMPORT not in synth_source:
-        msg = ("bundler/target/selfcheck.py must import synth on exactly one line, "
+        msg = ("bundler/target/selfcheck.py must import synth in exactly one statement, "
                "and synth.py must start with postponed annotations")
         raise BuildError(msg)
+    script = source.splitlines(keepends=True)
+    first, last = imports[0].lineno - 1, imports[0].end_lineno or imports[0].lineno  # the statement may span lines
     body = synth_source.replace(FUTURE_IMPORT, "", 1)
     banner = "# --- inlined from bundler/target/synth.py by ort-bundler ---\n"
-    shipped = [*script[: imports[0]], banner, body, "# --- end of synth.py ---\n", *script[imports[0] + 1:]]
+    shipped = [*script[:first], banner, body, "# --- end of synth.py ---\n", *script[last:]]
     return "".join(shipped).encode("utf-8")
