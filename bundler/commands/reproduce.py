@@ -247,12 +247,13 @@ class _Explainer:
         if name not in self.original.infos:
             return "the rebuild has it, the bundle does not" + self._version_note()
         ours, theirs = self.original.sha256(name), self.rebuilt.sha256(name)
-        if ours == theirs:
-            return self._same_content(name)
         if name in self.original.sums and self.original.sums[name] != ours:
             hint = ("; the manifest and lock it records, which reproduce rebuilds from, were edited"
                     if name == "bundle.json" else "")
-            return f"altered after the build: its bytes no longer match the bundle's SHA256SUMS{hint}"
+            follows = "; the rebuild, made from what it records, has the same bytes" if ours == theirs else ""
+            return f"altered after the build: its bytes no longer match the bundle's SHA256SUMS{hint}{follows}"
+        if ours == theirs:
+            return self._same_content(name)
         for digest in (ours, theirs):
             if digest in self.pinned:
                 return (f"a different input: the bundle has sha256 {ours}, the rebuild {theirs}; the recorded "
