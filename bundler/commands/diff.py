@@ -30,7 +30,7 @@ from bundler.readers.pe import inspect_pe, is_pe
 RECORDS = {"SHA256SUMS", "bundle.json", "install-plan.json", "sbom.cdx.json"}
 SCRIPT_SUFFIXES = (".ps1", ".psm1", ".cmd", ".bat", ".sh", ".py", ".pth")
 BINARY_SUFFIXES = (".dll", ".pyd")
-SIGNATURE_BLOCK = re.compile(r"^# SIG # Begin signature block$.*?^# SIG # End signature block$\n?", re.M | re.S)
+SIGNATURE_BLOCK = re.compile(r"^# SIG # Begin signature block$.*?^# SIG # End signature block$\n?", re.MULTILINE | re.DOTALL)
 BUNDLE_FIELDS = ("name", "version", "platform", "python")
 
 

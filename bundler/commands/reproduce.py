@@ -26,7 +26,12 @@ import tomli_w
 
 from bundler import __version__
 from bundler.commands.build import build
-from bundler.errors import BundleError, ManifestError, UnsupportedError, VerificationError
+from bundler.errors import (
+    BundleError,
+    ManifestError,
+    UnsupportedError,
+    VerificationError,
+)
 from bundler.hashing import CHUNK, file_sha256
 from bundler.manifest import Input, Manifest, load
 from bundler.readers.bundlezip import BundleZip, open_bundle
@@ -34,7 +39,6 @@ from bundler.sources.cache import Cache
 from bundler.sources.fetch import FetchOptions, fetch_inputs
 from bundler.sources.inputs import lock_inputs, target_of
 from bundler.sources.lock import Lock, lock_text, parse_lock
-
 
 # Members that describe the others: they differ whenever another member does.
 RECORDS = ("SHA256SUMS", "bundle.json", "install-plan.json", "sbom.cdx.json")

@@ -29,7 +29,12 @@ from filelock import FileLock
 from bundler import __version__
 from bundler import runner as runners
 from bundler.atomic import write_atomic
-from bundler.errors import BuildError, HashMismatchError, ManifestError, UnsupportedError
+from bundler.errors import (
+    BuildError,
+    HashMismatchError,
+    ManifestError,
+    UnsupportedError,
+)
 from bundler.hashing import file_sha256, mismatch_message
 from bundler.runner import Runner
 from bundler.target import synth
@@ -189,8 +194,8 @@ def largest_difference(fresh: Mapping[str, dict], pinned: Mapping[str, dict], *,
         if recorded.get("digest") is None:  # not a tensor: nothing numeric was pinned
             continue
         if (value.get("shape"), value.get("dtype")) != (recorded["shape"], recorded["dtype"]):
-            failures.append((float("inf"), f"output '{name}' is {value.get('dtype')}{value.get('shape')}, "
-                                            f"pinned {recorded['dtype']}{recorded['shape']}"))
+            failures.append((float("inf"), (f"output '{name}' is {value.get('dtype')}{value.get('shape')}, "
+                                            f"pinned {recorded['dtype']}{recorded['shape']}")))
             continue
         actual, expected = (np.asarray([float(v) if isinstance(v, str) else v for v in values], dtype=np.float64)
                             for values in (value["values"], recorded["values"]))
@@ -198,8 +203,8 @@ def largest_difference(fresh: Mapping[str, dict], pinned: Mapping[str, dict], *,
         if not close.all():
             gap = np.where(close, 0.0, np.nan_to_num(np.abs(actual - expected), nan=np.inf))
             index = int(np.argmax(gap))
-            failures.append((float(gap[index]), f"the largest difference is {gap[index]:g} in output '{name}' "
-                                                f"element {index} ({actual[index]!r} here, {expected[index]!r} pinned)"))
+            failures.append((float(gap[index]), (f"the largest difference is {gap[index]:g} in output '{name}' "
+                                                f"element {index} ({actual[index]!r} here, {expected[index]!r} pinned)")))
     return max(failures)[1] if failures else None
 
 

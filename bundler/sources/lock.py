@@ -116,7 +116,9 @@ class Target:
 
     def supported_tags(self) -> frozenset[Tag]:
         """The wheel tags an interpreter of this target accepts, to check what pip chose."""
-        minor = int(PYTHON_RE.match(self.python).group(1))
+        match = PYTHON_RE.match(self.python)
+        assert match is not None  # checked in __post_init__
+        minor = int(match.group(1))
         version = (3, minor)
         platforms = self.pip_platforms()
         return frozenset([
