@@ -40,7 +40,7 @@ class _SendfileHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _FileServer
 
-    def do_GET(self) -> None:  # noqa: N802 (the name http.server dispatches to)
+    def do_GET(self) -> None:
         size = self.server.file.stat().st_size
         self.send_response(200)
         self.send_header("Content-Type", "application/octet-stream")
@@ -49,7 +49,7 @@ class _SendfileHandler(BaseHTTPRequestHandler):
         with self.server.file.open("rb") as fh:
             self.connection.sendfile(fh)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
+    def log_message(self, format: str, *args: object) -> None:
         """Keep the benchmark's output to its figures."""
 
 

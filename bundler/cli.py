@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bundler import __version__
 from bundler.errors import BundleError, UsageError
+from bundler.manifest import Manifest
 from bundler.sources.cache import CACHE_ENV, Cache, default_cache_dir
 from bundler.sources.fetch import FetchOptions
 
@@ -156,7 +157,7 @@ def _say(args: argparse.Namespace, text: str) -> None:
         print(text)
 
 
-def _manifest(args: argparse.Namespace):
+def _manifest(args: argparse.Namespace) -> Manifest:
     from bundler.manifest import load
 
     return load(args.manifest)

@@ -95,3 +95,12 @@ def bundler_cache() -> Path:
     for name in ("quickstart-linux.toml", "quickstart-win.toml"):
         run_cli("fetch", "-q", "--cache", str(cache), str(MANIFESTS / name))
     return cache
+
+
+def part_inputs(manifest, *, files=None, work: Path, lock=None, cache=None):
+    """What the build hands every part (`BuildInputs`), for tests that run one part on its own."""
+    from bundler.assembly.assembly import BuildInputs
+    from bundler.sources.cache import Cache
+
+    return BuildInputs(manifest=manifest, lock=lock, files=files or {}, work=work,
+                       cache=cache if cache is not None else Cache(work / "cache"))

@@ -41,9 +41,9 @@ class BarrierLog:
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: "_Server"
+    server: _Server
 
-    def do_GET(self) -> None:  # noqa: N802 - the name http.server dispatches to
+    def do_GET(self) -> None:
         behaviour, record = self.server.owner.begin(self.path, self.headers.get("Range"))
         try:
             if behaviour is None:
@@ -53,7 +53,7 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             self.server.owner.end(record)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: object) -> None:
         """Silent: the records are what tests read; a log line per request only clutters pytest's output."""
 
     def write_body(self, data: bytes) -> None:
@@ -63,7 +63,7 @@ class Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    owner: "LocalHTTPServer"
+    owner: LocalHTTPServer
 
     def handle_error(self, request: object, client_address: object) -> None:
         """A client that hangs up mid-body (the point of several tests) is not a server error."""

@@ -30,8 +30,9 @@ def copy_manifests(dest: Path) -> Path:
 
 
 def build(manifest: Path, out: Path, cache: Path, *, env: dict[str, str] | None = None) -> Path:
-    run_cli("build", "-q", "--cache", str(cache), "-o", str(out), str(manifest), env=env)
-    return out / f"{manifest.stem.replace('.toml', '')}-1.0.0-{'win_amd64' if 'win' in manifest.stem else 'linux_x86_64'}.zip"
+    """The real command; the zip's path is what `build --json` reports, not a guess at its name."""
+    proc = run_cli("build", "--json", "--cache", str(cache), "-o", str(out), str(manifest), env=env)
+    return Path(json.loads(proc.stdout)["zip"])
 
 
 @pytest.fixture(scope="module")

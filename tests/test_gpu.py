@@ -17,10 +17,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import MANIFESTS, cache_root, pip_download, run_cli
+from conftest import MANIFESTS, cache_root, part_inputs, pip_download, run_cli
 from wine import mingw_gcc  # noqa: F401  (fixture)
 
-from bundler.assembly.assembly import Assembly
+from bundler.assembly.assembly import Assembly, Copy
 from bundler.assembly.gpu import (
     GpuDll,
     add_gpu,
@@ -62,7 +62,7 @@ FAKE_DLLS = {
 
 
 @pytest.fixture(scope="module")
-def dlls(tmp_path_factory, mingw_gcc) -> dict[str, Path]:  # noqa: F811
+def dlls(tmp_path_factory, mingw_gcc) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("fake-dlls")
     for name, (source, links) in FAKE_DLLS.items():
         c_file = folder / f"{name}.c"
@@ -104,8 +104,7 @@ def run_gpu(tmp_path: Path, ort_wheel: Path, sources: list[tuple[Path, list[str]
     manifest = gpu_manifest(tmp_path, [{"include": inc} if inc else {} for _, inc in sources], **kwargs)
     files = {"ort.capi": ort_wheel, **{f"gpu.sources[{i}]": path for i, (path, _) in enumerate(sources)}}
     assembly = Assembly()
-    assembly.record["expected_providers"] = ["CPUExecutionProvider"]
-    add_gpu(assembly, manifest=manifest, files=files, work=tmp_path / "work")
+    add_gpu(assembly, part_inputs(manifest, files=files, work=tmp_path / "work"))
     return assembly
 
 
@@ -138,8 +137,8 @@ def complete_sources(tmp_path, dlls) -> list[tuple[Path, list[str] | None]]:
 
 def test_without_gpu_section_nothing_is_added(tmp_path, ort_wheel):
     assembly = Assembly()
-    add_gpu(assembly, manifest=gpu_manifest(tmp_path, []), files={"ort.capi": ort_wheel}, work=tmp_path / "w")
-    assert assembly.members == {} and assembly.record == {} and assembly.copies == []
+    add_gpu(assembly, part_inputs(gpu_manifest(tmp_path, []), files={"ort.capi": ort_wheel}, work=tmp_path / "w"))
+    assert assembly.members == {} and assembly.facts.gpu is None and assembly.copies == []
 
 
 def test_complete_component_is_shipped_installed_and_recorded(tmp_path, ort_wheel, complete_sources, dlls):
@@ -151,20 +150,19 @@ def test_complete_component_is_shipped_installed_and_recorded(tmp_path, ort_whee
         member = assembly.members[f"payload/gpu/{name}"]
         assert member.sha256 == file_sha256(dlls[name]) == file_sha256(member.source)
         assert not member.executable
-    assert sorted(assembly.copies, key=lambda c: c["to"]) == [
-        {"from": f"payload/gpu/{n}", "to": f"gpu/{n}"} for n in names]
-    record = assembly.record["gpu"]
+    assert sorted(assembly.copies, key=lambda c: c.target) == [
+        Copy(source=f"payload/gpu/{n}", target=f"gpu/{n}") for n in names]
+    record = assembly.facts.gpu.record
     assert record["cuda"] == "11.8" and record["cudnn"] == "8.9" and record["min_driver"] == "452.39"
     assert record["dlls"] == [f"gpu/{n}" for n in names]
     assert [f["source"] for f in record["files"]] == ["gpu.sources[0]"] * 3 + ["gpu.sources[1]"] * 2 + ["gpu.sources[2]"]
     assert {"cudart64_110.dll", "cublas64_11.dll", "cudnn64_8.dll", "onnxruntime_providers_shared.dll",
             "KERNEL32.dll"} <= set(record["provider_imports"])
-    assert assembly.record["gpu_dll_dirs"] == ["gpu"]
+    assert assembly.facts.gpu.dll_dirs == ("gpu",)
     # dependencies first (cublasLt before cublas, cudnn64_8 before its importer), then by family
-    assert assembly.record["gpu_preload"] == ["gpu/cudart64_110.dll", "gpu/cublasLt64_11.dll", "gpu/cublas64_11.dll",
-                                              "gpu/zlibwapi.dll", "gpu/cudnn64_8.dll", "gpu/cudnn_ops_infer64_8.dll"]
-    assert assembly.record["expected_providers"] == ["CPUExecutionProvider", "CUDAExecutionProvider"]
-    assert str(tmp_path) not in repr(assembly.record)
+    assert assembly.facts.gpu.preload == ("gpu/cudart64_110.dll", "gpu/cublasLt64_11.dll", "gpu/cublas64_11.dll",
+                                          "gpu/zlibwapi.dll", "gpu/cudnn64_8.dll", "gpu/cudnn_ops_infer64_8.dll")
+    assert str(tmp_path) not in repr(assembly.facts.gpu.record)
 
 
 def test_missing_dlls_are_all_named_with_their_importer(tmp_path, ort_wheel, complete_sources):
@@ -206,8 +204,7 @@ def test_the_provider_of_the_c_api_archive_is_used_without_a_python_binding(tmp_
         "gpu": {"cuda": "11.8", "cudnn": "8.9", "sources": [{"path": "cudnn.tgz", "sha256": NO_HASH}]},
     }, path=tmp_path / "manifest.toml")
     with pytest.raises(BuildError) as caught:
-        add_gpu(Assembly(), manifest=manifest, files={"ort.archive": archive, "gpu.sources[0]": complete_sources[1][0]},
-                work=tmp_path / "work")
+        add_gpu(Assembly(), part_inputs(manifest, files={"ort.archive": archive, "gpu.sources[0]": complete_sources[1][0]}, work=tmp_path / "work"))
     assert f"{top}/onnxruntime_providers_cuda.dll imports cudart64_110.dll, which the bundle does not provide" in str(caught.value)
 
 
@@ -367,7 +364,7 @@ def test_cuda118_quickstart_is_complete_but_for_zlibwapi(tmp_path, dlls):
     files = cached_inputs(manifest.inputs(), Cache(cache))
 
     with pytest.raises(BuildError) as caught:
-        add_gpu(Assembly(), manifest=manifest, files=files, work=tmp_path / "a")
+        add_gpu(Assembly(), part_inputs(manifest, files=files, work=tmp_path / "a"))
     message = str(caught.value)
     assert message.count("which the bundle does not provide") == 3
     assert message.count("loads at run time zlibwapi.dll, which the bundle does not provide") == 3
@@ -378,12 +375,12 @@ def test_cuda118_quickstart_is_complete_but_for_zlibwapi(tmp_path, dlls):
     completed = replace(manifest, gpu=parse(raw, path=QUICKSTART).gpu)
     key = f"gpu.sources[{len(manifest.gpu.sources)}]"
     assembly = Assembly()
-    add_gpu(assembly, manifest=completed, files={**files, key: dlls["zlibwapi.dll"]}, work=tmp_path / "b")
-    assert assembly.record["gpu"]["dlls"] == [f"gpu/{n}" for n in (
+    add_gpu(assembly, part_inputs(completed, files={**files, key: dlls["zlibwapi.dll"]}, work=tmp_path / "b"))
+    assert assembly.facts.gpu.record["dlls"] == [f"gpu/{n}" for n in (
         "cublas64_11.dll", "cublasLt64_11.dll", "cudart64_110.dll", "cudnn64_8.dll", "cudnn_adv_infer64_8.dll",
         "cudnn_adv_train64_8.dll", "cudnn_cnn_infer64_8.dll", "cudnn_cnn_train64_8.dll", "cudnn_ops_infer64_8.dll",
         "cudnn_ops_train64_8.dll", "cufft64_10.dll", "nvrtc-builtins64_118.dll", "nvrtc64_112_0.dll", "zlibwapi.dll")]
-    assert assembly.record["gpu_preload"][:5] == ["gpu/cudart64_110.dll", "gpu/nvrtc-builtins64_118.dll",
+    assert list(assembly.facts.gpu.preload[:5]) == ["gpu/cudart64_110.dll", "gpu/nvrtc-builtins64_118.dll",
                                                   "gpu/nvrtc64_112_0.dll", "gpu/cublasLt64_11.dll", "gpu/cublas64_11.dll"]
-    versions = {f["file"]: f["version"] for f in assembly.record["gpu"]["files"]}
+    versions = {f["file"]: f["version"] for f in assembly.facts.gpu.record["files"]}
     assert versions["gpu/cudnn64_8.dll"] == "8.9.5.29" and versions["gpu/cudart64_110.dll"] == "6,14,11,11080"

@@ -14,13 +14,15 @@ from pathlib import Path
 
 import pefile
 import pytest
-from conftest import MANIFESTS, pip_download
+from conftest import MANIFESTS, part_inputs, pip_download
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
 from bundler.assembly.assembly import Assembly
+from bundler.assembly.facts import Facts, GpuFact
+from bundler.assembly.launch import add_scripts
 from bundler.assembly.licenses import add_licenses
-from bundler.assembly.parts import add_entry_point, add_models, add_python, add_scripts
+from bundler.assembly.parts import PARTS, add_all
 from bundler.assembly.sbom import PATH_PROPERTY, SBOM, add_sbom, serial_number
 from bundler.assembly.signature_policy import (
     ORT_RULE,
@@ -145,15 +147,15 @@ def test_a_bundle_without_binaries_records_no_signatures(tmp_path: Path) -> None
     assembly = Assembly()
     wheel = make_wheel(tmp_path, "pure-1.0-py3-none-any.whl", {"pure/__init__.py": "", "pure-1.0.dist-info/METADATA": "Name: pure\n"})
     assembly.add_file(f"payload/wheels/{wheel.name}", wheel, file_sha256(wheel))
-    check_signatures(assembly, manifest=write_manifest(tmp_path / "m"), work=tmp_path / "work")
-    assert assembly.record["signatures"] == []
+    check_signatures(assembly, part_inputs(write_manifest(tmp_path / "m"), work=tmp_path / "work"))
+    assert assembly.facts.signatures == ()
 
 
 def test_a_file_named_like_a_binary_that_is_not_one_fails_naming_it(tmp_path: Path) -> None:
     assembly = Assembly()
     assembly.add_bytes("payload/gpu/cudart64_110.dll", b"not a PE file")
     with pytest.raises(BuildError, match=r"payload/gpu/cudart64_110\.dll is not a valid PE file"):
-        check_signatures(assembly, manifest=write_manifest(tmp_path / "m"), work=tmp_path / "work")
+        check_signatures(assembly, part_inputs(write_manifest(tmp_path / "m"), work=tmp_path / "work"))
 
 
 # -- licences and the SBOM on small generated inputs --------------------------------------------------------------
@@ -187,13 +189,14 @@ def demo_assembly(tmp_path: Path) -> Assembly:
     assembly.add_bytes("payload/selfcheck/selfcheck.py", b"print('ok')\n")
     assembly.add_bytes("payload/gpu/zlibwapi.dll", b"placed without a GPU record")
     assembly.add_bytes("install.sh", b"#!/bin/sh\n", executable=True)
+    assembly.facts.gpu = None  # a bundle without [gpu]: what the GPU part sets then
     return assembly
 
 
 def test_licences_come_from_dist_info_declared_files_and_package_notices(tmp_path: Path) -> None:
     assembly = demo_assembly(tmp_path)
-    add_licenses(assembly, manifest=write_manifest(tmp_path / "m"), files={}, work=tmp_path / "work")
-    assert assembly.record["licenses"] == [
+    add_licenses(assembly, part_inputs(write_manifest(tmp_path / "m"), files={}, work=tmp_path / "work"))
+    assert list(assembly.facts.licenses) == [
         {"component": "demo-pkg", "license": "MIT OR Apache-2.0", "files": [
             "licenses/demo-pkg/AUTHORS", "licenses/demo-pkg/COPYING.legacy", "licenses/demo-pkg/LICENSE",
             "licenses/demo-pkg/demo_pkg/NOTICE"]},
@@ -203,14 +206,14 @@ def test_licences_come_from_dist_info_declared_files_and_package_notices(tmp_pat
     assert assembly.members["licenses/demo-pkg/LICENSE"].data == b"MIT text"
     assert assembly.members["licenses/demo-pkg/demo_pkg/NOTICE"].data == b"notice text"
     assert assembly.members["licenses/onnxruntime-sdk/ThirdPartyNotices.txt"].data == b"notices\n"
-    installed = {c["to"] for c in assembly.copies}
+    installed = {c.target for c in assembly.copies}
     assert {"licenses/demo-pkg/AUTHORS", "licenses/onnxruntime-sdk/LICENSE"} <= installed
 
 
 def test_sbom_validates_and_lists_every_member(tmp_path: Path) -> None:
     manifest = write_manifest(tmp_path / "m")
     assembly = demo_assembly(tmp_path)
-    add_licenses(assembly, manifest=manifest, files={}, work=tmp_path / "work")
+    add_licenses(assembly, part_inputs(manifest, files={}, work=tmp_path / "work"))
     add_sbom(assembly, manifest=manifest)
     data = assembly.members[SBOM].data
     assert_valid_cyclonedx(data)
@@ -235,7 +238,7 @@ def test_sbom_validates_and_lists_every_member(tmp_path: Path) -> None:
     assert "payload/selfcheck/selfcheck.py" in {c["name"] for c in by_name["ort-bundler-selfcheck"]["components"]}
     assert [c["name"] for c in by_name["gpu-runtime"]["components"]] == ["payload/gpu/zlibwapi.dll"]
     assert str(tmp_path) not in data.decode("utf-8"), "the build machine's paths must not leak into the SBOM"
-    assert SBOM in {c["to"] for c in assembly.copies}
+    assert SBOM in {c.target for c in assembly.copies}
 
 
 def test_sbom_is_byte_identical_and_its_serial_follows_the_manifest(tmp_path: Path) -> None:
@@ -261,9 +264,8 @@ def quickstart_assembly(name: str, cache_root: Path, work: Path) -> tuple[Manife
     cache = Cache(cache_root)
     files = cached_inputs(all_inputs(manifest), cache)
     assembly = Assembly()
-    add_python(assembly, manifest=manifest, lock=load_lock(manifest), files=files, work=work)
-    add_models(assembly, manifest=manifest, lock=load_lock(manifest), files=files, cache=cache)
-    add_scripts(assembly, manifest=manifest, entry_point=add_entry_point(assembly, manifest=manifest, files=files))
+    inputs = part_inputs(manifest, lock=load_lock(manifest), files=files, work=work, cache=cache)
+    add_all(assembly, inputs, parts=PARTS[:PARTS.index(add_scripts) + 1])
     return manifest, assembly
 
 
@@ -271,8 +273,8 @@ def quickstart_assembly(name: str, cache_root: Path, work: Path) -> tuple[Manife
 def win_quickstart(bundler_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Manifest, Assembly]:
     work = tmp_path_factory.mktemp("win-work")
     manifest, assembly = quickstart_assembly("quickstart-win.toml", bundler_cache, work)
-    check_signatures(assembly, manifest=manifest, work=work)
-    add_licenses(assembly, manifest=manifest, files={}, work=work)
+    check_signatures(assembly, part_inputs(manifest, work=work))
+    add_licenses(assembly, part_inputs(manifest, files={}, work=work))
     add_sbom(assembly, manifest=manifest)
     return manifest, assembly
 
@@ -280,7 +282,7 @@ def win_quickstart(bundler_cache: Path, tmp_path_factory: pytest.TempPathFactory
 @pytest.mark.integration
 def test_win_quickstart_passes_the_signing_policy_with_microsoft_signed_ort_binaries(win_quickstart) -> None:
     _, assembly = win_quickstart
-    records = {r["path"]: r for r in assembly.record["signatures"]}
+    records = {r["path"]: r for r in assembly.facts.signatures}
     for member in (ORT_DLL, "onnxruntime/capi/onnxruntime_pybind11_state.pyd",
                    "onnxruntime/capi/onnxruntime_providers_shared.dll"):
         record = records[f"wheel:{ORT_WHEEL}!{member}"]
@@ -295,7 +297,7 @@ def test_win_quickstart_passes_the_signing_policy_with_microsoft_signed_ort_bina
 @pytest.mark.integration
 def test_win_quickstart_licences_cover_ort_and_its_dependencies(win_quickstart) -> None:
     _, assembly = win_quickstart
-    index = {entry["component"]: entry for entry in assembly.record["licenses"]}
+    index = {entry["component"]: entry for entry in assembly.facts.licenses}
     assert {"numpy", "protobuf", "sympy", "packaging", "coloredlogs", "onnxruntime"} <= index.keys()
     assert index["onnxruntime"]["files"] == ["licenses/onnxruntime/onnxruntime/LICENSE",
                                              "licenses/onnxruntime/onnxruntime/ThirdPartyNotices.txt"]
@@ -337,8 +339,8 @@ sys.stdout.buffer.write(assembly.members["sbom.cdx.json"].data)
 def test_sbom_is_byte_identical_in_another_process(win_quickstart, tmp_path: Path) -> None:
     """Another hash seed changes set and dict-of-set orders: nothing in the SBOM may depend on them."""
     manifest, assembly = win_quickstart
-    before = Assembly(members={p: m for p, m in assembly.members.items() if p != SBOM}, record=dict(assembly.record),
-                      copies=[c for c in assembly.copies if c["from"] != SBOM])
+    before = Assembly(members={p: m for p, m in assembly.members.items() if p != SBOM}, facts=assembly.facts,
+                      copies=[c for c in assembly.copies if c.source != SBOM])
     state = tmp_path / "assembly.pickle"
     state.write_bytes(pickle.dumps((manifest, before)))
     seed = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"
@@ -350,11 +352,11 @@ def test_sbom_is_byte_identical_in_another_process(win_quickstart, tmp_path: Pat
 @pytest.mark.integration
 def test_linux_quickstart_has_no_binaries_to_sign_and_a_valid_sbom(bundler_cache: Path, tmp_path: Path) -> None:
     manifest, assembly = quickstart_assembly("quickstart-linux.toml", bundler_cache, tmp_path)
-    check_signatures(assembly, manifest=manifest, work=tmp_path)
-    add_licenses(assembly, manifest=manifest, files={}, work=tmp_path)
+    check_signatures(assembly, part_inputs(manifest, work=tmp_path))
+    add_licenses(assembly, part_inputs(manifest, files={}, work=tmp_path))
     add_sbom(assembly, manifest=manifest)
-    assert assembly.record["signatures"] == []
-    assert {"numpy", "onnxruntime", "protobuf"} <= {e["component"] for e in assembly.record["licenses"]}
+    assert assembly.facts.signatures == ()
+    assert {"numpy", "onnxruntime", "protobuf"} <= {e["component"] for e in assembly.facts.licenses}
     data = assembly.members[SBOM].data
     assert_valid_cyclonedx(data)
     assert sorted(covered_paths(json.loads(data))) == sorted(set(assembly.members) - {SBOM})
@@ -403,21 +405,21 @@ def tampered_wheel(ort_win_wheel: Path, tmp_path_factory: pytest.TempPathFactory
 def test_an_ort_dll_with_one_flipped_byte_fails_the_build_naming_it(tampered_wheel: Path, tmp_path: Path) -> None:
     assembly = wheel_assembly(tampered_wheel)
     with pytest.raises(BuildError) as caught:
-        check_signatures(assembly, manifest=write_manifest(tmp_path / "m", platform="win_amd64"), work=tmp_path / "w")
+        check_signatures(assembly, part_inputs(write_manifest(tmp_path / "m", platform="win_amd64"), work=tmp_path / "w"))
     message = str(caught.value)
     assert message.startswith(f"wheel:{ORT_WHEEL}!{ORT_DLL}: its Authenticode signature by Microsoft Corporation "
                               f"does not verify (the file's Authenticode digest does not match")
     assert "set `allow_unsigned = true` under [ort] in bundle.toml" in message
     assert "onnxruntime_pybind11_state.pyd" not in message
-    assert "signatures" not in assembly.record
+    assert not Facts.signatures.is_set(assembly.facts)
 
 
 @pytest.mark.integration
 def test_allow_unsigned_lets_a_tampered_ort_dll_through_and_records_it(tampered_wheel: Path, tmp_path: Path) -> None:
     assembly = wheel_assembly(tampered_wheel)
     manifest = allowing_unsigned(write_manifest(tmp_path / "m", platform="win_amd64"))
-    check_signatures(assembly, manifest=manifest, work=tmp_path / "w")
-    records = {r["path"]: r for r in assembly.record["signatures"]}
+    check_signatures(assembly, part_inputs(manifest, work=tmp_path / "w"))
+    records = {r["path"]: r for r in assembly.facts.signatures}
     tampered = records[f"wheel:{ORT_WHEEL}!{ORT_DLL}"]
     assert (tampered["signed"], tampered["verified"], tampered["allowed_by_manifest"]) == (True, False, True)
     intact = records[f"wheel:{ORT_WHEEL}!onnxruntime/capi/onnxruntime_pybind11_state.pyd"]
@@ -430,9 +432,9 @@ def test_an_unsigned_ort_dll_fails_unless_allowed(ort_win_wheel: Path, tmp_path:
     manifest = write_manifest(tmp_path / "m", platform="win_amd64")
     with pytest.raises(BuildError, match=rf"wheel:{ORT_WHEEL}!{ORT_DLL}: carries no Authenticode signature; "
                                          r"expected one by Microsoft Corporation"):
-        check_signatures(assembly, manifest=manifest, work=tmp_path / "w1")
-    check_signatures(assembly, manifest=allowing_unsigned(manifest), work=tmp_path / "w2")
-    assert any(r["path"].endswith(ORT_DLL) and not r["signed"] for r in assembly.record["signatures"])
+        check_signatures(assembly, part_inputs(manifest, work=tmp_path / "w1"))
+    check_signatures(assembly, part_inputs(allowing_unsigned(manifest), work=tmp_path / "w2"))
+    assert any(r["path"].endswith(ORT_DLL) and not r["signed"] for r in assembly.facts.signatures)
 
 
 @pytest.fixture(scope="module")
@@ -447,8 +449,8 @@ def test_unsigned_nvidia_dll_is_reported_under_its_install_path(cudart: Path, tm
     assembly = Assembly()
     assembly.add_file("payload/gpu/cudart64_110.dll", cudart, file_sha256(cudart))
     assembly.install("payload/gpu/cudart64_110.dll", "gpu/cudart64_110.dll")
-    check_signatures(assembly, manifest=write_manifest(tmp_path / "m", platform="win_amd64"), work=tmp_path / "w")
-    [record] = assembly.record["signatures"]
+    check_signatures(assembly, part_inputs(write_manifest(tmp_path / "m", platform="win_amd64"), work=tmp_path / "w"))
+    [record] = assembly.facts.signatures
     assert record["path"] == "gpu/cudart64_110.dll"
     assert record["bundle_path"] == "payload/gpu/cudart64_110.dll"
     assert (record["signed"], record["verified"], record["expected_signer"]) == (False, False, None)
@@ -461,7 +463,7 @@ def test_an_unsigned_vc_redist_fails_even_when_ort_may_be_unsigned(cudart: Path,
     manifest = allowing_unsigned(write_manifest(tmp_path / "m", platform="win_amd64"))
     with pytest.raises(BuildError, match=r"payload/vc_redist/VC_redist\.x64\.exe: carries no Authenticode signature; "
                                          r"expected one by Microsoft Corporation"):
-        check_signatures(assembly, manifest=manifest, work=tmp_path / "w")
+        check_signatures(assembly, part_inputs(manifest, work=tmp_path / "w"))
 
 
 @pytest.mark.integration
@@ -480,10 +482,12 @@ include = ["nvidia/cuda_runtime/bin/*.dll"]
     assembly = Assembly()
     assembly.add_file("payload/gpu/cudart64_110.dll", cudart, file_sha256(cudart))
     assembly.add_file("payload/vc_redist/VC_redist.x64.exe", cudart, file_sha256(cudart))
-    assembly.record["gpu"] = {"files": [{"file": "gpu/cudart64_110.dll", "sha256": file_sha256(cudart),
-                                         "source": "gpu.sources[0]", "version": version}]}
-    add_licenses(assembly, manifest=manifest, files={"gpu.sources[0]": wheel}, work=tmp_path / "w")
-    assert assembly.record["licenses"] == [{"component": "nvidia-cuda-runtime-cu11",
+    origin = {"file": "gpu/cudart64_110.dll", "sha256": file_sha256(cudart), "source": "gpu.sources[0]", "version": version}
+    assembly.facts.gpu = GpuFact(record={"files": [origin]}, dlls=("gpu/cudart64_110.dll",),
+                                 origins={"payload/gpu/cudart64_110.dll": origin}, dll_dirs=("gpu",),
+                                 preload=("gpu/cudart64_110.dll",))
+    add_licenses(assembly, part_inputs(manifest, files={"gpu.sources[0]": wheel}, work=tmp_path / "w"))
+    assert list(assembly.facts.licenses) == [{"component": "nvidia-cuda-runtime-cu11",
                                             "files": ["licenses/nvidia-cuda-runtime-cu11/License.txt"],
                                             "license": "NVIDIA Proprietary Software"}]
     assert b"NVIDIA" in assembly.members["licenses/nvidia-cuda-runtime-cu11/License.txt"].data

@@ -130,11 +130,28 @@ def test_a_bundle_from_another_ort_bundler_version_says_which_and_is_still_compa
     assert report["built_with"] == "0.0.9" and {d["member"] for d in report["differences"]} == {"bundle.json"}
 
 
-def test_a_bundle_that_records_no_lock_is_not_supported(bundles, bundler_cache, tmp_path):
-    old = edit_bundle_json(bundles["linux"], tmp_path / f"{LINUX_STEM}.zip", lambda record: record.pop("lock"))
+def without(source: Path, dest: Path, member: str) -> Path:
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(dest, "w") as new:
+        for info in old.infolist():
+            if not info.filename.endswith("/" + member):
+                new.writestr(info, old.read(info))
+    return dest
+
+
+def test_a_bundle_that_carries_no_lock_is_not_supported(bundles, bundler_cache, tmp_path):
+    old = without(bundles["linux"], tmp_path / f"{LINUX_STEM}.zip", "lock.toml")
     proc = reproduce(old, bundler_cache)
     assert proc.returncode == 9, proc.stderr
-    assert "records no lock" in proc.stderr
+    assert "carries no lock.toml" in proc.stderr
+
+
+def test_an_edited_lock_is_named(bundles, bundler_cache, tmp_path):
+    edited = rewrite(bundles["linux"], tmp_path / f"{LINUX_STEM}.zip",
+                     lambda name, data: data.replace(b"[[wheel]]", b"[[wheel]]  # edited", 1) if name == "lock.toml"
+                     else data)
+    proc = reproduce(edited, bundler_cache)
+    assert proc.returncode == 8, proc.stderr
+    assert "lock.toml is not the lock file `ort-bundler lock` writes" in proc.stderr
 
 
 def test_kept_rebuild_is_the_same_zip(bundles, bundler_cache, tmp_path):

@@ -212,7 +212,7 @@ def test_a_per_machine_install_is_not_writable_by_users() -> None:
 
 
 @pytest.fixture(scope="module")
-def standin_exe(mingw_gcc: str, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
+def standin_exe(mingw_gcc: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("standin")
     source = folder / "standin.c"
     source.write_text(STANDIN_C.replace("%NAMES%", ", ".join(f'"{n}"' for n in STANDIN_ENV)))
@@ -220,7 +220,7 @@ def standin_exe(mingw_gcc: str, tmp_path_factory: pytest.TempPathFactory) -> Pat
 
 
 @pytest.fixture
-def powershell_slot(wine: Wine) -> Iterator[Path]:  # noqa: F811
+def powershell_slot(wine: Wine) -> Iterator[Path]:
     """Wine's powershell.exe location, restored after the test (it is Wine's do-nothing stub)."""
     slot = wine.drive_c() / "windows" / "system32" / "WindowsPowerShell" / "v1.0" / "powershell.exe"
     backup = slot.with_name("powershell.exe.wine-stub")
@@ -258,7 +258,7 @@ def write_scripts(folder: Path, context: ScriptContext) -> dict[str, Path]:
 
 
 @pytest.mark.wine
-def test_install_cmd_passes_arguments_and_exit_code_through(wine: Wine, standin_exe: Path, powershell_slot: Path,  # noqa: F811
+def test_install_cmd_passes_arguments_and_exit_code_through(wine: Wine, standin_exe: Path, powershell_slot: Path,
                                                             tmp_path: Path) -> None:
     shutil.copyfile(standin_exe, powershell_slot)
     bundle = tmp_path / "my bundle & co" / "demo-1.2.3-win_amd64"
@@ -281,7 +281,7 @@ def test_install_cmd_passes_arguments_and_exit_code_through(wine: Wine, standin_
 
 
 @pytest.mark.wine
-def test_install_cmd_without_powershell_is_a_prerequisite_failure(wine: Wine, powershell_slot: Path,  # noqa: F811
+def test_install_cmd_without_powershell_is_a_prerequisite_failure(wine: Wine, powershell_slot: Path,
                                                                   tmp_path: Path) -> None:
     assert not powershell_slot.exists()
     script = write_scripts(tmp_path / "bundle", windows_context())["install.cmd"]
@@ -300,7 +300,7 @@ def make_install_root(folder: Path, standin_exe: Path, context: ScriptContext) -
 
 
 @pytest.mark.wine
-def test_run_cmd_sets_the_environment_and_passes_arguments_and_exit_code(wine: Wine, standin_exe: Path,  # noqa: F811
+def test_run_cmd_sets_the_environment_and_passes_arguments_and_exit_code(wine: Wine, standin_exe: Path,
                                                                          tmp_path: Path) -> None:
     root = tmp_path / "ort & apps" / "demo"
     run_cmd = make_install_root(root, standin_exe, windows_context())
@@ -327,7 +327,7 @@ def test_run_cmd_sets_the_environment_and_passes_arguments_and_exit_code(wine: W
 
 
 @pytest.mark.wine
-def test_run_cmd_relative_cache_dir_from_the_install_and_module_entry(wine: Wine, standin_exe: Path,  # noqa: F811
+def test_run_cmd_relative_cache_dir_from_the_install_and_module_entry(wine: Wine, standin_exe: Path,
                                                                       tmp_path: Path) -> None:
     root = tmp_path / "demo"
     context = windows_context(entry_point=EntryPoint(kind="module", value="demo.cli"), cache_dir="cache & (x)")
@@ -342,7 +342,7 @@ def test_run_cmd_relative_cache_dir_from_the_install_and_module_entry(wine: Wine
 
 
 @pytest.mark.wine
-def test_run_cmd_without_python_is_a_prerequisite_failure(wine: Wine, tmp_path: Path) -> None:  # noqa: F811
+def test_run_cmd_without_python_is_a_prerequisite_failure(wine: Wine, tmp_path: Path) -> None:
     root = tmp_path / "a & b"
     run_cmd = write_scripts(root, windows_context())["run.cmd"]
     result = wine.cmd(run_cmd, "x")

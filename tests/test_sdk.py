@@ -20,6 +20,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from conftest import part_inputs
 from sdk_fixtures import (
     LINUX_TOP,
     ORT_COMMIT,
@@ -35,7 +36,8 @@ from sdk_fixtures import (
 from wine import mingw_gcc, wine  # noqa: F401
 
 from bundler.assembly.assembly import Assembly
-from bundler.assembly.parts import add_selfcheck
+from bundler.assembly.facts import GpuFact
+from bundler.assembly.models import add_selfcheck
 from bundler.assembly.sdk import add_sdk
 from bundler.errors import BuildError, UnsafeArchiveError
 from bundler.manifest import Manifest, load
@@ -69,15 +71,15 @@ def write_manifest(folder: Path, archive: Path, *, platform: str, version: str =
     return load(folder / "bundle.toml")
 
 
-def sdk_assembly(archive: Path, folder: Path, *, platform: str, selfcheck: bool = False,
-                 prepare=None) -> Assembly:
+def sdk_assembly(archive: Path, folder: Path, *, platform: str, prepare=None) -> Assembly:
     manifest = write_manifest(archive.parent, archive, platform=platform)
     assembly = Assembly()
-    if selfcheck:
-        add_selfcheck(assembly)
+    add_selfcheck(assembly, part_inputs(manifest, work=folder / "work"))
     if prepare:
         prepare(assembly)
-    add_sdk(assembly, manifest=manifest, files={"ort.archive": archive}, work=folder / "work")
+    else:
+        assembly.facts.gpu = None
+    add_sdk(assembly, part_inputs(manifest, files={"ort.archive": archive}, work=folder / "work"))
     return assembly
 
 
@@ -88,7 +90,7 @@ def install(assembly: Assembly, folder: Path) -> Path:
         target = bundle / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(member.data if member.data is not None else member.source.read_bytes())
-    apply_copies({"copy": assembly.copies}, bundle, root)
+    apply_copies({"copy": [{"from": c.source, "to": c.target} for c in assembly.copies]}, bundle, root)
     return root
 
 
@@ -189,8 +191,8 @@ def test_no_archive_means_no_sdk(tmp_path: Path) -> None:
                                      'python = "3.11"\n[ort]\nversion = "1.23.1"\n'
                                      f'wheel = {{ path = "onnxruntime-1.23.1-cp311-cp311-manylinux_2_28_x86_64.whl", sha256 = "{"0" * 64}" }}\n')
     assembly = Assembly()
-    add_sdk(assembly, manifest=load(tmp_path / "m.toml"), files={}, work=tmp_path)
-    assert assembly.members == {} and assembly.record == {} and assembly.copies == []
+    add_sdk(assembly, part_inputs(load(tmp_path / "m.toml"), files={}, work=tmp_path))
+    assert assembly.members == {} and assembly.facts.sdk is None and assembly.copies == []
 
 
 # -- Linux, for real: the real libonnxruntime.so.1.23.1 -----------------------------------------------------
@@ -226,12 +228,12 @@ def test_the_sdk_holds_the_archive_unchanged_and_the_links_as_copies(linux_sdk, 
         path = root / "sdk" / "lib" / link
         assert path.is_file() and not path.is_symlink() and sha256(path) == real
     assert not (root / "sdk" / upstream).exists()
-    record = assembly.record["sdk"]
+    record = assembly.facts.sdk.sdk
     assert record["replaced_upstream_cmake"] == [f"sdk/{upstream}"]
     assert record["cmake_dir"] == "sdk/lib/cmake/onnxruntime" and record["props"] is None
     assert record["runtime_files"] == ["sdk/lib/libonnxruntime.so.1"]
-    assert assembly.record["ort_archive"]["commit"] == ORT_COMMIT
-    installed = {c["to"] for c in assembly.copies}
+    assert assembly.facts.sdk.ort_archive["commit"] == ORT_COMMIT
+    installed = {c.target for c in assembly.copies}
     assert {"sdk/lib/cmake/onnxruntime/onnxruntimeConfig.cmake", "sdk/sample/CMakeLists.txt", "sdk/sample/main.c",
             "sdk/LICENSE", "sdk/ThirdPartyNotices.txt"} <= installed
 
@@ -298,7 +300,7 @@ def test_the_shipped_sample_builds_and_runs_the_bundled_identity_model(
         linux_library: Path, cmake_tool: str, tmp_path: Path) -> None:
     """The sample compiles unchanged (against a stand-in header with the real OrtApi layout) and runs on ORT."""
     archive = linux_release_archive(tmp_path, linux_library, header=STANDIN_HEADER_SAMPLE)
-    assembly = sdk_assembly(archive, tmp_path, platform=LINUX, selfcheck=True)
+    assembly = sdk_assembly(archive, tmp_path, platform=LINUX)
     root = install(assembly, tmp_path)
     build = tmp_path / "sample-build"
     configure = cmake("-S", str(root / "sdk" / "sample"), "-B", str(build))
@@ -372,18 +374,19 @@ def add_gpu_stand_in(assembly: Assembly) -> None:
     """What a GPU part leaves behind: a DLL installed under a GPU DLL folder."""
     assembly.add_bytes("payload/gpu/bin/cudart64_110.dll", b"MZ stand-in")
     assembly.install("payload/gpu/bin/cudart64_110.dll", "gpu/bin/cudart64_110.dll")
-    assembly.record["gpu_dll_dirs"] = ["gpu/bin"]
+    assembly.facts.gpu = GpuFact(record={}, dlls=("gpu/bin/cudart64_110.dll",), origins={}, dll_dirs=("gpu/bin",),
+                                 preload=("gpu/bin/cudart64_110.dll",))
 
 
 @pytest.fixture(scope="module")
 def win_sdk(win_dlls: list[Path], win_implib: Path, tmp_path_factory: pytest.TempPathFactory) -> Assembly:
     folder = tmp_path_factory.mktemp("win-sdk")
     archive = windows_release_archive(folder, win_dlls, win_implib, header=STANDIN_HEADER_MINIMAL)
-    return sdk_assembly(archive, folder, platform=WINDOWS, selfcheck=True, prepare=add_gpu_stand_in)
+    return sdk_assembly(archive, folder, platform=WINDOWS, prepare=add_gpu_stand_in)
 
 
 def installed_files(assembly: Assembly) -> set[str]:
-    return {c["to"] for c in assembly.copies}
+    return {c.target for c in assembly.copies}
 
 
 def msbuild_path(value: str, properties: dict[str, str]) -> str:
@@ -442,7 +445,7 @@ def test_the_windows_cmake_config_names_the_dll_and_lib_that_exist(win_sdk: Asse
     assert "if(NOT WIN32)" in config
     version = win_sdk.members["payload/sdk/lib/cmake/onnxruntime/onnxruntimeConfigVersion.cmake"].data.decode()
     assert 'set(PACKAGE_VERSION "1.23.1")' in version
-    record = win_sdk.record["sdk"]
+    record = win_sdk.facts.sdk.sdk
     assert record["props"] == "sdk/build/native/onnxruntime.props" and record["import_library"] == "sdk/lib/onnxruntime.lib"
     sample = win_sdk.members["payload/sdk/sample/CMakeLists.txt"].data.decode()
     assert "../../selfcheck/identity.onnx" in sample and "onnxruntime_copy_runtime_files(ort_sample)" in sample
@@ -450,14 +453,14 @@ def test_the_windows_cmake_config_names_the_dll_and_lib_that_exist(win_sdk: Asse
 
 @pytest.mark.integration
 @pytest.mark.wine
-def test_the_windows_sample_built_with_the_cmake_package_runs_beside_its_copied_dlls(  # noqa: F811
+def test_the_windows_sample_built_with_the_cmake_package_runs_beside_its_copied_dlls(
         win_dlls: list[Path], win_implib: Path, cmake_tool: str, mingw_gcc: str, wine, tmp_path: Path) -> None:
     """Cross-compiled with mingw through find_package: linked by IMPORTED_IMPLIB, the DLLs copied after the build.
 
     Run under Wine with no PATH change: the program starts only because the real onnxruntime.dll sits beside it.
     """
     archive = windows_release_archive(tmp_path, win_dlls, win_implib, header=STANDIN_HEADER_SAMPLE)
-    assembly = sdk_assembly(archive, tmp_path, platform=WINDOWS, selfcheck=True, prepare=add_gpu_stand_in)
+    assembly = sdk_assembly(archive, tmp_path, platform=WINDOWS, prepare=add_gpu_stand_in)
     root = install(assembly, tmp_path)
     build = tmp_path / "sample-build"
     configure = cmake("-S", str(root / "sdk" / "sample"), "-B", str(build), "-DCMAKE_SYSTEM_NAME=Windows",

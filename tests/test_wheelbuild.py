@@ -47,8 +47,12 @@ print(build_wheel(tree, expected_version="1.23.1", out_dir=Path(work) / "out", s
 
 @pytest.fixture(scope="session")
 def host_extension() -> Path:
-    """A real CPython extension module of the interpreter running the tests."""
-    found = sorted(Path(sysconfig.get_path("platstdlib"), "lib-dynload").glob("_json.cpython-3*-x86_64-linux-gnu.so"))
+    """A real CPython extension module of the interpreter running the tests (in a venv, of its base
+    installation: `platstdlib` names the venv, which holds no lib-dynload)."""
+    base = {"platbase": sys.base_exec_prefix, "installed_platbase": sys.base_exec_prefix,
+            "base": sys.base_prefix, "installed_base": sys.base_prefix}
+    platstdlib = sysconfig.get_path("platstdlib", vars=base)
+    found = sorted(Path(platstdlib, "lib-dynload").glob("_json.cpython-3*-x86_64-linux-gnu.so"))
     if not found:
         pytest.skip("the host Python has no _json extension module in lib-dynload (not CPython on Linux x86_64)")
     return found[0]

@@ -121,7 +121,7 @@ def probe_manifest(folder: Path, probe: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def probe_bundle(tmp_path_factory: pytest.TempPathFactory, bundler_cache: Path, ortprobe_exe: Path) -> Path:  # noqa: F811
+def probe_bundle(tmp_path_factory: pytest.TempPathFactory, bundler_cache: Path, ortprobe_exe: Path) -> Path:
     """The built and extracted bundle; fetching adds only the probe to the shared cache."""
     work = tmp_path_factory.mktemp("probe-bundle")
     manifest = probe_manifest(work / "manifest", ortprobe_exe)
@@ -141,7 +141,7 @@ def install(tmp_path_factory: pytest.TempPathFactory, probe_bundle: Path) -> Ins
     return Install(root=root, plan=plan, bundle=json.loads((root / "bundle.json").read_text(encoding="utf-8")))
 
 
-def quoted(wine: Wine, path: Path) -> str:  # noqa: F811
+def quoted(wine: Wine, path: Path) -> str:
     return f'"{wine.to_windows(path)}"'
 
 
@@ -152,7 +152,7 @@ def same_windows_path(reported: str | None, expected: str) -> bool:
 # --- §3: through the real launcher ------------------------------------------------------------------------
 
 
-def model_arguments(wine: Wine, install: Install) -> list[str]:  # noqa: F811
+def model_arguments(wine: Wine, install: Install) -> list[str]:
     """The installed identity model, then every bundled model with the shapes the build fed it."""
     args = ["--check-identity", quoted(wine, install.root / install.bundle["selfcheck"]["identity_model"])]
     for model in install.bundle["models"]:
@@ -165,7 +165,7 @@ def model_arguments(wine: Wine, install: Install) -> list[str]:  # noqa: F811
 @pytest.mark.wine
 @pytest.mark.integration
 def test_the_plan_installs_the_program_and_the_bundles_own_dll(install: Install, probe_bundle: Path,
-                                                               ortprobe_exe: Path) -> None:  # noqa: F811
+                                                               ortprobe_exe: Path) -> None:
     assert file_sha256(install.program) == file_sha256(ortprobe_exe)
     with zipfile.ZipFile(probe_bundle / install.plan["venv"]["wheels"] / install.bundle["ort"]["wheel"]) as wheel:
         assert wheel.read("onnxruntime/capi/onnxruntime.dll") == install.ort_dll.read_bytes()
@@ -175,7 +175,7 @@ def test_the_plan_installs_the_program_and_the_bundles_own_dll(install: Install,
 @pytest.mark.wine
 @pytest.mark.integration
 def test_run_cmd_starts_the_program_on_the_installed_ort_and_every_bundled_model_matches_its_reference(
-        wine: Wine, install: Install, tmp_path: Path) -> None:  # noqa: F811
+        wine: Wine, install: Install, tmp_path: Path) -> None:
     dump = tmp_path / "dump"
     dump.mkdir()
     result = wine.cmd(install.run_cmd, "--expect-version", ORT_VERSION, "--dump", quoted(wine, dump),
@@ -209,7 +209,7 @@ def test_run_cmd_starts_the_program_on_the_installed_ort_and_every_bundled_model
 @pytest.mark.wine
 @pytest.mark.integration
 def test_a_decoy_ort_first_on_the_callers_path_loads_only_without_the_launcher(
-        wine: Wine, install: Install, ort_win_capi, tmp_path: Path) -> None:  # noqa: F811
+        wine: Wine, install: Install, ort_win_capi, tmp_path: Path) -> None:
     decoy = ort_win_capi(DECOY_ORT_VERSION)
     identity = quoted(wine, install.root / "selfcheck" / "identity.onnx")
     through_launcher = write_path_cmd(tmp_path / "launcher.cmd", wine=wine, target=install.run_cmd, path_first=[decoy])
@@ -234,7 +234,7 @@ def test_a_decoy_ort_first_on_the_callers_path_loads_only_without_the_launcher(
 @pytest.mark.wine
 @pytest.mark.integration
 def test_run_cmd_in_a_folder_with_spaces_and_ampersand_passes_arguments_environment_and_exit_code(
-        wine: Wine, install: Install, tmp_path: Path) -> None:  # noqa: F811
+        wine: Wine, install: Install, tmp_path: Path) -> None:
     assert " " in str(install.root) and "&" in str(install.root)
     cache = tmp_path / "cache & temp"
     result = wine.cmd(install.run_cmd, '"say \\"hi\\" & bye"', "--echo-args", "--echo-env", "PATH", "--echo-env", "TEMP",
@@ -253,7 +253,7 @@ def test_run_cmd_in_a_folder_with_spaces_and_ampersand_passes_arguments_environm
 
 @pytest.mark.wine
 @pytest.mark.integration
-def test_run_cmd_self_check_still_runs_python_not_the_program(wine: Wine, install: Install) -> None:  # noqa: F811
+def test_run_cmd_self_check_still_runs_python_not_the_program(wine: Wine, install: Install) -> None:
     result = wine.cmd(install.run_cmd, "--self-check")
 
     assert result.returncode == INSTALL_EXIT_CODES["prerequisite"], result.stdout + result.stderr
@@ -276,7 +276,7 @@ def program_context(platform: str, program: str) -> ScriptContext:
 
 
 @pytest.mark.wine
-def test_run_cmd_without_its_program_is_a_prerequisite_failure(wine: Wine, tmp_path: Path) -> None:  # noqa: F811
+def test_run_cmd_without_its_program_is_a_prerequisite_failure(wine: Wine, tmp_path: Path) -> None:
     root = tmp_path / "a & b"
     root.mkdir()
     scripts = render_scripts(program_context("win_amd64", "app/tool.exe"))

@@ -95,12 +95,12 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def ort_capi(ort_win_capi) -> Path:  # noqa: F811
+def ort_capi(ort_win_capi) -> Path:
     return ort_win_capi(ORT_VERSION)
 
 
 @pytest.fixture(scope="module")
-def with_ort_on_path(tmp_path_factory, wine, ortprobe_exe, ort_capi) -> Path:  # noqa: F811
+def with_ort_on_path(tmp_path_factory, wine, ortprobe_exe, ort_capi) -> Path:
     return write_path_cmd(tmp_path_factory.mktemp("caller") / "probe.cmd", wine=wine, target=ortprobe_exe,
                           path_first=[ort_capi])
 
@@ -109,7 +109,7 @@ def _same_windows_path(reported: str | None, expected: str) -> bool:
     return reported is not None and reported.lower() == expected.lower()
 
 
-def test_probe_loads_the_dll_on_path_and_identity_is_exact(wine, with_ort_on_path, ort_capi, models):  # noqa: F811
+def test_probe_loads_the_dll_on_path_and_identity_is_exact(wine, with_ort_on_path, ort_capi, models):
     model = wine.to_windows(models["identity"])
     result = wine.cmd(with_ort_on_path, "--expect-version", ORT_VERSION, "--check-identity", f'"{model}"')
     report = ProbeReport.parse(result.stdout)
@@ -123,7 +123,7 @@ def test_probe_loads_the_dll_on_path_and_identity_is_exact(wine, with_ort_on_pat
     assert run.outputs == reference_outputs(models["identity"])
 
 
-def test_probe_digests_match_linux_onnxruntime(wine, with_ort_on_path, models, tmp_path):  # noqa: F811
+def test_probe_digests_match_linux_onnxruntime(wine, with_ort_on_path, models, tmp_path):
     dump = tmp_path / "dump"
     dump.mkdir()
     affine_path, identity_path = (f'"{wine.to_windows(models[name])}"' for name in ("affine", "identity"))
@@ -156,14 +156,14 @@ def test_probe_digests_match_linux_onnxruntime(wine, with_ort_on_path, models, t
     ("z=1", "error: --shape z names no input of the model"),
     ("x=0,3", "error: --shape needs INPUT=D0,D1,... with positive dimensions"),
 ])
-def test_a_shape_that_does_not_fit_the_model_is_a_usage_error(wine, with_ort_on_path, models, shape, error):  # noqa: F811
+def test_a_shape_that_does_not_fit_the_model_is_a_usage_error(wine, with_ort_on_path, models, shape, error):
     result = wine.cmd(with_ort_on_path, "--shape", shape, f'"{wine.to_windows(models["affine"])}"')
 
     assert result.returncode == ProbeExit.USAGE, result.stdout + result.stderr
     assert error in result.stderr.splitlines(), result.stderr
 
 
-def test_probe_without_the_dll_on_path_fails_to_load_with_126(wine, ortprobe_exe, models):  # noqa: F811
+def test_probe_without_the_dll_on_path_fails_to_load_with_126(wine, ortprobe_exe, models):
     result = wine.run([wine.to_windows(ortprobe_exe), wine.to_windows(models["identity"])], cwd=ortprobe_exe.parent)
 
     assert result.returncode == ProbeExit.LOAD, result.stdout + result.stderr
@@ -171,8 +171,8 @@ def test_probe_without_the_dll_on_path_fails_to_load_with_126(wine, ortprobe_exe
     assert ProbeReport.parse(result.stdout).module is None
 
 
-def test_decoy_first_on_path_shadows_the_real_dll_without_a_launcher(  # noqa: F811
-        wine, ortprobe_exe, ort_win_capi, ort_capi, models, tmp_path):  # noqa: F811
+def test_decoy_first_on_path_shadows_the_real_dll_without_a_launcher(
+        wine, ortprobe_exe, ort_win_capi, ort_capi, models, tmp_path):
     decoy = ort_win_capi(DECOY_ORT_VERSION)
     caller = write_path_cmd(tmp_path / "shadowed.cmd", wine=wine, target=ortprobe_exe, path_first=[decoy, ort_capi])
     result = wine.cmd(caller, "--expect-version", ORT_VERSION, f'"{wine.to_windows(models["identity"])}"')
@@ -191,7 +191,7 @@ def test_decoy_first_on_path_shadows_the_real_dll_without_a_launcher(  # noqa: F
     ("int64", (), ProbeExit.UNSUPPORTED, "error: input x has element type 7; the probe only feeds float (1)"),
     ("negate", ("--check-identity",), ProbeExit.IDENTITY, None),
 ])
-def test_probe_failures_have_distinct_exit_codes(wine, with_ort_on_path, models, model, flags, code, error):  # noqa: F811
+def test_probe_failures_have_distinct_exit_codes(wine, with_ort_on_path, models, model, flags, code, error):
     result = wine.cmd(with_ort_on_path, *flags, f'"{wine.to_windows(models[model])}"')
 
     assert result.returncode == code, result.stdout + result.stderr
@@ -201,7 +201,7 @@ def test_probe_failures_have_distinct_exit_codes(wine, with_ort_on_path, models,
         assert any(line.startswith(error) for line in result.stderr.splitlines()), result.stderr
 
 
-def test_probe_echoes_arguments_environment_and_returns_the_requested_exit_code(wine, ortprobe_exe, tmp_path):  # noqa: F811
+def test_probe_echoes_arguments_environment_and_returns_the_requested_exit_code(wine, ortprobe_exe, tmp_path):
     caller = write_path_cmd(tmp_path / "echo.cmd", wine=wine, target=ortprobe_exe, path_first=[])
     result = wine.cmd(caller, "--echo-args", "--echo-env", "PROBE_VALUE", "--echo-env", "PROBE_UNSET", "--exit", "42",
                       '"two words"', '"say \\"hi\\""', "plain", env={"PROBE_VALUE": "a b & c"})

@@ -1,23 +1,40 @@
-"""The `Assembly`: what the bundle will hold, keyed by bundle-relative path, and the facts its parts hand on."""
+"""The `Assembly`: what the bundle will hold, keyed by bundle-relative path, and the facts its parts hand on.
+
+Every part writes into an `Assembly` and reads what it needs from a `BuildInputs`; neither imports a
+part, so the parts can be tested one at a time and the order lives in one place (`parts.PARTS`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from bundler.assembly.facts import Facts
 from bundler.errors import BuildError
+from bundler.manifest import Manifest
+from bundler.platforms import TargetPlatform, target_platform
+from bundler.sources.cache import Cache
+from bundler.sources.lock import Lock
 from bundler.writer.zipwriter import Member
+
+
+@dataclass(frozen=True, kw_only=True)
+class Copy:
+    """The installer copies `source` (bundle-relative) to `target` (install-relative)."""
+
+    source: str
+    target: str
 
 
 @dataclass
 class Assembly:
-    """What the bundle will hold, keyed by bundle-relative path, plus the records about it."""
+    """What the bundle will hold, keyed by bundle-relative path, plus the facts about it."""
 
     members: dict[str, Member] = field(default_factory=dict)
-    record: dict[str, Any] = field(default_factory=dict)
-    copies: list[dict[str, str]] = field(default_factory=list)
-    site_packages_files: list[dict[str, str]] = field(default_factory=list)
+    facts: Facts = field(default_factory=Facts)
+    copies: list[Copy] = field(default_factory=list)
+    site_packages_files: list[Copy] = field(default_factory=list)
     binaries: dict[str, dict[str, Path]] = field(default_factory=dict)  # member → its PE files (windows.payload_binaries)
 
     def add_file(self, path: str, source: Path, sha256: str, *, executable: bool = False) -> None:
@@ -30,9 +47,24 @@ class Assembly:
 
     def install(self, bundle_path: str, install_path: str) -> None:
         """Record that the installer copies `bundle_path` to `install_path` (install-plan.json)."""
-        self.copies.append({"from": bundle_path, "to": install_path})
+        self.copies.append(Copy(source=bundle_path, target=install_path))
 
     def _check_new(self, path: str) -> None:
         if path in self.members:
             msg = f"two parts of the bundle both want to write {path}; expected unique paths"
             raise BuildError(msg)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildInputs:
+    """What every part may read: the manifest, its lock, the cached input files, a private work folder."""
+
+    manifest: Manifest
+    lock: Lock | None
+    files: Mapping[str, Path]
+    work: Path
+    cache: Cache
+
+    @property
+    def target(self) -> TargetPlatform:
+        return target_platform(self.manifest.bundle.platform)

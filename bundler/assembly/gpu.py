@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 
-from bundler.assembly.assembly import Assembly
+from bundler.assembly.assembly import Assembly, BuildInputs
+from bundler.assembly.facts import GpuFact, Published
 from bundler.errors import BuildError, UnsupportedError
 from bundler.hashing import file_sha256
 from bundler.manifest import Gpu, GpuSource, Input, Manifest
@@ -82,10 +83,12 @@ class GpuDll:
         return f"{INSTALL_DIR}/{self.name}"
 
 
-def add_gpu(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, Path], work: Path) -> None:
+def add_gpu(assembly: Assembly, build: BuildInputs) -> None:
     """Ship the [gpu] DLLs under payload/gpu/ once the CUDA provider is known to load with them."""
+    manifest, files, work = build.manifest, build.files, build.work
     gpu = manifest.gpu
     if gpu is None:
+        assembly.facts.gpu = None
         return
     provider = read_provider(manifest, files, work / "gpu-provider")
     dlls = collect_dlls(gpu.sources, files, work / "gpu")
@@ -96,12 +99,9 @@ def add_gpu(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, Path]
         bundle_path = f"payload/{dll.install_path}"
         assembly.add_file(bundle_path, dll.path, dll.sha256)
         assembly.install(bundle_path, dll.install_path)
-    assembly.record["gpu"] = record
-    assembly.record["gpu_dll_dirs"] = [INSTALL_DIR]
-    assembly.record["gpu_preload"] = preload
-    providers = assembly.record.setdefault("expected_providers", [])
-    if "CUDAExecutionProvider" not in providers:
-        providers.append("CUDAExecutionProvider")
+    origins = {f"payload/{entry['file']}": entry for entry in record["files"]}
+    assembly.facts.gpu = GpuFact(record=record, dlls=tuple(record["dlls"]), origins=origins, dll_dirs=(INSTALL_DIR,),
+                                 preload=tuple(preload))
 
 
 # -- the provider ---------------------------------------------------------------------------------------
@@ -308,7 +308,7 @@ def _parts(version: str) -> tuple[int, ...]:
 # -- records ------------------------------------------------------------------------------------------------
 
 
-def gpu_record(gpu: Gpu, dlls: Sequence[GpuDll], *, provider_imports: Sequence[str]) -> dict:
+def gpu_record(gpu: Gpu, dlls: Sequence[GpuDll], *, provider_imports: Sequence[str]) -> Published:
     major = int(gpu.cuda.split(".")[0])
     if major not in MIN_DRIVER_WINDOWS:
         msg = (f"[gpu] cuda = \"{gpu.cuda}\": ort-bundler knows the minimum NVIDIA driver only for CUDA "

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
-from bundler.assembly.assembly import Assembly
+from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.identity import source_identity
 from bundler.errors import BuildError
-from bundler.manifest import Input, Manifest
+from bundler.manifest import Input
 from bundler.readers.archives import SafeArchive, is_archive
 from bundler.readers.wheels import wheel_metadata
 from bundler.writer.zipwriter import Member
@@ -78,12 +78,13 @@ class LicenseSet:
     texts: Mapping[str, Member]
 
 
-def add_licenses(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, Path], work: Path) -> None:
+def add_licenses(assembly: Assembly, build: BuildInputs) -> None:
     """Collect upstream licence and notice texts under licenses/<component>/ and index them in bundle.json.
 
     Redistributing a binary obliges us to ship its licence and notices with it, so they are installed too.
-    `work` is not needed: every text is small and read from its archive into memory.
+    Every text is small and read from its archive into memory.
     """
+    manifest, files = build.manifest, build.files
     sets = [wheel_licenses(path, wheel) for path, wheel in bundled_wheels(assembly)]
     sets.append(sdk_licenses(assembly))
     if manifest.gpu is not None:
@@ -94,7 +95,7 @@ def add_licenses(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, 
             _add_member_copy(assembly, path, member)
             assembly.install(path, path)
         index.append({"component": found.component, "files": sorted(found.texts), "license": found.license})
-    assembly.record["licenses"] = index
+    assembly.facts.licenses = tuple(index)
 
 
 def _add_member_copy(assembly: Assembly, path: str, member: Member) -> None:

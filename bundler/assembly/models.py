@@ -1,11 +1,17 @@
-"""The models part: every model passes the gate in the pinned ORT; the self-check and its identity model ship beside them."""
+"""The models part: every model passes the gate in the pinned ORT; the self-check and its identity model ship beside them.
+
+The models' records (signature, reference outputs) are pinned in the lock by `ort-bundler lock`
+(`pin_models`); the build checks that the pinned ORT reproduces them and ships the pinned record, so the
+zip never depends on how the build machine's CPU rounds.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from bundler.assembly.assembly import Assembly
+from bundler.assembly.assembly import Assembly, BuildInputs
+from bundler.assembly.facts import SelfCheckFact
 from bundler.errors import ManifestError
 from bundler.manifest import Manifest
 from bundler.readers.modelgate import (
@@ -33,18 +39,18 @@ def pin_models(manifest: Manifest, files: Mapping[str, Path], cache: Cache) -> t
                  for r in records)
 
 
-def add_models(assembly: Assembly, *, manifest: Manifest, lock: Lock | None, files: Mapping[str, Path],
-               cache: Cache) -> None:
+def add_models(assembly: Assembly, build: BuildInputs) -> None:
     """Every model passes the gate in the pinned ORT version; the signature and reference the lock pins are recorded."""
-    inputs = model_inputs(manifest, files)
-    pinned = pinned_records(manifest, lock, inputs)
+    manifest, cache = build.manifest, build.cache
+    inputs = model_inputs(manifest, build.files)
+    pinned = pinned_records(manifest, build.lock, inputs)
     records = gate_pinned(inputs, pinned, ort_version=manifest.ort.version, work_dir=cache.work_dir("ort-envs"),
                           results_dir=cache.work_dir("gate-results"))
     for model in inputs:
         bundle_path = f"payload/models/{model.name}.onnx"
         assembly.add_file(bundle_path, model.path, model.sha256)
         assembly.install(bundle_path, f"models/{model.name}.onnx")
-    assembly.record["models"] = [{**r.to_json(), "file": f"models/{r.name}.onnx"} for r in records]
+    assembly.facts.models = tuple({**r.to_json(), "file": f"models/{r.name}.onnx"} for r in records)
 
 
 def pinned_records(manifest: Manifest, lock: Lock | None, inputs: Sequence[ModelInput]) -> dict[str, ModelRecord]:
@@ -81,9 +87,9 @@ def pinned_records(manifest: Manifest, lock: Lock | None, inputs: Sequence[Model
     return records
 
 
-def add_selfcheck(assembly: Assembly) -> None:
+def add_selfcheck(assembly: Assembly, build: BuildInputs) -> None:
     """The self-check script and its identity model, installed under selfcheck/."""
     for name, data in (("selfcheck.py", selfcheck_script_bytes()), ("identity.onnx", identity_model_bytes())):
         assembly.add_bytes(f"payload/selfcheck/{name}", data)
         assembly.install(f"payload/selfcheck/{name}", f"selfcheck/{name}")
-    assembly.record["selfcheck"] = {"identity_model": "selfcheck/identity.onnx", "script": "selfcheck/selfcheck.py"}
+    assembly.facts.selfcheck = SelfCheckFact(identity_model="selfcheck/identity.onnx", script="selfcheck/selfcheck.py")

@@ -8,26 +8,23 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import parse_wheel_filename
 
-from bundler.assembly.assembly import Assembly
-from bundler.assembly.sbom import (
-    wheel_metadata,
-)
+from bundler.assembly.assembly import Assembly, BuildInputs
+from bundler.assembly.facts import OrtFact, PythonEnvFact
 from bundler.assembly.wheelbuild import build_wheel
 from bundler.errors import ManifestError
 from bundler.hashing import file_sha256
 from bundler.manifest import Manifest
+from bundler.platforms import target_platform
 from bundler.readers.archives import SafeArchive
 from bundler.readers.capi import read_capi
-from bundler.readers.wheels import verify_official_wheel
+from bundler.readers.wheels import verify_official_wheel, wheel_metadata
 from bundler.sources.cache import cached_sha256
-from bundler.sources.lock import Lock, LockedWheel, lock_data, requirements_txt
+from bundler.sources.lock import LockedWheel, requirements_txt
 
 
 def site_packages(manifest: Manifest) -> str:
     """Where the venv keeps its packages on the target, install-relative."""
-    if manifest.bundle.platform == "win_amd64":
-        return "venv/Lib/site-packages"
-    return f"venv/lib/python{manifest.bundle.python}/site-packages"
+    return target_platform(manifest.bundle.platform).site_packages(manifest.bundle.python)
 
 
 def ort_wheel(manifest: Manifest, files: Mapping[str, Path], work: Path) -> tuple[Path, tuple[str, ...]]:
@@ -64,20 +61,23 @@ def wheel_requirement(path: Path, sha256: str) -> LockedWheel:
     return LockedWheel(name=str(name), version=str(version), filename=path.name, sha256=sha256)
 
 
-def add_python(assembly: Assembly, *, manifest: Manifest, lock: Lock | None, files: Mapping[str, Path],
-               work: Path) -> None:
-    if lock is not None:
-        assembly.record["lock"] = lock_data(lock)  # what `reproduce` rebuilds from, with the manifest
+def lock_name(manifest: Manifest) -> str:
+    return manifest.python.lock.name if manifest.python.lock else f"{manifest.path.stem}.lock.toml"
+
+
+def add_python(assembly: Assembly, build: BuildInputs) -> None:
+    manifest, lock, files = build.manifest, build.lock, build.files
     if manifest.ort.python_source is None:
+        assembly.facts.python_env = None
         return
     if lock is None:
         msg = (f"{manifest.path.name}: python.lock: missing; the ORT wheel's dependencies must be locked for the "
                f"target: run `ort-bundler lock {manifest.path.name}` and add `lock = \"<file>\"` under [python]")
         raise ManifestError(msg)
-    wheel, requires = ort_wheel(manifest, files, work)
+    wheel, requires = ort_wheel(manifest, files, build.work)
     expected = lock_requirements(manifest, requires)
     if tuple(sorted(lock.requirements)) != expected:
-        msg = (f"{manifest.python.lock.name}: locked requirements {list(lock.requirements)} differ from what the "
+        msg = (f"{lock_name(manifest)}: locked requirements {list(lock.requirements)} differ from what the "
                f"manifest needs now {list(expected)}; run `ort-bundler lock {manifest.path.name}` again")
         raise ManifestError(msg)
     ort_sha = cached_sha256(wheel) if manifest.ort.wheel else file_sha256(wheel)
@@ -88,15 +88,7 @@ def add_python(assembly: Assembly, *, manifest: Manifest, lock: Lock | None, fil
         assembly.add_file(f"payload/wheels/{locked.filename}", path, locked.sha256)
         pinned.append(locked)
     assembly.add_bytes("payload/wheels/requirements.txt", requirements_txt(pinned).encode("utf-8"))
-    capi = f"{site_packages(manifest)}/onnxruntime/capi"
-    assembly.record["ort"] = {
-        "version": manifest.ort.version,
-        "route": "wheel" if manifest.ort.wheel else "capi",
-        "wheel": wheel.name,
-        "sha256": ort_sha,
-    }
-    assembly.record["wheels"] = [{"name": w.name, "version": w.version, "filename": w.filename, "sha256": w.sha256}
-                                 for w in sorted(pinned, key=lambda w: w.name)]
-    assembly.record["site_packages"] = site_packages(manifest)
-    assembly.record["dll_dirs"] = [capi]
-    assembly.record["expected_providers"] = ["CPUExecutionProvider"]
+    ort = OrtFact(version=manifest.ort.version, route="wheel" if manifest.ort.wheel else "capi", wheel=wheel.name,
+                  sha256=ort_sha)
+    assembly.facts.python_env = PythonEnvFact(ort=ort, wheels=tuple(sorted(pinned, key=lambda w: w.name)),
+                                              dll_dirs=(f"{site_packages(manifest)}/onnxruntime/capi",))

@@ -12,7 +12,7 @@ import hashlib
 import json
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -153,7 +153,7 @@ def sbom(assembly: Assembly, *, manifest: Manifest) -> Bom:
                      properties=[Property(name="ort-bundler:platform", value=bundle.platform),
                                  Property(name="ort-bundler:python", value=bundle.python)])
     bom = Bom(serial_number=serial_number(manifest, assembly))
-    bom.metadata.timestamp = datetime.fromtimestamp(bundle.source_date_epoch, tz=timezone.utc)
+    bom.metadata.timestamp = datetime.fromtimestamp(bundle.source_date_epoch, tz=UTC)
     bom.metadata.component = root
     bom.metadata.tools.components.add(Component(type=ComponentType.APPLICATION, name="ort-bundler",
                                                 version=__version__, bom_ref="tool:ort-bundler"))
@@ -172,7 +172,7 @@ def serial_number(manifest: Manifest, assembly: Assembly) -> uuid.UUID:
     """
     content = hashlib.sha256(json.dumps(manifest.raw, sort_keys=True, default=str).encode("utf-8"))
     for path in sorted(assembly.members):
-        content.update(f"{assembly.members[path].digest}  {path}\n".encode("utf-8"))
+        content.update(f"{assembly.members[path].digest}  {path}\n".encode())
     return uuid.uuid5(uuid.NAMESPACE_URL, f"ort-bundler:{manifest.bundle.stem}:{content.hexdigest()}")
 
 
@@ -195,8 +195,8 @@ def member_components(assembly: Assembly, *, manifest: Manifest) -> list[Compone
 
 def gpu_origins(assembly: Assembly) -> dict[str, dict[str, Any]]:
     """The GPU part's record of each DLL it placed (install path, source key, file version), by bundle path."""
-    files = assembly.record.get("gpu", {}).get("files", [])
-    return {f"payload/{entry['file']}": entry for entry in files}
+    gpu = assembly.facts.gpu
+    return gpu.origins if gpu else {}
 
 
 def _single_component(path: str, member: Member) -> Component | None:

@@ -20,17 +20,16 @@ so `SafeArchive` still checks its name) and the link is shipped as a regular cop
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from bundler.assembly.assembly import Assembly
+from bundler.assembly.assembly import Assembly, BuildInputs
+from bundler.assembly.facts import SdkFact
 from bundler.assembly.render import make_environment
 from bundler.errors import BuildError
 from bundler.hashing import file_sha256
-from bundler.manifest import Manifest
+from bundler.platforms import target_platform
 from bundler.readers.ortarchive import (
-    _WINDOWS,
     OrtArchive,
     _is_binary,
     _Layout,
@@ -100,26 +99,27 @@ _PLAIN_PATH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*(/[A-Za-z0-9][A-Za-z0-9._
 # -- the SDK in the bundle ---------------------------------------------------------------------------------
 
 
-def add_sdk(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, Path], work: Path) -> None:
+def add_sdk(assembly: Assembly, build: BuildInputs) -> None:
     """payload/sdk/: the archive's files unchanged, plus CMake, MSBuild (Windows) and sample files.
 
     Runs after the GPU part (so the property sheet can copy GPU DLLs) and before the Windows checks (so
     the SDK's DLLs join the DLL closure and the VC++ runtime minimum).
     """
+    manifest, identity_model, gpu_dlls = build.manifest, assembly.facts.selfcheck.identity_model, _gpu_dlls(assembly)
     source = manifest.ort.archive
     if source is None:
+        assembly.facts.sdk = None
         return
-    path = files[source.key]
+    path = build.files[source.key]
     platform = manifest.bundle.platform
     archive, root = extract_ort_archive(path, label=f"{source.key} ({path.name})", platform=platform,
-                                        dest=work / "ort-archive", expected_version=manifest.ort.version)
+                                        dest=build.work / "ort-archive", expected_version=manifest.ort.version)
     replaced = _add_archive_files(assembly, archive, root)
-    generated = render_sdk_files(archive, platform=platform, gpu_dlls=_gpu_dlls(assembly),
-                                 model=assembly.record.get("selfcheck", {}).get("identity_model"))
+    generated = render_sdk_files(archive, platform=platform, gpu_dlls=gpu_dlls,
+                                 model=identity_model)
     for rel, data in sorted(generated.items()):
         _ship_bytes(assembly, rel, data)
-    assembly.record["ort_archive"] = archive.to_json()
-    assembly.record["sdk"] = _sdk_record(archive, platform=platform, replaced=replaced)
+    assembly.facts.sdk = SdkFact(ort_archive=archive.to_json(), sdk=_sdk_record(archive, platform=platform, replaced=replaced))
 
 
 def _add_archive_files(assembly: Assembly, archive: OrtArchive, root: Path) -> list[str]:
@@ -142,14 +142,15 @@ def _ship_bytes(assembly: Assembly, rel: str, data: bytes) -> None:
 
 def _gpu_dlls(assembly: Assembly) -> list[str]:
     """Install paths of the GPU DLLs the GPU part placed, for the property sheet to copy."""
-    folders = [folder.rstrip("/") + "/" for folder in assembly.record.get("gpu_dll_dirs", ())]
-    return sorted(copy["to"] for copy in assembly.copies
-                  if copy["to"].lower().endswith(".dll") and any(copy["to"].startswith(f) for f in folders))
+    gpu = assembly.facts.gpu
+    folders = [folder.rstrip("/") + "/" for folder in (gpu.dll_dirs if gpu else ())]
+    return sorted(copy.target for copy in assembly.copies
+                  if copy.target.lower().endswith(".dll") and any(copy.target.startswith(f) for f in folders))
 
 
 def _sdk_record(archive: OrtArchive, *, platform: str, replaced: list[str]) -> dict[str, Any]:
     layout = _Layout.of(platform, archive.version)
-    windows = platform == _WINDOWS
+    windows = target_platform(platform).windows
     return {
         "root": SDK_INSTALL_DIR,
         "include_dir": f"{SDK_INSTALL_DIR}/include",
@@ -168,7 +169,7 @@ def _sdk_record(archive: OrtArchive, *, platform: str, replaced: list[str]) -> d
 def _runtime_files(archive: OrtArchive, platform: str) -> list[str]:
     """What a program needs beside it at run time: every DLL on Windows; on Linux the shared objects by the
     names the loader asks for (libonnxruntime.so.1, not the development link or the fully versioned file)."""
-    if platform == _WINDOWS:
+    if target_platform(platform).windows:
         return sorted(archive.binaries)
     library = _Layout.of(platform, archive.version).library
     soname = f"lib/{_soname(library)}"
@@ -192,7 +193,7 @@ def render_sdk_files(archive: OrtArchive, *, platform: str, gpu_dlls: list[str],
             msg = (f"install path {value!r} cannot be written into the SDK's CMake and MSBuild files; expected "
                    f"'/'-separated names of letters, digits and . _ + -")
             raise BuildError(msg)
-    windows = platform == _WINDOWS
+    windows = target_platform(platform).windows
     layout = _Layout.of(platform, archive.version)
     major, minor, _ = archive.version.split(".")
     values = {

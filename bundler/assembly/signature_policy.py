@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from bundler.assembly.assembly import Assembly
+from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.windows import payload_binaries
 from bundler.errors import BuildError
 from bundler.manifest import Manifest
@@ -81,8 +81,9 @@ class PeFile:
     file: Path  # where to read it on the build machine
 
 
-def check_signatures(assembly: Assembly, *, manifest: Manifest, work: Path) -> None:
+def check_signatures(assembly: Assembly, build: BuildInputs) -> None:
     """Record the Authenticode evidence of every PE file in the bundle and enforce the signing rules."""
+    manifest, work = build.manifest, build.work
     allowed_ort = manifest.ort.allow_unsigned
     allowed_vc = bool(manifest.vc_redist and manifest.vc_redist.allow_unsigned)
     installed = _install_paths(assembly)
@@ -98,7 +99,7 @@ def check_signatures(assembly: Assembly, *, manifest: Manifest, work: Path) -> N
         records.append(_signature_record(evidence, pe, rule, installed=installed, allowed=bool(problem)))
     if problems:
         raise BuildError(_signature_message(problems, failed, manifest))
-    assembly.record["signatures"] = records
+    assembly.facts.signatures = tuple(records)
 
 
 def _signature_message(problems: list[str], rules: set[SigningRule], manifest: Manifest) -> str:
@@ -127,8 +128,8 @@ def _signature_record(evidence: SignatureEvidence, pe: PeFile, rule: SigningRule
 
 def _install_paths(assembly: Assembly) -> dict[str, str]:
     found: dict[str, str] = {}
-    for copy in sorted(assembly.copies, key=lambda c: (c["from"], c["to"])):
-        found.setdefault(copy["from"], copy["to"])
+    for copy in sorted(assembly.copies, key=lambda c: (c.source, c.target)):
+        found.setdefault(copy.source, copy.target)
     return found
 
 

@@ -9,10 +9,10 @@ which the bundled `VC_redist.x64.exe` must meet.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
-from bundler.assembly.assembly import Assembly
+from bundler.assembly.assembly import Assembly, BuildInputs
+from bundler.assembly.facts import VcRedistFact, WindowsFact
 from bundler.errors import BuildError, ManifestError
 from bundler.manifest import Manifest
 from bundler.readers.archives import SafeArchive
@@ -64,31 +64,34 @@ def _wheel_binaries(name: str, wheel: Path, dest: Path) -> dict[str, Path]:
     return {f"{name}!{member}": dest / member for member in wanted}
 
 
-def check_windows(assembly: Assembly, *, manifest: Manifest, work: Path) -> None:
+def check_windows(assembly: Assembly, build: BuildInputs) -> None:
     """DLL closure and VC++ minimum for a win_amd64 bundle; both land in bundle.json.
 
     Execution-provider plug-ins (`onnxruntime_providers_tensorrt.dll`, the CUDA provider without `[gpu]`)
     are loaded only when a session asks for them, so what they lack is recorded, not fatal; the GPU part
     has already checked the CUDA provider and `payload/gpu/` against `[gpu]`.
     """
-    if manifest.bundle.platform != "win_amd64":
+    manifest, work = build.manifest, build.work
+    if not build.target.windows:
+        assembly.facts.windows = None
         return
     infos: dict[str, PeInfo] = {label: inspect_pe(path, label=label)
                                 for label, path in payload_binaries(assembly, work).items()}
     optional = {label for label in infos if _optional(label)}
     names = [PurePosixPath(label).name for label in optional]
-    gpu = [PurePosixPath(p).name for p in assembly.record.get("gpu", {}).get("dlls", [])]
+    gpu_fact = assembly.facts.gpu
+    gpu = [PurePosixPath(p).name for p in (gpu_fact.dlls if gpu_fact else ())]
     required = dll_closure({k: v for k, v in infos.items() if k not in optional}, target_python=manifest.bundle.python,
                            provided=[*gpu, *names])
     everything = dll_closure(infos, target_python=manifest.bundle.python, provided=gpu)
-    assembly.record["dll_closure"] = {**everything.to_json(), "problems": list(required.problems),
-                                      "optional_unavailable": sorted(set(everything.problems) - set(required.problems))}
+    closure = {**everything.to_json(), "problems": list(required.problems),
+               "optional_unavailable": sorted(set(everything.problems) - set(required.problems))}
     if required.problems:
         msg = "the DLL closure is incomplete: " + "; ".join(required.problems)
         raise BuildError(msg)
     computed = vc_runtime_minimum(info.linker_version for info in infos.values())
-    assembly.record["vc_runtime_min"] = _raise_minimum(computed, manifest)
-    assembly.record["vc_runtime_min_computed"] = computed
+    assembly.facts.windows = WindowsFact(dll_closure=closure, vc_runtime_min=_raise_minimum(computed, manifest),
+                                         vc_runtime_min_computed=computed)
 
 
 def _optional(label: str) -> bool:
@@ -109,14 +112,16 @@ def _raise_minimum(computed: str | None, manifest: Manifest) -> str | None:
     return wanted
 
 
-def add_vc_redist(assembly: Assembly, *, manifest: Manifest, files: Mapping[str, Path]) -> None:
+def add_vc_redist(assembly: Assembly, build: BuildInputs) -> None:
     """The pinned VC_redist.x64.exe, whose own version must meet the bundle's minimum."""
+    manifest, windows = build.manifest, assembly.facts.windows
     if manifest.vc_redist is None:
+        assembly.facts.vc_redist = None
         return
-    path = files[manifest.vc_redist.source.key]
+    path = build.files[manifest.vc_redist.source.key]
     info = inspect_pe(path, label="vc_redist")
     version = info.product_version or info.file_version
-    minimum = assembly.record.get("vc_runtime_min")
+    minimum = windows.vc_runtime_min if windows else None
     if version is None:
         msg = f"vc_redist ({path.name}): no version resource, expected a Visual C++ redistributable"
         raise BuildError(msg)
@@ -126,6 +131,5 @@ def add_vc_redist(assembly: Assembly, *, manifest: Manifest, files: Mapping[str,
         raise BuildError(msg)
     bundle_path = "payload/vc_redist/VC_redist.x64.exe"
     assembly.add_file(bundle_path, path, cached_sha256(path))
-    assembly.record["vc_redist"] = {"file": bundle_path, "version": version, "sha256": cached_sha256(path)}
-    assembly.record["vc_redist_file"] = bundle_path
+    assembly.facts.vc_redist = VcRedistFact(file=bundle_path, version=version, sha256=cached_sha256(path))
 

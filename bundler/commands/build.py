@@ -16,9 +16,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from bundler.assembly.assembly import Assembly
+from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.parts import add_all
-from bundler.assembly.records import _add_records, sha256sums
+from bundler.assembly.records import add_records, sha256sums
+from bundler.assembly.sbom import add_sbom
 from bundler.atomic import write_atomic
 from bundler.errors import HashMismatchError
 from bundler.hashing import file_sha256
@@ -36,14 +37,6 @@ class BuildResult:
     size: int
 
 
-
-
-
-
-
-
-
-
 def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None = None, quiet: bool = True) -> BuildResult:
     lock = load_lock(manifest)
     files = cached_inputs(manifest.inputs() + lock_inputs(lock), cache)
@@ -51,9 +44,10 @@ def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None =
     stem = manifest.bundle.stem
     with tempfile.TemporaryDirectory(dir=cache.work_dir("tmp"), prefix="build-") as tmp:
         work = Path(tmp)
-        assembly = Assembly()
-        add_all(assembly, manifest=manifest, lock=lock, files=files, work=work, cache=cache)
-        _add_records(assembly, manifest)
+        assembly, inputs = Assembly(), BuildInputs(manifest=manifest, lock=lock, files=files, work=work, cache=cache)
+        add_all(assembly, inputs)
+        add_records(assembly, inputs)
+        add_sbom(assembly, manifest=manifest)  # after the records: it describes every member but itself
         members = [_rooted(stem, m) for m in assembly.members.values()]
         members.append(Member(name=f"{stem}/SHA256SUMS", data=sha256sums(assembly.members).encode("utf-8")))
         zip_path = out_dir / f"{stem}.zip"

@@ -27,7 +27,7 @@ from packaging.version import InvalidVersion, Version
 from bundler.readers.bundlezip import BundleZip, is_signature, open_bundle
 from bundler.readers.pe import inspect_pe, is_pe
 
-RECORDS = {"SHA256SUMS", "bundle.json", "install-plan.json", "sbom.cdx.json"}
+RECORDS = {"SHA256SUMS", "bundle.json", "install-plan.json", "sbom.cdx.json", "lock.toml"}
 SCRIPT_SUFFIXES = (".ps1", ".psm1", ".cmd", ".bat", ".sh", ".py", ".pth")
 BINARY_SUFFIXES = (".dll", ".pyd")
 SIGNATURE_BLOCK = re.compile(r"^# SIG # Begin signature block$.*?^# SIG # End signature block$\n?", re.MULTILINE | re.DOTALL)

@@ -7,17 +7,19 @@ are plain data: `--json` prints them, `describe` turns them into a short human r
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from bundler.assembly.sbom import wheel_metadata
 from bundler.errors import InputUnavailableError, UnsupportedError
 from bundler.hashing import file_sha256
+from bundler.platforms import LINUX, WINDOWS
 from bundler.readers.archives import SafeArchive, is_archive
 from bundler.readers.pe import inspect_pe, is_pe
 from bundler.readers.signatures import signature_evidence
+from bundler.readers.wheels import wheel_metadata
 
 ORT_ARCHIVE = re.compile(r"^onnxruntime-(win|linux)-x64(-gpu)?-\d+\.\d+\.\d+\.(zip|tgz)$", re.IGNORECASE)
 
@@ -74,7 +76,7 @@ def _archive(path: Path) -> dict[str, Any]:
 def _ort_archive(path: Path) -> dict[str, Any]:
     from bundler.readers.ortarchive import inspect_ort_archive
 
-    platform = "win_amd64" if "-win-" in path.name.lower() else "linux_x86_64"
+    platform = (WINDOWS if "-win-" in path.name.lower() else LINUX).tag
     return {"kind": "ort_archive", **inspect_ort_archive(path, label=path.name, platform=platform).to_json()}
 
 
@@ -88,7 +90,7 @@ def _model(path: Path) -> dict[str, Any]:
         raise UnsupportedError(msg) from None
     initializers = {i.name for i in model.graph.initializer}
 
-    def io(values) -> list[dict[str, Any]]:
+    def io(values: Iterable[Any]) -> list[dict[str, Any]]:
         rows = []
         for value in values:
             tensor = value.type.tensor_type

@@ -1,6 +1,6 @@
 """`ort-bundler reproduce`: rebuild a bundle from the manifest and lock it records, and compare the bytes.
 
-The rebuilder holds only the bundle. It records its manifest and lock in `bundle.json`; every input the
+The rebuilder holds only the bundle. It records its manifest in `bundle.json` and its lock as `lock.toml`; every input the
 bundle ships unchanged (wheels, models, the entry point, VC_redist: a member whose sha256 is an input's
 pinned hash) is taken from the bundle itself; the rest (the ORT archive or capi source, GPU archives) is
 found as `fetch` finds it: the cache, then `--mirror DIR`, then its source (pip for requirements), never
@@ -14,7 +14,6 @@ import hashlib
 import json
 import shutil
 import tempfile
-import tomllib
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from typing import Any
 import tomli_w
 
 from bundler import __version__
+from bundler.assembly.records import LOCK_FILE
 from bundler.commands.build import build
 from bundler.errors import (
     BundleError,
@@ -38,10 +38,10 @@ from bundler.readers.bundlezip import BundleZip, open_bundle
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import FetchOptions, fetch_inputs
 from bundler.sources.inputs import lock_inputs, target_of
-from bundler.sources.lock import Lock, lock_text, parse_lock
+from bundler.sources.lock import Lock, lock_text, read_lock
 
 # Members that describe the others: they differ whenever another member does.
-RECORDS = ("SHA256SUMS", "bundle.json", "install-plan.json", "sbom.cdx.json")
+RECORDS = ("SHA256SUMS", "bundle.json", "install-plan.json", "sbom.cdx.json", LOCK_FILE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,10 +140,9 @@ def write_sources(bundle: BundleZip, folder: Path) -> tuple[Manifest, Lock | Non
 
 
 def _write_lock(bundle: BundleZip, folder: Path, lock_name: str) -> Lock:
-    recorded = bundle.record.get("lock")
-    if not isinstance(recorded, dict):
-        msg = (f"{bundle.path.name}: bundle.json records no lock (built by ort-bundler {bundle.built_with}, which did "
-               "not record it); reproduce needs the lock the bundle was built from")
+    if LOCK_FILE not in bundle.infos:
+        msg = (f"{bundle.path.name}: the bundle carries no {LOCK_FILE} (built by ort-bundler {bundle.built_with}, "
+               "which did not record its lock); reproduce needs the lock the bundle was built from")
         raise UnsupportedError(msg)
     relative = PurePosixPath(lock_name)
     if relative.is_absolute() or ".." in relative.parts:
@@ -151,11 +150,12 @@ def _write_lock(bundle: BundleZip, folder: Path, lock_name: str) -> Lock:
                "folder; reproduce can only write a lock beside the manifest")
         raise UnsupportedError(msg)
     target = folder / relative
-    lock = parse_lock(recorded, target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(lock_text(lock), encoding="utf-8")
-    if tomllib.loads(target.read_text(encoding="utf-8")) != recorded:
-        msg = f"{bundle.path.name}: the lock recorded in bundle.json does not survive a round trip through its file"
+    target.write_bytes(bundle.read(LOCK_FILE))
+    lock = read_lock(target)
+    if lock_text(lock).encode("utf-8") != target.read_bytes():
+        msg = (f"{bundle.path.name}: {LOCK_FILE} is not the lock file `ort-bundler lock` writes (it was edited); "
+               "expected the build's copy")
         raise VerificationError(msg)
     return lock
 

@@ -13,6 +13,7 @@ import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import Any
 
 from bundler.errors import BuildError
 from bundler.readers.pe import X64_MACHINE, PeInfo
@@ -60,7 +61,7 @@ class ClosureReport:
     dependencies: tuple[Dependency, ...]
     problems: tuple[str, ...]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "dependencies": [
                 {"importer": d.importer, "dll": d.dll, "kind": str(d.kind), "how": d.how} for d in self.dependencies

@@ -39,7 +39,7 @@ class _Transient(Exception):
     """A failure worth another attempt: 5xx, 429, a dropped or stalled connection."""
 
 
-def _hash_existing(path: Path) -> tuple["hashlib._Hash", int]:
+def _hash_existing(path: Path) -> tuple[hashlib._Hash, int]:
     digest = hashlib.sha256()
     size = 0
     if path.exists():
@@ -107,7 +107,7 @@ class _Background:
             raise self.error
         self.queue.put(chunk)
 
-    def __enter__(self) -> "_Background":
+    def __enter__(self) -> _Background:
         self.thread.start()
         return self
 
@@ -124,9 +124,9 @@ def _stopped(label: str) -> NoReturn:
     raise KeyboardInterrupt(msg)
 
 
-def _attempt(url: str, partial: Path, *, label: str, session: requests.Session, digest: "hashlib._Hash",
+def _attempt(url: str, partial: Path, *, label: str, session: requests.Session, digest: hashlib._Hash,
              offset: int, progress: Progress | None, timeout: float,
-             stop: threading.Event) -> tuple["hashlib._Hash", int]:
+             stop: threading.Event) -> tuple[hashlib._Hash, int]:
     headers = {"Range": f"bytes={offset}-", "Accept-Encoding": "identity"} if offset else {"Accept-Encoding": "identity"}
     try:
         with session.get(url, stream=True, timeout=timeout, headers=headers) as resp:

@@ -253,7 +253,7 @@ class _Fetcher:
             session = self._local.session = requests.Session()
         return session
 
-    def _bar(self, item: Input) -> "_Bar":
+    def _bar(self, item: Input) -> _Bar:
         return _Bar(self, item)
 
 

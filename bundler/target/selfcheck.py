@@ -24,13 +24,7 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bundler.target.synth import (
-    compare_output,
-    describe_io,
-    output_digest,
-    probe_model,
-    synthesize_inputs,
-)
+from bundler.target.synth import compare_output, describe_io, output_digest, probe_model, synthesize_inputs
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"

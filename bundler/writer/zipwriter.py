@@ -119,7 +119,7 @@ class MemberCache:
         return None
 
     @contextmanager
-    def writer(self, sha256: str, level: int) -> Iterator[tuple[BinaryIO, "list[_Prepared]"]]:
+    def writer(self, sha256: str, level: int) -> Iterator[tuple[BinaryIO, list[_Prepared]]]:
         """Yield a temporary file; the caller appends the result, which is then renamed into place."""
         folder = self._folder(level)
         folder.mkdir(parents=True, exist_ok=True)

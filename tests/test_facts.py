@@ -1,0 +1,68 @@
+"""The facts parts hand on: set once by their owner, never read before it ran, and the part order proves it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import MANIFESTS, part_inputs
+
+from bundler.assembly.assembly import Assembly
+from bundler.assembly.facts import FactOrderError, Facts, SelfCheckFact
+from bundler.assembly.launch import add_scripts
+from bundler.assembly.parts import PARTS, add_all
+from bundler.assembly.records import bundle_info
+from bundler.assembly.sdk import add_sdk
+from bundler.assembly.windows import add_vc_redist, check_windows
+from bundler.manifest import load, parse
+
+
+def test_reading_a_fact_before_its_part_ran_names_that_part() -> None:
+    facts = Facts()
+    with pytest.raises(FactOrderError, match="the fact 'windows' was read before the part 'windows' set it"):
+        _ = facts.windows
+
+
+def test_a_fact_is_set_once() -> None:
+    facts = Facts()
+    facts.selfcheck = SelfCheckFact(script="selfcheck/selfcheck.py", identity_model="selfcheck/identity.onnx")
+    with pytest.raises(FactOrderError, match="'selfcheck' was set twice"):
+        facts.selfcheck = SelfCheckFact(script="x", identity_model="y")
+
+
+def test_a_part_run_before_the_part_it_depends_on_fails_instead_of_reading_none(tmp_path: Path) -> None:
+    """The scripts enforce the VC++ minimum that the Windows checks compute: run them first and the build stops
+    naming the Windows part, where a dict lookup once returned None and the scripts skipped the check."""
+    manifest = load(MANIFESTS / "quickstart-win.toml")
+    with pytest.raises(FactOrderError, match="part 'windows'"):
+        add_scripts(Assembly(), part_inputs(manifest, work=tmp_path))
+
+
+def test_reordering_the_parts_is_caught(tmp_path: Path) -> None:
+    """VC_redist must meet the minimum the Windows checks set, so it cannot come first."""
+    raw = load(MANIFESTS / "quickstart-win.toml").raw
+    manifest = parse({**raw, "vc_redist": {"path": "VC_redist.x64.exe", "sha256": "0" * 64}},
+                     path=MANIFESTS / "quickstart-win.toml")
+    reordered = (add_vc_redist, check_windows)
+    with pytest.raises(FactOrderError, match="part 'windows'"):
+        add_all(Assembly(), part_inputs(manifest, work=tmp_path), parts=reordered)
+
+
+def test_the_sdk_part_needs_the_selfcheck_and_gpu_parts_first(tmp_path: Path) -> None:
+    manifest = load(MANIFESTS / "quickstart-linux.toml")
+    with pytest.raises(FactOrderError, match="part 'selfcheck'"):
+        add_sdk(Assembly(), part_inputs(manifest, work=tmp_path))
+
+
+def test_every_part_runs_once_in_one_order() -> None:
+    assert len(set(PARTS)) == len(PARTS)
+    order = [part.__name__ for part in PARTS]
+    assert order.index("add_gpu") < order.index("add_sdk") < order.index("check_windows") < order.index("add_vc_redist")
+    assert order.index("add_entry_point") < order.index("add_scripts")
+
+
+def test_bundle_info_reads_only_facts_that_parts_set(tmp_path: Path) -> None:
+    """The records come after the parts: with no part run, writing bundle.json fails naming the first part."""
+    manifest = load(MANIFESTS / "quickstart-linux.toml")
+    with pytest.raises(FactOrderError, match="part 'python_env'"):
+        bundle_info(Assembly(), part_inputs(manifest, work=tmp_path))
