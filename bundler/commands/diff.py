@@ -346,7 +346,7 @@ def _script_text(data: bytes) -> str:
     return SIGNATURE_BLOCK.sub("", data.decode("utf-8", "replace").replace("\r\n", "\n")).rstrip() + "\n"
 
 
-def _wheel_change(name: str, before: Mapping | None, after: Mapping | None) -> Change:
+def _wheel_change(name: str, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> Change:
     if before is None or after is None:
         verb, entry = ("added", after) if before is None else ("removed", before)
         assert entry is not None
@@ -363,7 +363,7 @@ def _wheel_change(name: str, before: Mapping | None, after: Mapping | None) -> C
     return Change(kind="wheel", change=verb, subject=name, old=before["version"], new=after["version"], text=text)
 
 
-def _model_change(name: str, before: Mapping | None, after: Mapping | None) -> Change:
+def _model_change(name: str, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> Change:
     if before is None or after is None:
         verb = "added" if before is None else "removed"
         entry = after or before
@@ -390,14 +390,14 @@ def _launch(bundle: BundleZip) -> dict[str, Any]:
     return launch if isinstance(launch, dict) else {}
 
 
-def _by_name(entries: Iterable[Mapping], *, skip: Iterable[str | None] = ()) -> dict[str, Mapping]:
+def _by_name(entries: Iterable[Mapping[str, Any]], *, skip: Iterable[str | None] = ()) -> dict[str, Mapping[str, Any]]:
     skipped = set(skip)
-    return {str(e["name"]): e for e in entries if isinstance(e, Mapping) and "name" in e
+    return {str(e["name"]): e for e in entries if isinstance(e, dict) and "name" in e
             and e.get("filename") not in skipped}
 
 
-def _by_key(entries: Iterable[Mapping], key: str) -> dict[str, Mapping]:
-    return {str(e[key]): e for e in entries if isinstance(e, Mapping) and key in e}
+def _by_key(entries: Iterable[Mapping[str, Any]], key: str) -> dict[str, Mapping[str, Any]]:
+    return {str(e[key]): e for e in entries if isinstance(e, dict) and key in e}
 
 
 def _sbom_components(bundle: BundleZip) -> dict[str, dict[str, Any]]:

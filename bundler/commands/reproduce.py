@@ -1,8 +1,8 @@
 """`ort-bundler reproduce`: rebuild a bundle from the manifest and lock it records, and compare the bytes.
 
-The rebuilder holds only the bundle. It records its manifest in `bundle.json` and its lock as `lock.toml`; every input the
-bundle ships unchanged (wheels, models, the entry point, VC_redist: a member whose sha256 is an input's
-pinned hash) is taken from the bundle itself; the rest (the ORT archive or capi source, GPU archives) is
+The rebuilder holds only the bundle. It records its manifest in `bundle.json` and its lock as `lock.toml`;
+every input the bundle ships unchanged (wheels, models, the entry point, VC_redist: a member whose sha256
+is an input's pinned hash) is taken from the bundle itself; the rest (the ORT archive or capi source, GPU archives) is
 found as `fetch` finds it: the cache, then `--mirror DIR`, then its source (pip for requirements), never
 the network with `--offline`. The rebuild runs in a scratch folder; each member that differs is named
 with the reason when it can be told.
@@ -106,7 +106,8 @@ def reproduce(path: Path, *, cache: Cache, options: FetchOptions, keep: Path | N
             fetch_inputs(inputs, cache=cache, target=target_of(manifest), options=options)
         except BundleError as exc:
             if altered:
-                raise VerificationError("\n".join([*altered, f"and the input could not be found elsewhere: {exc}"]))
+                lines = [*altered, f"and the input could not be found elsewhere: {exc}"]
+                raise VerificationError("\n".join(lines)) from None
             raise
         result = build(manifest, cache=cache, out_dir=Path(tmp) / "out", jobs=jobs)
         rebuilt = open_bundle(result.zip_path)

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock
 
@@ -43,6 +44,8 @@ from bundler.target import synth
 SYNTH_MODULE = "bundler.target.synth"
 FUTURE_IMPORT = "from __future__ import annotations\n"
 READY_MARKER = ".ort-bundler-ready"
+
+Json = dict[str, Any]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,12 +69,12 @@ class ModelRecord:
     name: str
     sha256: str
     opsets: dict[str, int]
-    inputs: list[dict]
-    outputs: list[dict]
+    inputs: list[Json]
+    outputs: list[Json]
     shapes: dict[str, list[int]]
-    reference: dict
+    reference: Json
 
-    def to_json(self) -> dict:
+    def to_json(self) -> Json:
         return {
             "name": self.name,
             "sha256": self.sha256,
@@ -161,7 +164,7 @@ def gate_key(model: ModelInput, pinned: ModelRecord, ort_version: str) -> str:
     return hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()
 
 
-def pinned_problem(model: ModelInput, pinned: ModelRecord, probe: dict, ort_version: str) -> str | None:
+def pinned_problem(model: ModelInput, pinned: ModelRecord, probe: Json, ort_version: str) -> str | None:
     """None when this run reproduces the pinned record within its tolerance, else the build's sentence."""
     if (probe["inputs"], probe["outputs"]) != (pinned.inputs, pinned.outputs):
         return (f"{model.label}: ORT {ort_version} reports the signature inputs {probe['inputs']} outputs "
@@ -178,7 +181,7 @@ def pinned_problem(model: ModelInput, pinned: ModelRecord, probe: dict, ort_vers
             f"rtol {recorded['rtol']}, atol {recorded['atol']}: {worst}")
 
 
-def largest_difference(fresh: Mapping[str, dict], pinned: Mapping[str, dict], *, rtol: float, atol: float) -> str | None:
+def largest_difference(fresh: Mapping[str, Json], pinned: Mapping[str, Json], *, rtol: float, atol: float) -> str | None:
     """None when every output is within the tolerance, else the largest difference, said in one phrase.
 
     The values decide, not the digests: a digest differs after a one-ulp change that the tolerance allows.
@@ -222,7 +225,7 @@ def check_model_files(models: Sequence[ModelInput]) -> tuple[dict[str, dict[str,
 def check_model_file(model: ModelInput) -> dict[str, int]:
     """Verify, parse and check one model with onnx; returns its opset imports by domain."""
     import onnx
-    from google.protobuf.message import DecodeError
+    from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
     actual = file_sha256(model.path)
     if actual != model.sha256:
@@ -246,7 +249,7 @@ def check_model_file(model: ModelInput) -> dict[str, int]:
     return {entry.domain or "ai.onnx": int(entry.version) for entry in proto.opset_import}
 
 
-def probe_problem(model: ModelInput, probe: dict, opsets: Mapping[str, int], ort_version: str) -> str | None:
+def probe_problem(model: ModelInput, probe: Json, opsets: Mapping[str, int], ort_version: str) -> str | None:
     """The build's sentence for a model the pinned ORT cannot load or run, or None when it can."""
     if probe["ok"]:
         return None
@@ -260,7 +263,7 @@ def probe_problem(model: ModelInput, probe: dict, opsets: Mapping[str, int], ort
     return f"{model.label}: {what}, ORT {ort_version} says: {probe['reason']}"
 
 
-def probe_models(models: Sequence[ModelInput], *, ort_version: str, runner: Runner, work_dir: Path) -> dict:
+def probe_models(models: Sequence[ModelInput], *, ort_version: str, runner: Runner, work_dir: Path) -> dict[str, Json]:
     """Each model's probe from `synth.probe_model`, computed in the pinned ORT version."""
     if not models:
         return {}
@@ -277,7 +280,7 @@ def in_process_ort_version() -> str | None:
         import onnxruntime
     except ImportError:
         return None
-    return onnxruntime.__version__
+    return str(onnxruntime.__version__)
 
 
 def isolated_python(ort_version: str, *, runner: Runner, work_dir: Path) -> Path:
@@ -298,7 +301,7 @@ def isolated_python(ort_version: str, *, runner: Runner, work_dir: Path) -> Path
 
 def run_reference_worker(
     python: Path, models: Sequence[ModelInput], *, ort_version: str, runner: Runner, work_dir: Path
-) -> dict:
+) -> dict[str, Json]:
     """Run the shipped self-check's `--reference` mode under `python` and read its JSON report."""
     work_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=work_dir, prefix="gate-") as private:  # one per build: builds may overlap
@@ -316,7 +319,8 @@ def run_reference_worker(
     if report["ort_version"] != ort_version:
         msg = f"{python} imports onnxruntime {report['ort_version']}, expected {ort_version}"
         raise BuildError(msg)
-    return report["models"]
+    probes: dict[str, Json] = report["models"]
+    return probes
 
 
 def identity_model_bytes() -> bytes:
@@ -329,7 +333,8 @@ def identity_model_bytes() -> bytes:
                               "ort-bundler-selfcheck", [x], [y])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], producer_name="ort-bundler")
     model.ir_version = 8  # opset 13 needs IR 7+; 8 loads in every ORT the bundler supports
-    return model.SerializeToString(deterministic=True)
+    data: bytes = model.SerializeToString(deterministic=True)
+    return data
 
 
 def selfcheck_script_bytes() -> bytes:

@@ -406,7 +406,7 @@ class _LockReader:
         return value
 
     def table(self, data: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
-        table = self.value(data, key, key, dict, f"a [{key}] table")
+        table: Mapping[str, Any] | None = self.value(data, key, key, dict, f"a [{key}] table")
         if table is not None:
             self.unknown_keys(table, LOCK_KEYS[key], f"{key}.")
         return table
