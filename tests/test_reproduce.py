@@ -231,3 +231,22 @@ def test_a_changed_model_without_a_new_lock_names_the_model_and_the_command(bund
     assert (f"quickstart-linux.lock.toml: model 'tiny-mlp' (models/tiny-mlp.onnx) changed (sha256 {sha}, the lock "
             "pins db67a4b8fc5f6964f6329c9db9dde717e7c0f1892abde30b0c141e1fbd2ece3a); run `ort-bundler lock "
             "quickstart-linux.toml` again") in proc.stderr
+
+
+def test_help_shows_examples_for_reproduce_and_diff():
+    for command in ("reproduce", "diff"):
+        proc = run_cli(command, "--help")
+        assert "examples:" in proc.stdout and f"ort-bundler {command} " in proc.stdout
+
+
+def test_bad_arguments_are_clear_errors(tmp_path):
+    junk = tmp_path / "junk.zip"
+    junk.write_bytes(b"PK\x03\x04 not really")
+    proc = run_cli("reproduce", "--cache", str(tmp_path / "c"), str(junk), check=False)
+    assert proc.returncode in (6, 8) and "junk.zip" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_cli("reproduce", "--mirror", str(tmp_path / "nowhere"), str(junk), check=False)
+    assert proc.returncode == 2 and "--mirror" in proc.stderr
+    proc = run_cli("reproduce", "--offline", "--mirror", str(tmp_path), str(junk), check=False)
+    assert proc.returncode == 2
+    missing = run_cli("reproduce", str(tmp_path / "absent.zip"), check=False)
+    assert missing.returncode == 8 and "absent.zip: no such bundle file" in missing.stderr
