@@ -123,3 +123,33 @@ def test_diff_of_a_file_that_is_not_a_bundle_fails_with_exit_8(two_versions, tmp
     proc = run_cli("diff", str(old), str(junk), check=False)
     assert proc.returncode in (6, 8), proc.stderr
     assert "junk.zip" in proc.stderr and "Traceback" not in proc.stderr
+
+
+WIN_STEM = "quickstart-win-1.0.0-win_amd64"
+
+
+def test_a_changed_dll_inside_a_wheel_is_named_with_file_and_linker_versions(bundler_cache, tmp_path):
+    """Real PE files: the ORT wheel of the Windows quickstart with its onnxruntime.dll swapped for the
+    providers_shared DLL of the same wheel (another FileVersion is not needed: the sizes and bytes differ)."""
+    run_cli("build", "-q", "--cache", str(bundler_cache), "-o", str(tmp_path), str(MANIFESTS / "quickstart-win.toml"))
+    old = tmp_path / f"{WIN_STEM}.zip"
+    wheel_member = next(n for n in zipfile.ZipFile(old).namelist() if "/payload/wheels/onnxruntime-" in n)
+
+    def swap_dll(wheel_bytes: bytes) -> bytes:
+        source, out = tmp_path / "in.whl", tmp_path / "out.whl"
+        source.write_bytes(wheel_bytes)
+        with zipfile.ZipFile(source) as wheel, zipfile.ZipFile(out, "w") as new:
+            shared = wheel.read("onnxruntime/capi/onnxruntime_providers_shared.dll")
+            for info in wheel.infolist():
+                new.writestr(info, shared if info.filename == "onnxruntime/capi/onnxruntime.dll" else wheel.read(info))
+        return out.read_bytes()
+
+    new = rewrite(old, tmp_path / "new.zip", lambda name, data: swap_dll(data) if name == wheel_member else data)
+    report = json.loads(run_cli("diff", "--json", str(old), str(new)).stdout)
+    binaries = [c for c in report["changes"] if c["kind"] == "binary"]
+    assert [c["subject"] for c in binaries] == [
+        f"{wheel_member.split('/', 1)[1]}!onnxruntime/capi/onnxruntime.dll"]
+    assert binaries[0]["old"]["file_version"].startswith("1.23.") and binaries[0]["old"]["linker"] == "14.40"
+    assert "FileVersion 1.23." in binaries[0]["text"] and "linker 14.40 -> 14.40" in binaries[0]["text"]
+    # bundle.json was not rebuilt, so the wheel's new bytes are explained by nothing else: listed as a file
+    assert [c["subject"] for c in report["changes"] if c["kind"] == "file"] == [wheel_member.split("/", 1)[1]]
