@@ -378,10 +378,17 @@ def test_an_isolated_environment_whose_interpreter_is_gone_is_rebuilt(tmp_path):
     version = OTHER_ORT_VERSION if HOST_ORT_VERSION != OTHER_ORT_VERSION else ORT_VERSION
     env_dir = tmp_path / f"ort-{version}-py{sys.version_info.major}{sys.version_info.minor}"
     (env_dir / "bin").mkdir(parents=True)
-    (env_dir / modelgate.READY_MARKER).write_text(version, encoding="utf-8")
+    ready = "\n".join(modelgate.isolated_requirements(version)) + "\n"
+    (env_dir / modelgate.READY_MARKER).write_text(ready, encoding="utf-8")
     (env_dir / "bin" / "python").symlink_to(tmp_path / "gone" / "python3")
 
     python = modelgate.isolated_python(version, runner=runners.run, work_dir=tmp_path)
 
     assert python.exists()
     assert runners.run([str(python), "-c", "import onnxruntime; print(onnxruntime.__version__)"]).strip() == version
+
+
+def test_an_ort_built_against_numpy_1_gets_numpy_1_in_its_isolated_environment():
+    assert modelgate.isolated_requirements("1.17.1") == ["onnxruntime==1.17.1", "numpy<2"]
+    assert modelgate.isolated_requirements("1.18.1") == ["onnxruntime==1.18.1", "numpy<2"]
+    assert modelgate.isolated_requirements("1.23.1") == ["onnxruntime==1.23.1", "numpy"]

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
+from packaging.version import InvalidVersion, Version
 
 from bundler import __version__
 from bundler import runner as runners
@@ -44,6 +45,8 @@ from bundler.target import synth
 SYNTH_MODULE = "bundler.target.synth"
 FUTURE_IMPORT = "from __future__ import annotations\n"
 READY_MARKER = ".ort-bundler-ready"
+# The first onnxruntime release built against NumPy 2 (1.19.0 release notes).
+NUMPY2_SINCE = Version("1.19")
 
 Json = dict[str, Any]
 
@@ -283,19 +286,40 @@ def in_process_ort_version() -> str | None:
     return str(onnxruntime.__version__)
 
 
+def isolated_requirements(ort_version: str) -> list[str]:
+    """What the isolated environment installs: the pinned ORT and a NumPy its binaries were built against.
+
+    onnxruntime declares `numpy>=1.21.6` with no upper bound, but releases before 1.19 are built against
+    NumPy 1.x and fail to import under NumPy 2 ("_ARRAY_API not found"); pip alone would pick NumPy 2.
+    """
+    try:
+        before_numpy2 = Version(ort_version) < NUMPY2_SINCE
+    except InvalidVersion:
+        before_numpy2 = False
+    return [f"onnxruntime=={ort_version}", "numpy<2" if before_numpy2 else "numpy"]
+
+
 def isolated_python(ort_version: str, *, runner: Runner, work_dir: Path) -> Path:
-    """A virtual environment on the build host with exactly the pinned ORT, made once per work_dir."""
+    """A virtual environment on the build host with exactly the pinned ORT, made once per work_dir.
+
+    It is made again when it is dead (the ready marker there, the interpreter gone, e.g. its base Python
+    removed) or was made with other requirements than `isolated_requirements` now gives.
+    """
     env_dir = work_dir / f"ort-{ort_version}-py{sys.version_info.major}{sys.version_info.minor}"
     python = env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    requirements = isolated_requirements(ort_version)
+    ready = "\n".join(requirements) + "\n"
+    marker = env_dir / READY_MARKER
     work_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(work_dir / f"{env_dir.name}.lock"):  # builds sharing a cache make the environment once
-        if (env_dir / READY_MARKER).is_file() and python.exists():  # exists(): the venv's link may point nowhere
-            return python
+        # An environment made before the marker listed its requirements holds the ORT version only.
+        accepted = {ready, ort_version} if requirements[-1] == "numpy" else {ready}
+        if marker.is_file() and marker.read_text(encoding="utf-8") in accepted and python.exists():
+            return python  # exists() follows the venv's link to its base interpreter
         shutil.rmtree(env_dir, ignore_errors=True)
         runner([sys.executable, "-m", "venv", str(env_dir)])
-        runner([str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
-                f"onnxruntime=={ort_version}", "numpy"])
-        (env_dir / READY_MARKER).write_text(ort_version, encoding="utf-8")
+        runner([str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", *requirements])
+        marker.write_text(ready, encoding="utf-8")
     return python
 
 
