@@ -97,6 +97,21 @@ def test_an_altered_model_is_never_used_and_is_named(bundles, tmp_path):
     assert "for models[0]: the member was altered after the build" in proc.stderr
 
 
+def test_the_same_content_compressed_differently_is_put_down_to_zlib(bundles, bundler_cache, tmp_path):
+    """What another zlib does: the same bytes inside, other deflate output (here: another level)."""
+    recompressed = tmp_path / f"{LINUX_STEM}.zip"
+    with zipfile.ZipFile(bundles["linux"]) as old, zipfile.ZipFile(recompressed, "w") as new:
+        for info in old.infolist():
+            level = 1 if info.filename.endswith("/install.sh") else None
+            new.writestr(info, old.read(info), compresslevel=level)
+    proc = reproduce(recompressed, bundler_cache)
+    assert proc.returncode == 8, proc.stderr
+    (difference,) = json.loads(proc.stdout)["differences"]
+    assert difference["member"] == "install.sh"
+    assert difference["reason"].startswith("the same content, compressed differently")
+    assert "a different zlib (this machine has zlib " in difference["reason"]
+
+
 def edit_bundle_json(source: Path, dest: Path, change) -> Path:
     def edit(name: str, data: bytes) -> bytes:
         if name != "bundle.json":
