@@ -153,3 +153,17 @@ def test_a_changed_dll_inside_a_wheel_is_named_with_file_and_linker_versions(bun
     assert "FileVersion 1.23." in binaries[0]["text"] and "linker 14.40 -> 14.40" in binaries[0]["text"]
     # bundle.json was not rebuilt, so the wheel's new bytes are explained by nothing else: listed as a file
     assert [c["subject"] for c in report["changes"] if c["kind"] == "file"] == [wheel_member.split("/", 1)[1]]
+
+
+def test_a_new_bundle_version_is_one_change_not_every_script_that_names_it(two_versions, bundler_cache, tmp_path):
+    old, _ = two_versions
+    shutil.copytree(MANIFESTS, tmp_path / "m", ignore=shutil.ignore_patterns("__pycache__"))
+    manifest = tmp_path / "m" / "quickstart-linux.toml"
+    manifest.write_text(manifest.read_text(encoding="utf-8").replace('version = "1.0.0"', 'version = "1.1.0"'),
+                        encoding="utf-8")
+    run_cli("build", "-q", "--cache", str(bundler_cache), "-o", str(tmp_path / "out"), str(manifest))
+    new = tmp_path / "out" / "quickstart-linux-1.1.0-linux_x86_64.zip"
+
+    report = json.loads(run_cli("diff", "--json", str(old), str(new)).stdout)
+    assert [(c["kind"], c["subject"], c["old"], c["new"]) for c in report["changes"]] == [
+        ("bundle", "version", "1.0.0", "1.1.0")]

@@ -18,6 +18,7 @@ import tempfile
 import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -93,6 +94,8 @@ class _Differ:
         self.components: set[str] = set()  # canonical names whose licence/SBOM entries a change already explains
         self.tokens: list[str] = []  # words whose appearance in a script is explained by an environment change
         self.digests: dict[tuple[int, str], str] = {}
+        self.templates = {Path(t.name).stem for t in resources.files("bundler.templates").iterdir()
+                          if t.name.endswith(".j2")}  # the generated text files (README-INSTALL.txt, run.sh, …)
         self._changed: list[str] | None = None
 
     def changes(self) -> list[Change]:
@@ -119,10 +122,12 @@ class _Differ:
     # -- what bundle.json records ----------------------------------------------------------------------------
 
     def bundle(self) -> list[Change]:
+        changed = [key for key in BUNDLE_FIELDS if self.old.record.get(key) != self.new.record.get(key)]
+        self.tokens += [str(b.record.get(key)) for key in changed for b in (self.old, self.new)]
         return [Change(kind="bundle", change="changed", subject=key, old=self.old.record.get(key),
                        new=self.new.record.get(key),
                        text=f"{key} {self.old.record.get(key)} -> {self.new.record.get(key)}")
-                for key in BUNDLE_FIELDS if self.old.record.get(key) != self.new.record.get(key)]
+                for key in changed]
 
     def ort(self) -> list[Change]:
         old, new = self.old.record.get("ort") or {}, self.new.record.get("ort") or {}
@@ -134,6 +139,7 @@ class _Differ:
                                   new=new.get("sha256"), text=f"the ORT wheel {new.get('wheel')} has other bytes "
                                   f"(sha256 {str(old.get('sha256'))[:12]}… -> {str(new.get('sha256'))[:12]}…)"))
         if old != new:
+            self.tokens += [str(v) for v in (old.get("version"), new.get("version")) if v]
             self.components.add("onnxruntime")
             self.explained |= {f"payload/wheels/{w}" for w in (old.get("wheel"), new.get("wheel")) if w}
         return changes
@@ -248,8 +254,8 @@ class _Differ:
     def scripts(self) -> list[Change]:
         changes = []
         for name in self._changed_members():
-            if not name.endswith(SCRIPT_SUFFIXES) or name in self.explained or name not in self.old.infos \
-                    or name not in self.new.infos:
+            rendered = name.endswith(SCRIPT_SUFFIXES) or PurePosixPath(name).name in self.templates
+            if not rendered or name in self.explained or name not in self.old.infos or name not in self.new.infos:
                 continue
             before, after = (_script_text(b.read(name)) for b in (self.old, self.new))
             self.explained.add(name)
