@@ -265,3 +265,19 @@ def test_bad_arguments_are_clear_errors(tmp_path):
     assert proc.returncode == 2
     missing = run_cli("reproduce", str(tmp_path / "absent.zip"), check=False)
     assert missing.returncode == 8 and "absent.zip: no such bundle file" in missing.stderr
+
+
+def test_lock_computes_a_reference_once_and_again_only_for_a_changed_model(bundler_cache, tmp_path):
+    manifest = quickstart_copy(tmp_path / "m")
+    lock = manifest.with_name("quickstart-linux.lock.toml")
+    other_machine = str(float(np.nextafter(np.float32(4.1015625), np.float32(np.inf))))
+    lock.write_text(lock.read_text(encoding="utf-8").replace("4.1015625", other_machine), encoding="utf-8")
+
+    run_cli("lock", "-q", "--cache", str(bundler_cache), str(manifest))
+    assert other_machine in lock.read_text(encoding="utf-8")  # kept: the model, ORT and shapes did not change
+
+    manifest.write_text(manifest.read_text(encoding="utf-8").replace("x = [2, 4]", "x = [3, 4]"), encoding="utf-8")
+    run_cli("lock", "-q", "--cache", str(bundler_cache), str(manifest))
+    record = json.loads(read_lock(lock).models[0].record)
+    assert record["shapes"] == {"x": [3, 4]} and record["reference"]["outputs"]["y"]["shape"] == [3, 3]
+    assert other_machine not in lock.read_text(encoding="utf-8")

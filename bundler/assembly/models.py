@@ -31,12 +31,31 @@ def model_inputs(manifest: Manifest, files: Mapping[str, Path]) -> list[ModelInp
                        shapes=m.shapes) for m in manifest.models]
 
 
-def pin_models(manifest: Manifest, files: Mapping[str, Path], cache: Cache) -> tuple[PinnedModel, ...]:
-    """`lock`'s part: run the gate once in the pinned ORT and pin what it records, so builds need not."""
-    records = gate_models(model_inputs(manifest, files), ort_version=manifest.ort.version,
-                          work_dir=cache.work_dir("ort-envs"))
-    return tuple(PinnedModel(name=r.name, sha256=r.sha256, ort_version=manifest.ort.version, record=r.pinned_json())
-                 for r in records)
+def pin_models(manifest: Manifest, files: Mapping[str, Path], cache: Cache,
+               *, previous: Sequence[PinnedModel] = ()) -> tuple[PinnedModel, ...]:
+    """`lock`'s part: run the gate once in the pinned ORT and pin what it records, so builds need not.
+
+    A model the previous lock pinned for the same sha256, ORT version and shapes keeps its record: the
+    references are computed once, and re-locking on a machine that rounds differently changes nothing.
+    """
+    inputs = model_inputs(manifest, files)
+    kept = {p.name: p for p in previous if _still_pinned(p, manifest, inputs)}
+    fresh = gate_models([m for m in inputs if m.name not in kept], ort_version=manifest.ort.version,
+                        work_dir=cache.work_dir("ort-envs"))
+    pinned = {r.name: PinnedModel(name=r.name, sha256=r.sha256, ort_version=manifest.ort.version,
+                                  record=r.pinned_json()) for r in fresh}
+    return tuple(kept.get(m.name) or pinned[m.name] for m in inputs)
+
+
+def _still_pinned(pinned: PinnedModel, manifest: Manifest, inputs: Sequence[ModelInput]) -> bool:
+    model = next((m for m in inputs if m.name == pinned.name), None)
+    if model is None or model.sha256 != pinned.sha256 or pinned.ort_version != manifest.ort.version:
+        return False
+    try:
+        record = ModelRecord.from_pinned(name=pinned.name, sha256=pinned.sha256, text=pinned.record)
+    except (ManifestError, ValueError):
+        return False
+    return record.shapes == {name: [int(dim) for dim in shape] for name, shape in sorted(model.shapes.items())}
 
 
 def add_models(assembly: Assembly, build: BuildInputs) -> None:

@@ -14,13 +14,13 @@ from pathlib import Path
 
 from bundler.assembly.models import pin_models
 from bundler.assembly.python_env import lock_requirements, ort_wheel
-from bundler.errors import UsageError
+from bundler.errors import ManifestError, UsageError
 from bundler.manifest import Manifest
 from bundler.runner import Runner, run
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import FetchOptions, fetch_inputs
 from bundler.sources.inputs import target_of
-from bundler.sources.lock import Lock, resolve, write_lock
+from bundler.sources.lock import Lock, PinnedModel, read_lock, resolve, write_lock
 
 
 def default_lock_path(manifest: Manifest) -> Path:
@@ -42,7 +42,17 @@ def lock_manifest(manifest: Manifest, *, cache: Cache, options: FetchOptions, ru
         with tempfile.TemporaryDirectory(dir=cache.work_dir("tmp"), prefix="lock-") as tmp:
             _, requires = ort_wheel(manifest, files, Path(tmp))
             lock = resolve(lock_requirements(manifest, requires), target=target, runner=runner, work_dir=Path(tmp))
-    lock = replace(lock, models=pin_models(manifest, files, cache))
     path = default_lock_path(manifest)
+    lock = replace(lock, models=pin_models(manifest, files, cache, previous=_previous_pins(path)))
     write_lock(lock, path)
     return lock, path
+
+
+def _previous_pins(path: Path) -> tuple[PinnedModel, ...]:
+    """The models the existing lock pins, or none when there is no readable lock to keep them from."""
+    if not path.is_file():
+        return ()
+    try:
+        return read_lock(path).models
+    except ManifestError:
+        return ()
