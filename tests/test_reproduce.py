@@ -112,6 +112,22 @@ def test_the_same_content_compressed_differently_is_put_down_to_zlib(bundles, bu
     assert "a different zlib (this machine has zlib " in difference["reason"]
 
 
+def test_a_signed_bundle_differs_only_by_its_signatures_and_says_so(bundles, bundler_cache, tmp_path):
+    """A stand-in for `ort-bundler sign` (another command): an Authenticode block on every .ps1 and a
+    detached signature member; reproduce must put every difference down to signing."""
+    block = b"\r\n# SIG # Begin signature block\r\n# MIIFakeBase64==\r\n# SIG # End signature block\r\n"
+    signed = rewrite(bundles["win"], tmp_path / f"{WIN_STEM}.zip",
+                     lambda name, data: data + block if name.endswith(".ps1") else data)
+    with zipfile.ZipFile(signed, "a") as archive:
+        archive.writestr(f"{WIN_STEM}/SHA256SUMS.p7s", b"detached signature")
+    proc = reproduce(signed, bundler_cache)
+    assert proc.returncode == 8, proc.stderr
+    reasons = {d["member"]: d["reason"] for d in json.loads(proc.stdout)["differences"]}
+    assert reasons.pop("SHA256SUMS.p7s").startswith("a signature added after the build")
+    assert reasons and all(name.endswith(".ps1") for name in reasons)
+    assert set(reasons.values()) == {"signed after the build: equal to the rebuild once its signature block is removed"}
+
+
 def edit_bundle_json(source: Path, dest: Path, change) -> Path:
     def edit(name: str, data: bytes) -> bytes:
         if name != "bundle.json":

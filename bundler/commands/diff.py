@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import re
 import tempfile
 import zipfile
 from collections.abc import Iterable, Mapping
@@ -25,13 +24,12 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from bundler.readers.bundlezip import BundleZip, is_signature, open_bundle
+from bundler.readers.bundlezip import BundleZip, is_signature, open_bundle, script_text
 from bundler.readers.pe import inspect_pe, is_pe
 
 RECORDS = {"SHA256SUMS", "bundle.json", "install-plan.json", "sbom.cdx.json", "lock.toml"}
 SCRIPT_SUFFIXES = (".ps1", ".psm1", ".cmd", ".bat", ".sh", ".py", ".pth")
 BINARY_SUFFIXES = (".dll", ".pyd")
-SIGNATURE_BLOCK = re.compile(r"^# SIG # Begin signature block$.*?^# SIG # End signature block$\n?", re.MULTILINE | re.DOTALL)
 BUNDLE_FIELDS = ("name", "version", "platform", "python")
 
 
@@ -257,7 +255,7 @@ class _Differ:
             rendered = name.endswith(SCRIPT_SUFFIXES) or PurePosixPath(name).name in self.templates
             if not rendered or name in self.explained or name not in self.old.infos or name not in self.new.infos:
                 continue
-            before, after = (_script_text(b.read(name)) for b in (self.old, self.new))
+            before, after = (script_text(b.read(name)) for b in (self.old, self.new))
             self.explained.add(name)
             if before == after:
                 continue  # only a signature block differs
@@ -342,14 +340,6 @@ def _pe_facts(path: Path) -> dict[str, str | None]:
         return {}
     info = inspect_pe(path)
     return {"file_version": info.file_version, "linker": ".".join(map(str, info.linker_version))}
-
-
-def _script_text(data: bytes) -> str:
-    """A script's text without an Authenticode signature block, so signing is not a change.
-
-    Signing tools append the block after a line break of their own: trailing blank lines do not count.
-    """
-    return SIGNATURE_BLOCK.sub("", data.decode("utf-8", "replace").replace("\r\n", "\n")).rstrip() + "\n"
 
 
 def _wheel_change(name: str, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> Change:

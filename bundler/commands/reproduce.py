@@ -34,12 +34,14 @@ from bundler.errors import (
 )
 from bundler.hashing import CHUNK, file_sha256
 from bundler.manifest import Input, Manifest, load
-from bundler.readers.bundlezip import BundleZip, open_bundle
+from bundler.readers.bundlezip import SIGNATURE_BLOCK, BundleZip, is_signature, open_bundle, script_text
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import FetchOptions, fetch_inputs
 from bundler.sources.inputs import lock_inputs, target_of
 from bundler.sources.lock import Lock, lock_text, read_lock
 
+# What Authenticode signs among the generated scripts.
+SIGNED_SCRIPTS = (".ps1", ".psm1", ".psd1")
 # Members that describe the others: they differ whenever another member does.
 RECORDS = ("SHA256SUMS", "bundle.json", "install-plan.json", "sbom.cdx.json", LOCK_FILE)
 
@@ -248,10 +250,14 @@ class _Explainer:
 
     def member(self, name: str) -> str | None:
         if name not in self.rebuilt.infos:
+            if is_signature(name):
+                return "a signature added after the build (`ort-bundler sign`); a rebuild is unsigned"
             return "the bundle has it, the rebuild does not" + self._version_note()
         if name not in self.original.infos:
             return "the rebuild has it, the bundle does not" + self._version_note()
         ours, theirs = self.original.sha256(name), self.rebuilt.sha256(name)
+        if ours != theirs and self._signed_only(name):
+            return "signed after the build: equal to the rebuild once its signature block is removed"
         if name in self.original.sums and self.original.sums[name] != ours:
             hint = ("; the manifest and lock it records, which reproduce rebuilds from, were edited"
                     if name == "bundle.json" else "")
@@ -264,6 +270,14 @@ class _Explainer:
                 return (f"a different input: the bundle has sha256 {ours}, the rebuild {theirs}; the recorded "
                         f"manifest or lock pins {digest} for {self.pinned[digest]}")
         return self._generated(name)
+
+    def _signed_only(self, name: str) -> bool:
+        """A script that differs only by the Authenticode block `ort-bundler sign` appends."""
+        if not name.endswith(SIGNED_SCRIPTS):
+            return False
+        signed, rebuilt = self.original.read(name), self.rebuilt.read(name)
+        text = signed.decode("utf-8", "replace").replace("\r\n", "\n")
+        return bool(SIGNATURE_BLOCK.search(text)) and script_text(signed) == script_text(rebuilt)
 
     def _same_content(self, name: str) -> str | None:
         ours, theirs = self.original.infos[name], self.rebuilt.infos[name]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import struct
 import zipfile
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from bundler.readers.archives import SafeArchive
 
 # The members a signed bundle carries beside what the build wrote (the `sign` command's detached signature).
 SIGNATURE_SUFFIXES = (".p7s",)
+SIGNATURE_BLOCK = re.compile(r"^# SIG # Begin signature block$.*?^# SIG # End signature block$\n?", re.MULTILINE | re.DOTALL)
 LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # the zip local file header, up to the two length fields
 
 
@@ -133,3 +135,11 @@ def _sums(bundle: BundleZip) -> dict[str, str]:
 def is_signature(name: str) -> bool:
     """A member `sign` adds (a detached signature); compared bundles ignore it."""
     return name.endswith(SIGNATURE_SUFFIXES)
+
+
+def script_text(data: bytes) -> str:
+    """A script's text without an Authenticode signature block, so signing is not a change.
+
+    Signing tools append the block after a line break of their own: trailing blank lines do not count.
+    """
+    return SIGNATURE_BLOCK.sub("", data.decode("utf-8", "replace").replace("\r\n", "\n")).rstrip() + "\n"
