@@ -10,13 +10,12 @@ from __future__ import annotations
 import hashlib
 import queue
 import re
-import shutil
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
 
@@ -28,7 +27,7 @@ from bundler.hashing import CHUNK, file_sha256, mismatch_message
 from bundler.manifest import Input
 from bundler.runner import Runner, run
 from bundler.sources.cache import Cache
-from bundler.sources.download import RetryPolicy, download
+from bundler.sources.download import DEFAULT_MAX_DOWNLOAD, RetryPolicy, download
 from bundler.sources.lock import Target
 
 
@@ -64,7 +63,7 @@ def fetch_inputs(inputs: Sequence[Input], *, cache: Cache, target: Target, optio
     overall = tqdm(total=len(inputs), desc="inputs", unit="file", disable=options.quiet, position=0, leave=False)
     try:
         outcomes = _in_parallel(fetcher.fetch, inputs, jobs=options.jobs, stop=fetcher.stop,
-                                done=lambda: overall.update(1))
+                                done=lambda: _advance(overall))
     except BaseException:
         fetcher.stop.set()
         raise
@@ -83,7 +82,15 @@ def fetch_inputs(inputs: Sequence[Input], *, cache: Cache, target: Target, optio
         else:
             kind = InputUnavailableError
         raise kind("\n".join(str(e) for e in errors))
-    return {item.key: path for item, path in zip(inputs, outcomes)}
+    return {item.key: path for item, path in zip(inputs, outcomes) if isinstance(path, Path)}
+
+
+def _advance(bar: tqdm[Any]) -> None:
+    bar.update(1)
+
+
+def _add(bar: tqdm[Any], count: int) -> None:
+    bar.update(count)
 
 
 def _in_parallel(work: Callable[[Input], Path], inputs: Sequence[Input], *, jobs: int, stop: threading.Event,
@@ -172,7 +179,8 @@ class _Fetcher:
         partial = self.cache.partial(item.sha256[0])
         with self._bar(item) as bar:
             actual = download(item.location, partial, label=item.key, session=self._session(),
-                              progress=bar.update, policy=self.options.retry, stop=self.stop)
+                              progress=lambda n: _add(bar, n), policy=self.options.retry, stop=self.stop,
+                              max_size=item.size or DEFAULT_MAX_DOWNLOAD)
         if actual not in item.sha256:
             partial.unlink(missing_ok=True)
             raise HashMismatchError(mismatch_message(item.key, item.location, item.sha256, actual))
@@ -182,9 +190,9 @@ class _Fetcher:
 
     def _from_pip(self, item: Input) -> Path:
         """pip download through the user's own pip configuration (index, proxy, certificates)."""
-        with tempfile.TemporaryDirectory(dir=self.cache.work_dir("tmp")) as tmp:
-            dest = Path(tmp) / "out"
-            reqs = Path(tmp) / "requirements.txt"
+        with self.cache.scratch(prefix="pip-") as tmp:
+            dest = tmp / "out"
+            reqs = tmp / "requirements.txt"
             hashes = " ".join(f"--hash=sha256:{h}" for h in item.sha256)
             reqs.write_text(f"{item.location} {hashes}\n", encoding="utf-8")
             cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes",
@@ -203,12 +211,7 @@ class _Fetcher:
             if len(files) != 1:
                 msg = f"{item.display}: pip produced {len(files)} files, expected exactly one wheel"
                 raise InputUnavailableError(msg)
-            staged = self.cache.work_dir("tmp") / (Path(tmp).name + ".whl")
-            shutil.move(files[0], staged)
-            try:
-                return self._adopt(item, staged, file_sha256(staged), files[0].name)
-            finally:
-                staged.unlink(missing_ok=True)
+            return self._adopt(item, files[0], file_sha256(files[0]), files[0].name)
 
     def _from_mirror(self, item: Input) -> Path:
         mirror = self.options.mirror
@@ -264,7 +267,7 @@ class _Bar:
         self.fetcher = fetcher
         self.item = item
 
-    def __enter__(self) -> tqdm:
+    def __enter__(self) -> tqdm[Any]:
         with self.fetcher._slot_lock:
             self.slot = self.fetcher._slots.pop() if self.fetcher._slots else 1
         name = self.item.filename or self.item.key
