@@ -8,7 +8,6 @@ every machine however its CPU rounds.
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -39,7 +38,7 @@ def lock_manifest(manifest: Manifest, *, cache: Cache, options: FetchOptions, ru
     files = fetch_inputs(inputs, cache=cache, target=target, options=options, runner=runner)
     lock = Lock(target=target, requirements=(), wheels=())
     if source is not None:
-        with tempfile.TemporaryDirectory(dir=cache.work_dir("tmp"), prefix="lock-") as tmp:
+        with cache.scratch(prefix="lock-") as tmp:
             _, requires = ort_wheel(manifest, files, Path(tmp))
             lock = resolve(lock_requirements(manifest, requires), target=target, runner=runner, work_dir=Path(tmp))
     path = default_lock_path(manifest)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import tempfile
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -100,7 +99,7 @@ def reproduce(path: Path, *, cache: Cache, options: FetchOptions, keep: Path | N
               jobs: int | None = None) -> ReproduceReport:
     """Rebuild the bundle at `path` in a scratch folder and compare the two zips member by member."""
     original = open_bundle(path)
-    with tempfile.TemporaryDirectory(dir=cache.work_dir("tmp"), prefix="reproduce-") as tmp:
+    with cache.scratch(prefix="reproduce-") as tmp:  # removed by the next run if this one is killed
         manifest, lock = write_sources(original, Path(tmp) / "src")
         inputs = manifest.inputs() + lock_inputs(lock)
         taken, altered = seed_cache(original, inputs, cache)
