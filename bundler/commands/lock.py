@@ -19,7 +19,7 @@ from bundler.runner import Runner, run
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import FetchOptions, fetch_inputs
 from bundler.sources.inputs import target_of
-from bundler.sources.lock import Lock, PinnedModel, read_lock, resolve, write_lock
+from bundler.sources.lock import Lock, PinnedModel, read_lock, resolve, resolve_installer, write_lock
 
 
 def default_lock_path(manifest: Manifest) -> Path:
@@ -36,11 +36,12 @@ def lock_manifest(manifest: Manifest, *, cache: Cache, options: FetchOptions, ru
     target = target_of(manifest)
     inputs = ([source] if source is not None else []) + [model.source for model in manifest.models]
     files = fetch_inputs(inputs, cache=cache, target=target, options=options, runner=runner)
-    lock = Lock(target=target, requirements=(), wheels=())
-    if source is not None:
-        with cache.scratch(prefix="lock-") as tmp:
+    with cache.scratch(prefix="lock-") as tmp:
+        lock = Lock(target=target, requirements=(), wheels=())
+        if source is not None:
             _, requires = ort_wheel(manifest, files, Path(tmp))
             lock = resolve(lock_requirements(manifest, requires), target=target, runner=runner, work_dir=Path(tmp))
+        lock = replace(lock, installer=resolve_installer(target=target, runner=runner, work_dir=Path(tmp)))
     path = default_lock_path(manifest)
     lock = replace(lock, models=pin_models(manifest, files, cache, previous=_previous_pins(path)))
     write_lock(lock, path)
