@@ -151,6 +151,7 @@ def selfcheck_helpers(root: Path) -> Any:
     if spec is None or spec.loader is None:
         raise OSError(f"{path} cannot be loaded")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while being defined
     spec.loader.exec_module(module)
     return module
 
