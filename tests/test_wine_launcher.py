@@ -97,10 +97,8 @@ class Install:
 
     @property
     def ort_dll(self) -> Path:
-        """The onnxruntime.dll in the plan's DLL folders: the one a launched program must load."""
-        [dll] = [self.root / folder / "onnxruntime.dll" for folder in self.plan["dll_dirs"]
-                 if (self.root / folder / "onnxruntime.dll").is_file()]
-        return dll
+        """The onnxruntime.dll beside the program: the one it must load (its own folder comes before System32)."""
+        return self.program.parent / "onnxruntime.dll"
 
 
 def probe_manifest(folder: Path, probe: Path) -> Path:
@@ -213,7 +211,11 @@ def test_a_decoy_ort_first_on_the_callers_path_loads_only_without_the_launcher(
     decoy = ort_win_capi(DECOY_ORT_VERSION)
     identity = quoted(wine, install.root / "selfcheck" / "identity.onnx")
     through_launcher = write_path_cmd(tmp_path / "launcher.cmd", wine=wine, target=install.run_cmd, path_first=[decoy])
-    direct = write_path_cmd(tmp_path / "direct.cmd", wine=wine, target=install.program, path_first=[decoy])
+    # A copy of the probe without the app-local runtime beside it: nothing but PATH can then find an ORT.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    bare_probe = Path(shutil.copy2(install.program, elsewhere / install.program.name))
+    direct = write_path_cmd(tmp_path / "direct.cmd", wine=wine, target=bare_probe, path_first=[decoy])
 
     launched = wine.cmd(through_launcher, "--check-identity", identity)
     bare = wine.cmd(direct, "--check-identity", identity)

@@ -134,5 +134,6 @@ class Facts:
     vc_redist: Fact[VcRedistFact | None] = Fact("vc_redist")
     models: Fact[tuple[Published, ...]] = Fact("models")
     entry_point: Fact[EntryPoint | None] = Fact("entry_point")
+    app_local: Fact[tuple[str, ...]] = Fact("app_local")  # install paths of the runtime beside a native program
     signatures: Fact[tuple[Published, ...]] = Fact("signatures")
     licenses: Fact[tuple[Published, ...]] = Fact("licenses")

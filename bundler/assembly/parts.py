@@ -3,9 +3,10 @@
 Each part is a function `(Assembly, BuildInputs) -> None` that turns cached inputs into members of the
 assembly and sets its own facts (`bundler.assembly.facts`); a later part reads the facts of earlier
 ones. The order is the only place the parts meet: the GPU part before the SDK (its property sheet copies
-the GPU DLLs) and the Windows checks (the GPU DLLs join the closure); the Windows checks before VC_redist
-(its version must meet their minimum) and the scripts (which enforce it on the target); the entry point
-before the scripts; signatures and licences after every member that carries a binary or a licence.
+the GPU DLLs) and the Windows checks (the GPU DLLs join the closure); the entry point, the SDK and the GPU
+part before the app-local runtime (which places their DLLs beside a native program), and that before the
+Windows checks (which resolve the program's imports from its folder); the Windows checks before VC_redist
+(its version must meet their minimum) and the scripts (which enforce it on the target); signatures and licences after every member that carries a binary or a licence.
 The records (bundle.json, install-plan.json) and then the SBOM are written after all parts, by
 `bundler.commands.build`, because they describe everything the parts added.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from bundler.assembly.applocal import add_app_local_runtime
 from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.gpu import add_gpu
 from bundler.assembly.launch import add_entry_point, add_scripts
@@ -28,13 +30,14 @@ Part = Callable[[Assembly, BuildInputs], None]
 
 PARTS: tuple[Part, ...] = (
     add_python,
+    add_entry_point,
     add_selfcheck,
     add_gpu,
     add_sdk,
+    add_app_local_runtime,
     check_windows,
     add_vc_redist,
     add_models,
-    add_entry_point,
     add_scripts,
     check_signatures,
     add_licenses,

@@ -30,7 +30,7 @@ def bundle_info(assembly: Assembly, build: BuildInputs) -> BundleInfo:
         expected_providers=["CPUExecutionProvider", *(["CUDAExecutionProvider"] if gpu else [])],
         selfcheck=facts.selfcheck.to_json(), models=list(facts.models),
         entry_point={facts.entry_point.kind: facts.entry_point.value} if facts.entry_point else None,
-        gpu=gpu.record if gpu else None,
+        app_local_runtime=list(facts.app_local), gpu=gpu.record if gpu else None,
         ort_archive=sdk.ort_archive if sdk else None, sdk=sdk.sdk if sdk else None,
         dll_closure=windows.dll_closure if windows else None,
         vc_runtime_min=windows.vc_runtime_min if windows else None,

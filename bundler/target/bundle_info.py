@@ -41,6 +41,7 @@ class BundleInfo:
     selfcheck: Json  # script and identity model, install-relative
     models: List[Json]  # name, file, sha256, inputs, outputs, reference digests
     entry_point: Optional[Json]  # {"module": …} | {"script": …} | {"program": …}
+    app_local_runtime: List[str]  # install paths of the ORT (and GPU) DLLs placed beside a native program
     gpu: Optional[Json]  # CUDA/cuDNN versions, DLLs and their origins, minimum driver
     ort_archive: Optional[Json]  # the C/C++ release archive, when [ort] archive is pinned
     sdk: Optional[Json]
