@@ -14,7 +14,7 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import pytest
@@ -141,11 +141,11 @@ def bundle_info(model: Path) -> BundleInfo:
     record = {"name": "mlp", "file": "models/mlp.onnx", "sha256": hashlib.sha256(model.read_bytes()).hexdigest(),
               "inputs": [{"name": "x", "type": "tensor(float)", "shape": [8, 64]}],
               "outputs": [{"name": "y", "type": "tensor(float)", "shape": [8, 32]}], "shapes": None}
-    return BundleInfo(name="tuned", version="1.0", platform="linux_x86_64", python="3.11", python_tag="cp311",
-                      built_with={}, manifest={}, ort=None, wheels=[], expected_providers=["CPUExecutionProvider"],
-                      selfcheck={}, models=[record], entry_point=None, gpu=None, ort_archive=None, sdk=None,
-                      dll_closure=None, vc_runtime_min=None, vc_runtime_min_computed=None, vc_redist=None,
-                      signatures=[], licenses=[])
+    empty = {f.name: None for f in fields(BundleInfo)}  # every key the definition has, whatever it gains
+    values = {"name": "tuned", "version": "1.0", "platform": "linux_x86_64", "python": "3.11", "python_tag": "cp311",
+              "built_with": {}, "manifest": {}, "wheels": [], "expected_providers": ["CPUExecutionProvider"],
+              "selfcheck": {}, "models": [record], "signatures": [], "licenses": []}
+    return BundleInfo(**{**empty, **values})
 
 
 @pytest.fixture()
