@@ -273,3 +273,25 @@ def test_profile_runs_the_entry_point_once_and_names_its_trace(install: tuple[Pa
 
     program = python("-m", "ort_bundle.profile", "--entry-kind", "program", "--entry", "app/native", env=env)
     assert program.returncode == 10 and "does not start Python" in program.stderr
+
+
+def test_the_self_checks_verdict_names_the_values_and_whether_they_are_in_force(
+        install: tuple[Path, dict[str, str]]) -> None:
+    from bundler.target.sessions import tuning_verdict
+
+    root, env = install
+    assert tuning_verdict(root, applied_by_hook=True).status == "skip"
+    assert tune(root, env).returncode == 0
+    best = TuningFile.read(root).models[0].best
+    verdict = tuning_verdict(root, applied_by_hook=True)
+    assert verdict.status == "pass" and f"mlp: {best.label}" in verdict.message
+    assert verdict.details["models"][0]["intra_op_num_threads"] == best.intra_op_num_threads
+    assert "[launch] apply_tuning is off" in tuning_verdict(root, applied_by_hook=False).message
+
+    data = json.loads((root / TUNING_FILE).read_text())
+    data["machine"]["logical_cores"] += 64  # tuned elsewhere: the folder was copied to this machine
+    (root / TUNING_FILE).write_text(json.dumps(data))
+    stale = tuning_verdict(root, applied_by_hook=True)
+    assert stale.status == "warn" and "not in force" in stale.message and "usable cores" in stale.message
+    (root / TUNING_FILE).write_text("[]")
+    assert tuning_verdict(root, applied_by_hook=True).status == "warn"

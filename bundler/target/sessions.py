@@ -299,3 +299,42 @@ def activate(root: Optional[Path] = None) -> Optional[Applier]:
     else:
         sys.meta_path.insert(0, _Watcher(applier))
     return applier
+
+
+# ---------------------------------------------------------------- what the self-check reports
+
+
+@dataclass(frozen=True)
+class TuningVerdict:
+    """The self-check's `tuning` line: the tuned values and whether they are in force."""
+
+    status: str  # pass | warn | skip
+    message: str
+    fix: str
+    details: Dict[str, Any]
+
+
+def tuning_verdict(root: Path, *, applied_by_hook: bool) -> TuningVerdict:
+    """In force means: current for this machine and model, and applied to the entry point's sessions by
+    the hook ([launch] apply_tuning), or else available through ort_bundle.session_options(name)."""
+    try:
+        models = tuned_models(root)
+    except (OSError, ValueError, TuningFileError) as exc:  # BundleInfoError is a ValueError
+        return TuningVerdict(status="warn", message=f"the tuning file cannot be used: {exc}",
+                             fix="Run the launcher with --tune again.", details={})
+    if not models:
+        return TuningVerdict(status="skip", fix="", details={"applied_by_hook": applied_by_hook},
+                             message="not tuned: run the launcher with --tune to measure the best session options "
+                                     "on this machine")
+    details = {"applied_by_hook": applied_by_hook,
+               "models": [{"name": m.name, "intra_op_num_threads": m.settings.intra_op_num_threads,
+                           "execution_mode": m.settings.execution_mode, "current": m.current, "reason": m.reason}
+                          for m in models]}
+    values = "; ".join(f"{m.name}: {m.settings.label}" for m in models)
+    stale = [f"{m.name}: {m.reason}" for m in models if not m.current]
+    if stale:
+        return TuningVerdict(status="warn", details=details, fix="Run the launcher with --tune again.",
+                             message=f"tuned ({values}) but not in force: {'; '.join(stale)}")
+    where = "applied to the entry point's sessions" if applied_by_hook else \
+        "not applied by the launcher ([launch] apply_tuning is off); available through ort_bundle.session_options(name)"
+    return TuningVerdict(status="pass", details=details, fix="", message=f"tuned ({values}): {where}")
