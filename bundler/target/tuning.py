@@ -20,6 +20,7 @@ import json
 import math
 import sys
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
@@ -103,6 +104,22 @@ class Progress:
             self.stream.flush()
 
 
+@dataclass(frozen=True)
+class TuningPlan:
+    """What one run measures: every model under every candidate setting, on these providers."""
+
+    settings: Tuple[Settings, ...]
+    providers: List[str]
+    warmup: int
+    runs: int
+
+    @classmethod
+    def make(cls, *, threads: Sequence[int], providers: List[str], warmup: int, runs: int) -> TuningPlan:
+        settings = tuple(Settings(intra_op_num_threads=count, execution_mode=mode)
+                         for count in threads for mode in EXECUTION_MODES)
+        return cls(settings=settings, providers=providers, warmup=warmup, runs=runs)
+
+
 def make_options(ort: Any, settings: Settings) -> Any:
     options = ort.SessionOptions()
     options.log_severity_level = 3
@@ -156,15 +173,6 @@ def tune_model(ort: Any, root: Path, record: Dict[str, Any], plan: TuningPlan, p
                        providers=tuple(plan.providers), best=choose(measured), candidates=tuple(measured))
 
 
-class TuningPlan:
-    """What one run measures: every model under every candidate setting."""
-
-    def __init__(self, *, threads: Sequence[int], providers: List[str], warmup: int, runs: int) -> None:
-        self.settings = tuple(Settings(intra_op_num_threads=count, execution_mode=mode)
-                              for count in threads for mode in EXECUTION_MODES)
-        self.providers, self.warmup, self.runs = providers, warmup, runs
-
-
 def tune(root: Path, bundle: BundleInfo, *, found: Cores, threads: Sequence[int], warmup: int, runs: int,
          stream: TextIO) -> TuningFile:
     try:
@@ -173,7 +181,7 @@ def tune(root: Path, bundle: BundleInfo, *, found: Cores, threads: Sequence[int]
         raise TuningError(EXIT_PREREQUISITE, f"import onnxruntime failed ({exc}); run --self-check") from None
     if not bundle.models:
         raise TuningError(EXIT_PREREQUISITE, f"{root / 'bundle.json'} lists no [[models]]: there is nothing to tune")
-    plan = TuningPlan(threads=threads, providers=session_providers(ort, bundle), warmup=warmup, runs=runs)
+    plan = TuningPlan.make(threads=threads, providers=session_providers(ort, bundle), warmup=warmup, runs=runs)
     progress = Progress(len(bundle.models) * len(plan.settings) * (warmup + runs), stream)
     try:
         models = tuple(tune_model(ort, root, record, plan, progress) for record in bundle.models)
