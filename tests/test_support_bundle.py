@@ -122,6 +122,17 @@ def test_what_cannot_be_collected_is_listed_and_an_unwritable_cache_fails_cleanl
     assert "selfcheck.json" in missing and "tuning.json" in missing and "profiles" in missing
     assert "run the launcher with --tune" in missing["tuning.json"]
 
+    (root / "tuning.json").symlink_to(tmp_path / "decoy.txt")  # planted: a file of the machine under a bundle name
+    for old in (tmp_path / "cache" / "support").iterdir():
+        old.unlink()
+    assert python("-m", "ort_bundle.support", "--root", str(root), env=env).returncode == 0
+    (written,) = (tmp_path / "cache" / "support").iterdir()
+    with zipfile.ZipFile(written) as archive:
+        assert "tuning.json" not in archive.namelist()
+        assert all(SECRET.encode() not in archive.read(name) for name in archive.namelist())
+        missing = {item["item"]: item["reason"] for item in json.loads(archive.read("index.json"))["missing"]}
+    assert "is a link or lies outside" in missing["tuning.json"]
+
     blocked = {**env, "ORT_BUNDLE_CACHE_DIR": str(tmp_path / "decoy.txt")}  # a file where the folder would be
     refused = python("-m", "ort_bundle.support", "--root", str(root), env=blocked)
     assert refused.returncode == 13 and "cannot write" in refused.stderr

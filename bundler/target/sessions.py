@@ -63,6 +63,7 @@ class TunedModel:
     """One model's tuning and whether it is in force; `reason` says why not."""
 
     name: str
+    file: str  # install-relative
     settings: Settings
     current: bool
     reason: str
@@ -102,7 +103,8 @@ def tuned_models(root: Optional[Path] = None) -> List[TunedModel]:
     found = []
     for model in tuning.models:
         reason = staleness(model, tuning, digests, logical)
-        found.append(TunedModel(name=model.name, settings=model.best, current=not reason, reason=reason))
+        found.append(TunedModel(name=model.name, file=model.file, settings=model.best, current=not reason,
+                                reason=reason))
     return found
 
 
@@ -181,15 +183,12 @@ class Applier:
         return self._by_path
 
     def _load(self) -> Dict[str, Tuple[str, Settings]]:
-        tuning = TuningFile.read(self.root) if (self.root / TUNING_FILE).is_file() else None
         found = {}
-        for model in tuned_models(self.root) if tuning else []:
-            if not model.current:
+        for model in tuned_models(self.root):
+            if model.current:
+                found[os.path.realpath(str(self.root / model.file))] = (model.name, model.settings)
+            else:
                 warn(f"the tuning of model '{model.name}' is not applied: {model.reason}; run --tune again")
-                continue
-            record = tuning.model(model.name) if tuning else None
-            if record is not None:
-                found[os.path.realpath(str(self.root / record.file))] = (model.name, model.settings)
         return found
 
     def plan(self, path_or_bytes: Any) -> Tuple[Optional[Settings], Optional[str]]:

@@ -257,7 +257,16 @@ def latest_traces(collection: Collection) -> List[Path]:
     return traces[-MAX_TRACES:]
 
 
-def add_file(collection: Collection, name: str, path: Path) -> None:
+def add_file(collection: Collection, name: str, path: Path, *, within: Path) -> None:
+    """Zip `path` as `name` if it is a regular file inside `within`: a link planted in the installation
+    (tuning.json -> /etc/shadow) must not carry a file of the machine into the bundle."""
+    try:
+        inside = path.resolve().relative_to(within.resolve()) is not None
+    except (OSError, ValueError):
+        inside = False
+    if path.is_symlink() or not inside:
+        collection.lack(name, f"{path} is a link or lies outside {within}: not collected")
+        return
     try:
         size = path.stat().st_size
     except OSError as exc:
@@ -272,16 +281,16 @@ def add_file(collection: Collection, name: str, path: Path) -> None:
 def collect(root: Path, given_logs: Sequence[Path]) -> Collection:
     collection = Collection()
     for name in ROOT_FILES:
-        if (root / name).is_file():
-            add_file(collection, name, root / name)
+        if (root / name).is_file() or (root / name).is_symlink():
+            add_file(collection, name, root / name, within=root)
         else:
             collection.lack(name, f"{root / name} does not exist" +
                             ("; run the launcher with --tune to create it" if name == TUNING_FILE else ""))
     run_selfcheck(root, collection)
     for path in install_logs(root, given_logs, collection):
-        add_file(collection, f"logs/{path.name}", path)
+        add_file(collection, f"logs/{path.name}", path, within=path.parent)
     for path in latest_traces(collection):
-        add_file(collection, f"profiles/{path.name}", path)
+        add_file(collection, f"profiles/{path.name}", path, within=profile_dir())
     ort = import_runtime(collection)
     collection.add_json("modules.json", loaded_modules(root, collection))
     collection.add_json("environment.json", relevant_environment())
