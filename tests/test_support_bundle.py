@@ -76,14 +76,22 @@ def test_the_support_bundle_holds_the_listed_items_and_nothing_from_outside(
                       str(root / "models" / "mlp.onnx"), env=env)
     assert profiled.returncode == 0, profiled.stderr
 
-    proc = python("-m", "ort_bundle.support", "--root", str(root), env=env)
+    elsewhere = tmp_path / "elsewhere" / f"{INSTALL_ID}-install.log"  # --log-path: same name, another folder
+    elsewhere.parent.mkdir()
+    elsewhere.write_text("a log written with --log-path\n", encoding="utf-8")
+    default_log = tmp_path / "state" / "ort-bundler" / f"{INSTALL_ID}-install.log"
+    proc = python("-m", "ort_bundle.support", "--root", str(root), "--install-log", str(default_log),
+                  "--install-log", str(elsewhere), env=env)
     assert proc.returncode == 0, proc.stderr
     (written,) = (tmp_path / "cache" / "support").iterdir()
     assert f"support bundle written to {written}" in proc.stdout and written.name.startswith(f"{INSTALL_ID}-support-")
     with zipfile.ZipFile(written) as archive:
         assert archive.testzip() is None
-        names = set(archive.namelist())
+        listed = archive.namelist()
+        names = set(listed)
         data = {name: archive.read(name) for name in names}
+    assert len(listed) == len(names)  # no member name twice
+    assert data["logs/1/" + f"{INSTALL_ID}-install.log"] == b"a log written with --log-path\n"
     trace = next(name for name in names if name.startswith("profiles/"))
     assert {"selfcheck.json", "receipt.json", "bundle.json", "tuning.json", f"logs/{INSTALL_ID}-install.log",
             "modules.json", "environment.json", "system.json", "index.json", trace} <= names
@@ -91,7 +99,7 @@ def test_the_support_bundle_holds_the_listed_items_and_nothing_from_outside(
     assert json.loads(data[trace])  # the latest trace, as ORT wrote it
 
     index = json.loads(data["index.json"])
-    allowed = (root, tmp_path / "cache" / "profiles", tmp_path / "state" / "ort-bundler")
+    allowed = (root, tmp_path / "cache" / "profiles", tmp_path / "state" / "ort-bundler", elsewhere.parent)
     sources = [Path(m["source"]) for m in index["members"] if m["source"] is not None]
     assert sources and all(any(source.is_relative_to(folder) for folder in allowed) for source in sources)
     assert {m["name"] for m in index["members"]} | {"index.json"} == names

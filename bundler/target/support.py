@@ -30,7 +30,7 @@ import time
 import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from .machine import cores, cpu_flags, cpu_name, gpus
 from .sessions import cache_dir, install_root, profile_dir
@@ -241,6 +241,21 @@ def install_logs(root: Path, given: Sequence[Path], collection: Collection) -> L
     return found
 
 
+def log_members(paths: Sequence[Path]) -> List[Tuple[str, Path]]:
+    """logs/<file name>, or logs/<n>/<file name> for a second log of the same name (root's and a user's)."""
+    members: List[Tuple[str, Path]] = []
+    seen: Set[Path] = set()
+    for path in paths:
+        resolved = path.resolve()
+        if resolved in seen:
+            continue
+        seen.add(resolved)
+        taken = {name for name, _ in members}
+        name = f"logs/{path.name}"
+        members.append((name if name not in taken else f"logs/{len(members)}/{path.name}", path))
+    return members
+
+
 def glob_escape(text: str) -> str:
     return re.sub(r"([*?\[])", r"[\1]", text)
 
@@ -287,8 +302,8 @@ def collect(root: Path, given_logs: Sequence[Path]) -> Collection:
             collection.lack(name, f"{root / name} does not exist" +
                             ("; run the launcher with --tune to create it" if name == TUNING_FILE else ""))
     run_selfcheck(root, collection)
-    for path in install_logs(root, given_logs, collection):
-        add_file(collection, f"logs/{path.name}", path, within=path.parent)
+    for name, path in log_members(install_logs(root, given_logs, collection)):
+        add_file(collection, name, path, within=path.parent)
     for path in latest_traces(collection):
         add_file(collection, f"profiles/{path.name}", path, within=profile_dir())
     ort = import_runtime(collection)
