@@ -250,6 +250,9 @@ def test_the_helper_gives_tuned_options_and_names_the_models_for_a_typo(install:
     best = TuningFile.read(root).models[0].best
     after = python("-c", code, str(root), env=env)
     assert after.stdout.split() == [str(best.intra_op_num_threads), best.execution_mode]
+    (root / TUNING_FILE).write_text("{", encoding="utf-8")  # damaged: the application still starts, untuned
+    damaged = python("-c", code, str(root), env=env)
+    assert damaged.stdout.split() == ["0", SEQ] and "tuned session options are not applied" in damaged.stderr
     typo = python("-c", code.replace("'mlp'", "'mpl'"), str(root), env=env)
     assert typo.returncode != 0 and "'mpl' is not a model of this bundle; its [[models]] are ['mlp']" in typo.stderr
 

@@ -13,8 +13,9 @@ A value the application set itself always wins: a field is only filled in while 
 default (intra_op_num_threads 0, ORT_SEQUENTIAL, profiling off), and an application's own SessionOptions
 object is handed back unchanged once its session exists. A tuning only applies while it is current:
 measured on a machine with this many usable cores, for the model file the bundle ships now.
-Standard library only (onnxruntime where it is already imported), Python 3.8+; never raises into the
-application: problems go to stderr once and the session is created as if there were no tuning.
+Standard library only (onnxruntime where it is already imported), Python 3.8+. Nothing here raises into
+the application but a LookupError for a name that is no `[[models]]` entry: an unreadable tuning goes to
+stderr and the session is created as if there were no tuning.
 """
 
 from __future__ import annotations
@@ -156,7 +157,11 @@ def session_options(name: str, *, root: Optional[Path] = None) -> Any:
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
-    settings = tuned_settings(name, root)
+    try:
+        settings = tuned_settings(name, root)
+    except (OSError, ValueError) as exc:  # an unreadable tuning.json or bundle.json: ORT's defaults, said once
+        warn(f"tuned session options are not applied: {exc}")
+        settings = None
     fill(options, settings, profile_prefix(name) if profiling_requested() else None)
     return options
 
