@@ -298,3 +298,15 @@ def test_the_self_checks_verdict_names_the_values_and_whether_they_are_in_force(
     assert stale.status == "warn" and "not in force" in stale.message and "usable cores" in stale.message
     (root / TUNING_FILE).write_text("[]")
     assert tuning_verdict(root, applied_by_hook=True).status == "warn"
+
+
+def test_launch_apply_tuning_is_true_or_false(tmp_path: Path) -> None:
+    from test_manifest import GOOD, write
+
+    from bundler.errors import ManifestError
+    from bundler.manifest import load
+
+    assert load(write(tmp_path, GOOD)).launch.apply_tuning is False
+    assert load(write(tmp_path, GOOD + "apply_tuning = true\n")).launch.apply_tuning is True
+    with pytest.raises(ManifestError, match=r"launch.apply_tuning: found 'yes', expected true or false"):
+        load(write(tmp_path, GOOD + 'apply_tuning = "yes"\n'))
