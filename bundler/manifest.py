@@ -143,6 +143,7 @@ class Launch:
     program: Input | None  # a native executable (C/C++ applications built against the SDK)
     cache_dir: str | None
     env: Mapping[str, str]
+    apply_tuning: bool = False  # the start-up hook gives the entry point's sessions run --tune's options
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -181,7 +182,7 @@ KEYS = {
     "gpu": {"cuda", "cudnn", "sources"},
     "gpu.sources": INPUT_KEYS | {"include"},
     "models": INPUT_KEYS | {"name", "shapes", "license"},
-    "launch": {"module", "script", "program", "cache_dir", "env"},
+    "launch": {"module", "script", "program", "cache_dir", "env", "apply_tuning"},
 }
 
 
@@ -528,7 +529,11 @@ def _launch(table: Mapping[str, Any] | None, base: Path, problems: _Problems) ->
         env = {}
     for name, value in env.items():
         _env_entry(name, value, problems)
-    return Launch(module=module, script=script, program=program, cache_dir=cache_dir, env=dict(env))
+    apply_tuning = table.get("apply_tuning", False)
+    if not isinstance(apply_tuning, bool):
+        problems.found("launch.apply_tuning", apply_tuning, "true or false")
+    return Launch(module=module, script=script, program=program, cache_dir=cache_dir, env=dict(env),
+                  apply_tuning=apply_tuning is True)
 
 
 def _env_entry(name: str, value: str, problems: _Problems) -> None:

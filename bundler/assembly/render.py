@@ -85,6 +85,7 @@ class ScriptContext:
     cache_dir: str | None
     env: Mapping[str, str]
     default_install_dir: str
+    apply_tuning: bool = False  # [launch] apply_tuning: the launchers set ORT_BUNDLE_APPLY_TUNING=1 for the entry point
 
 
 def ps_quote(value: object) -> str:
@@ -216,6 +217,7 @@ def _template_values(ctx: ScriptContext) -> dict[str, object]:
         "entry_point": ctx.entry_point,
         "cache_dir": ctx.cache_dir,
         "env": dict(sorted(ctx.env.items())),
+        "apply_tuning": ctx.apply_tuning,
         "default_install_dir": ctx.default_install_dir,
         "codes": dict(INSTALL_EXIT_CODES),
         "cache_min_free_mb": CACHE_MIN_FREE_MB,
