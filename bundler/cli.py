@@ -136,7 +136,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on usage errors and 0 for --help
         return int(exc.code or 0)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(message)s")
+    # -q keeps the build's notes (licences it cannot map, …) out of the output: only errors are printed.
+    level = logging.DEBUG if args.verbose else logging.ERROR if args.quiet else logging.WARNING
+    logging.basicConfig(level=level, format="%(message)s")
     action: Callable[[argparse.Namespace], int] = args.action
     try:
         return action(args)
