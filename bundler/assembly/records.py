@@ -37,6 +37,7 @@ def bundle_info(assembly: Assembly, build: BuildInputs) -> BundleInfo:
         vc_runtime_min_computed=windows.vc_runtime_min_computed if windows else None,
         vc_redist=vc_redist.to_json() if vc_redist else None,
         signatures=list(facts.signatures), licenses=list(facts.licenses),
+        python_runtime=facts.runtime.record if facts.runtime else None,
     )
 
 

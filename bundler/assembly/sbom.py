@@ -37,6 +37,7 @@ from bundler.assembly.licenses import (
     _member_file,
     wheel_license,
 )
+from bundler.assembly.runtime import LICENSE_COMPONENT, PSF_LICENSE, RUNTIME_BUNDLE_DIR
 from bundler.errors import BuildError
 from bundler.manifest import Input, Manifest
 from bundler.readers.archives import SafeArchive
@@ -189,7 +190,7 @@ def member_components(assembly: Assembly, *, manifest: Manifest) -> list[Compone
         origin = gpu_files.get(path, {})
         key = f"gpu:{origin['source']}" if origin else _group_key(path)
         grouped.setdefault(key, []).append(_file_component(path, member, version=origin.get("version")))
-    groups = _groups(manifest)
+    groups = _groups(manifest) | _runtime_group(assembly, manifest)
     return singles + [_group_component(key, groups[key], files) for key, files in sorted(grouped.items())]
 
 
@@ -244,6 +245,7 @@ GROUP_PREFIXES = (
     ("payload/gpu/", "gpu"),
     ("payload/selfcheck/", "selfcheck"),
     ("payload/app/", "app"),
+    (RUNTIME_BUNDLE_DIR + "/", "python-runtime"),
     (LICENSES, "licenses"),
 )
 
@@ -271,6 +273,19 @@ def _groups(manifest: Manifest) -> dict[str, Group]:
         "licenses": Group(name="licenses", type=ComponentType.DATA, version=None),
         "installer": Group(name="ort-bundler-installer", type=ComponentType.APPLICATION, version=__version__),
     }
+
+
+def _runtime_group(assembly: Assembly, manifest: Manifest) -> dict[str, Group]:
+    """The bundled interpreter (bundler.assembly.runtime) as one component: CPython at its own version, PSF
+    licence, the pinned archive's hash; its files are listed inside it."""
+    runtime, source = assembly.facts.runtime, manifest.python.runtime
+    if runtime is None or source is None:
+        return {}
+    purl = PackageURL(type="generic", name=LICENSE_COMPONENT, version=runtime.version,
+                      qualifiers={"checksum": f"sha256:{runtime.sha256}"})
+    return {"python-runtime": Group(name=LICENSE_COMPONENT, type=ComponentType.APPLICATION, version=runtime.version,
+                                    license=PSF_LICENSE, purl=purl, sha256=runtime.sha256,
+                                    sources=_source_names([source]))}
 
 
 def _gpu_source_group(source: Input) -> Group:
