@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pefile
+import pytest
 
 from bundler.readers.elf import read_elf
 
@@ -251,3 +252,55 @@ def set_pe_machine(path: Path, machine: int) -> None:
     offset = struct.unpack_from("<I", data, 0x3C)[0] + 4
     struct.pack_into("<H", data, offset, machine)
     path.write_bytes(bytes(data))
+
+
+# -- pytest fixtures: import them into a test module with `wine.mingw_gcc` (the embeddable stand-in needs it) --
+
+
+@pytest.fixture(scope="session")
+def pbs_standin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The python-build-standalone STAND-IN archive (see the module docstring), built once per session."""
+    return make_pbs_standin(tmp_path_factory.mktemp("pbs-standin"))
+
+
+@pytest.fixture(scope="session")
+def embed_files(mingw_gcc: str, ort_win_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> EmbedFiles:
+    """The embeddable package STAND-IN's files, built with mingw once per session."""
+    return build_embed_files(mingw_gcc, tmp_path_factory.mktemp("embed-standin"),
+                             pyd_imports=pyd_python_imports(ort_win_wheel))
+
+
+@pytest.fixture(scope="session")
+def embed_standin(embed_files: EmbedFiles) -> Path:
+    """The embeddable package STAND-IN as python.org ships it: a zip named python-3.11.9-embed-amd64.zip."""
+    return pack_zip(embed_files.folder, embed_files.folder.parent / embed_name(embed_files.version))
+
+
+def mini_pbs(path: Path, interpreter: bytes, *, python: str = MINOR, version: str | None = None,
+             extra: list[tuple[tarfile.TarInfo, bytes]] | None = None) -> Path:
+    """A small archive with python-build-standalone's layout around a given interpreter binary, for bad input:
+    the checks it exercises read the layout, the version and the interpreter before anything else."""
+    from crafted_archives import tar_member, write_tar
+
+    version = version or f"{python}.7"
+    members = [
+        tar_member(f"python/bin/python{python}", interpreter, mode=0o755),
+        tar_member(f"python/include/python{python}/patchlevel.h", f'#define PY_VERSION "{version}"\n'.encode()),
+        tar_member(f"python/lib/python{python}/os.py", b"# stand-in\n"),
+        tar_member(f"python/lib/python{python}/LICENSE.txt", b"PSF LICENSE AGREEMENT (stand-in)\n"),
+        *(extra or []),
+    ]
+    return write_tar(path, members)
+
+
+def relocatable_interpreter(work: Path) -> bytes:
+    """This machine's `bin/python3.X`, with RUNPATH $ORIGIN/../lib as the stand-in has it."""
+    copy = work / f"python{MINOR}"
+    shutil.copy2(Path(sys.base_prefix) / "bin" / f"python{MINOR}", copy)
+    set_runpath(copy, "$ORIGIN/../lib")
+    return copy.read_bytes()
+
+
+def set_elf_machine(data: bytes, machine: int) -> bytes:
+    """The same ELF binary claiming another machine (183 is AArch64): real headers, the wrong target."""
+    return data[:18] + struct.pack("<H", machine) + data[20:]

@@ -140,10 +140,10 @@ def _linux_runtime(root: Path, files: tuple[str, ...], executables: frozenset[st
         msg = f"{label} has no regular file python/{interpreter}; expected the interpreter under that name"
         raise BuildError(msg)
     version = _patchlevel_version(root, files, label=label, python=python)
+    licenses = _licenses(files, label=label, python=python)
     _check_elf_interpreter(root, interpreter, files, label=label)
     return PythonRuntime(kind=kind, version=version, root=root, files=files, executables=executables,
-                         interpreter=interpreter, pth=None, stdlib_zip=None,
-                         licenses=_licenses(files, label=label, python=python), links=links)
+                         interpreter=interpreter, pth=None, stdlib_zip=None, licenses=licenses, links=links)
 
 
 def _patchlevel_version(root: Path, files: tuple[str, ...], *, label: str, python: str) -> str:
