@@ -8,6 +8,7 @@ problem names the file, the key path, what was found and what was expected.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import tomllib
 from collections.abc import Callable, Mapping
@@ -15,18 +16,38 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 from urllib.parse import unquote, urlparse
+from urllib.request import url2pathname
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from bundler.errors import ManifestError
+from bundler.readers.names import file_name_problem, reserved_on_windows
 
 PLATFORMS = ("win_amd64", "linux_x86_64")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}$")
 PYTHON_RE = re.compile(r"^3\.(\d{1,2})$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Environment variables the launchers (templates/run.*.j2) and the runtime beneath them own: a manifest that
+# set one could point the launcher, the dynamic loader or Python at a folder that nothing verifies. Compared
+# without case, as Windows does. The launchers' own state (`root`, `python`, ORT_BUNDLE_*) is listed too.
+RESERVED_ENV = frozenset({
+    "PATH", "PATHEXT", "COMSPEC", "SYSTEMROOT", "WINDIR", "PSMODULEPATH", "CDPATH", "IFS", "ENV", "BASH_ENV",
+    "LD_LIBRARY_PATH", "LD_PRELOAD", "LD_AUDIT",
+    "PYTHONHOME", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONNOUSERSITE", "PYTHONPYCACHEPREFIX",
+    "PYTHONEXECUTABLE", "PYTHONPLATLIBDIR", "PYTHONSAFEPATH", "TEMP", "TMP", "TMPDIR", "CUDA_CACHE_PATH", "ORT_TENSORRT_CACHE_PATH", "PIP_NO_INDEX",
+    "ROOT", "PYTHON", "PROGRAM", "CACHE", "CACHEFILE", "LIBRARY_PATH", "NEED", "FOLDER",
+})
+RESERVED_ENV_PREFIXES = ("ORT_BUNDLE_", "DYLD_", "LD_")
+# What a model's self-check may synthesise: the sum over its inputs of the product of the [[models]] shapes
+# dimensions. synth.py holds an int64 index array of that many elements (128 MiB at this cap).
+MAX_SHAPE_ELEMENTS = 1 << 24
+# Paths and URLs longer than this are refused up front: file systems cap a path at 4096 bytes (PATH_MAX)
+# and Windows much lower, and an unreadable path otherwise surfaces as an OS error mid-build.
+MAX_LOCATION_LENGTH = 2048
 # 1980-01-01, the earliest time a zip entry can carry.
 ZIP_EPOCH = 315532800
 DEFAULT_SOURCE_DATE_EPOCH = ZIP_EPOCH
@@ -43,6 +64,7 @@ class Input:
     location: str  # the URL, the absolute path, or the requirement "name==version"
     sha256: tuple[str, ...]  # one for url/path; one or more (one per candidate wheel) for requirement
     filename: str | None  # the file name, when the source names it (a requirement's wheel name is found by pip)
+    size: int | None = None  # bytes, when the manifest declares them: then the bound of a download
 
     @property
     def display(self) -> str:
@@ -150,7 +172,7 @@ class Manifest:
 # -- the schema ------------------------------------------------------------------------------------
 
 SECTIONS = {"bundle", "ort", "python", "vc_redist", "gpu", "models", "launch"}
-INPUT_KEYS = {"url", "path", "requirement", "sha256"}
+INPUT_KEYS = {"url", "path", "requirement", "sha256", "size"}
 KEYS = {
     "bundle": {"name", "version", "platform", "python", "source_date_epoch"},
     "ort": {"version", "archive", "wheel", "capi", "dependencies", "allow_unsigned"},
@@ -193,8 +215,8 @@ def _show(value: object) -> str:
 
 def load(path: Path) -> Manifest:
     """Read and validate a manifest; raise ManifestError listing every problem."""
-    path = path.resolve()
     try:
+        path = path.resolve()
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         msg = f"{path}: manifest not found"
@@ -207,6 +229,12 @@ def load(path: Path) -> Manifest:
         raise ManifestError(msg) from None
     except tomllib.TOMLDecodeError as exc:
         msg = f"{path}: not valid TOML: {exc}"
+        raise ManifestError(msg) from None
+    except RecursionError:  # tomllib recurses once per nested array or table
+        msg = f"{path}: nests arrays or tables too deeply to parse; expected a manifest of a few levels"
+        raise ManifestError(msg) from None
+    except ValueError as exc:  # a NUL in the path given on the command line
+        msg = f"{path!r}: not a usable path ({exc}); expected a manifest file"
         raise ManifestError(msg) from None
     return parse(data, path=path)
 
@@ -228,11 +256,21 @@ def parse(data: Mapping[str, Any], *, path: Path) -> Manifest:
         problems.add("gpu", f"found a [gpu] component for platform '{bundle.platform}'; the GPU component is supported for win_amd64 only")
     if bundle and ort:
         _check_wheel_serves(ort, bundle, problems)
+    if bundle and bundle.platform == "win_amd64":
+        _check_windows_names(bundle, models, problems)
     if problems.items:
         raise ManifestError(problems.items)
     assert bundle and ort  # no problems means both parsed
     return Manifest(path=path, bundle=bundle, ort=ort, python=python, vc_redist=vc_redist, gpu=gpu,
                     models=tuple(models), launch=launch, raw=data)
+
+
+def _check_windows_names(bundle: Bundle, models: list[Model], problems: _Problems) -> None:
+    """Bundle and model names become folder and file names on the target, where `nul` or `CON` is a device."""
+    named = [("bundle.name", bundle.name)] + [(f"models[{i}].name", m.name) for i, m in enumerate(models)]
+    for where, name in named:
+        if reserved_on_windows(name):
+            problems.found(where, name, "a name that is not a device name Windows reserves (CON, NUL, COM1, ...)")
 
 
 def _table(data: Mapping[str, Any], key: str, problems: _Problems, *, required: bool = False) -> Mapping[str, Any] | None:
@@ -256,7 +294,7 @@ def _string(table: Mapping[str, Any], key: str, where: str, problems: _Problems,
             problems.add(f"{where}.{key}", f"missing, expected {expected}")
         return None
     value = table[key]
-    if not isinstance(value, str) or (pattern and not pattern.match(value)):
+    if not isinstance(value, str) or (pattern and not pattern.fullmatch(value)):
         problems.found(f"{where}.{key}", value, expected)
         return None
     return value
@@ -439,6 +477,11 @@ def _models(data: Mapping[str, Any], base: Path, problems: _Problems) -> list[Mo
             seen.setdefault(name.lower(), i)
         source = _input(entry, where, base, problems, embedded=True)
         shapes = _shapes(entry.get("shapes", {}), f"{where}.shapes", problems)
+        if shapes and (elements := sum(math.prod(dims) for dims in shapes.values())) > MAX_SHAPE_ELEMENTS:
+            problems.add(f"{where}.shapes", f"model {name or '?'!r} asks for {elements} synthesised input elements "
+                                            f"(the sum of the products of its shapes), expected at most "
+                                            f"{MAX_SHAPE_ELEMENTS}")
+            shapes = None
         if name and source and shapes is not None:
             models.append(Model(name=name, source=source, shapes=shapes))
     return models
@@ -472,10 +515,22 @@ def _launch(table: Mapping[str, Any] | None, base: Path, problems: _Problems) ->
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         problems.found("launch.env", env, "a table of NAME = \"value\" strings")
         env = {}
-    for name in env:
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
-            problems.found(f"launch.env.{name}", name, "an environment variable name of letters, digits and '_'")
+    for name, value in env.items():
+        _env_entry(name, value, problems)
     return Launch(module=module, script=script, program=program, cache_dir=cache_dir, env=dict(env))
+
+
+def _env_entry(name: str, value: str, problems: _Problems) -> None:
+    """A name the launcher or the runtime owns, or a value no launcher can quote on one line, is refused."""
+    where = f"launch.env.{name}"
+    if not ENV_NAME_RE.fullmatch(name):
+        problems.found(where, name, "an environment variable name of letters, digits and '_'")
+    elif name.upper() in RESERVED_ENV or name.upper().startswith(RESERVED_ENV_PREFIXES):
+        problems.add(where, f"found '{name}', a variable the launcher or the runtime sets itself (PATH, "
+                            "LD_*, PYTHONHOME, PYTHONPATH, TEMP, ORT_BUNDLE_*, ...); expected a name of your "
+                            "application's own")
+    if control := next((c for c in value if ord(c) < 0x20 and c != "\t" or ord(c) == 0x7F), None):
+        problems.found(where, value, f"a one-line value without control characters (found U+{ord(control):04X})")
 
 
 def _input(table: Any, where: str, base: Path, problems: _Problems, *, required: bool = True,
@@ -501,9 +556,13 @@ def _input(table: Any, where: str, base: Path, problems: _Problems, *, required:
     kind: InputKind = sources[0]  # type: ignore[assignment]
     hashes = _hashes(table.get("sha256"), f"{where}.sha256", problems, many=kind == "requirement")
     location, filename = _location(kind, table[kind], f"{where}.{kind}", base, problems)
+    size = table.get("size")
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size <= 0):
+        problems.found(f"{where}.size", size, "the file's size in bytes, a positive integer")
+        return None
     if hashes is None or location is None:
         return None
-    return Input(key=where, kind=kind, location=location, sha256=hashes, filename=filename)
+    return Input(key=where, kind=kind, location=location, sha256=hashes, filename=filename, size=size)
 
 
 def _hashes(value: Any, where: str, problems: _Problems, *, many: bool) -> tuple[str, ...] | None:
@@ -522,6 +581,12 @@ def _location(kind: InputKind, value: Any, where: str, base: Path, problems: _Pr
     if not isinstance(value, str) or not value:
         problems.found(where, value, "a non-empty string")
         return None, None
+    if len(value) > MAX_LOCATION_LENGTH:
+        problems.found(where, value, f"at most {MAX_LOCATION_LENGTH} characters (found {len(value)})")
+        return None, None
+    if control := next((c for c in value if ord(c) < 0x20 or ord(c) == 0x7F), None):
+        problems.found(where, value, f"a location without control characters (found U+{ord(control):04X})")
+        return None, None
     checks: dict[str, Callable[[str, str, Path, _Problems], tuple[str | None, str | None]]] = {
         "url": _url_location, "path": _path_location, "requirement": _requirement_location,
     }
@@ -533,14 +598,38 @@ def _url_location(value: str, where: str, base: Path, problems: _Problems) -> tu
     if parsed.scheme not in ("https", "http", "file") or (parsed.scheme != "file" and not parsed.netloc):
         problems.found(where, value, "an https, http or file URL")
         return None, None
-    name = PurePosixPath(unquote(parsed.path)).name
+    path = unquote(parsed.path)
+    if control := next((c for c in path if ord(c) < 0x20 or ord(c) == 0x7F), None):
+        problems.found(where, value, f"a URL whose path decodes without control characters (found U+{ord(control):04X})")
+        return None, None
+    if parsed.scheme != "file" and ".." in path.split("/"):
+        problems.found(where, value, "a URL without '..' segments (also when written %2e%2e)")
+        return None, None
+    name = PurePosixPath(path).name
     if not name:
         problems.found(where, value, "a URL that ends in a file name")
         return None, None
+    if problem := file_name_problem(name):
+        problems.found(where, value, f"a URL whose file name is usable on every file system, not {problem}")
+        return None, None
+    if parsed.scheme == "file":
+        return _file_url(parsed.netloc, path, value, where, base, problems), name
     return value, name
 
 
+def _file_url(host: str, path: str, value: str, where: str, base: Path, problems: _Problems) -> str | None:
+    """A `file:` URL names a local file; a relative one (file:models/a.onnx) is below the manifest's folder."""
+    if host not in ("", "localhost"):
+        problems.found(where, value, "a file URL on this machine (file:///path), not on the host " + repr(host))
+        return None
+    local = Path(url2pathname(path))
+    return value if local.is_absolute() else (base / local).resolve().as_uri()
+
+
 def _path_location(value: str, where: str, base: Path, problems: _Problems) -> tuple[str | None, str | None]:
+    if too_long := next((part for part in re.split(r"[/\\]", value) if len(part.encode("utf-8")) > 255), None):
+        problems.found(where, value, f"path components of at most 255 bytes (found one of {len(too_long)} characters)")
+        return None, None
     path = (base / value).resolve()
     return str(path), path.name
 

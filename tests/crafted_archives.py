@@ -112,3 +112,45 @@ def chop(path: Path, *, keep: float) -> Path:
     data = path.read_bytes()
     path.write_bytes(data[: int(len(data) * keep)])
     return path
+
+
+class _Zeros(io.RawIOBase):
+    """`size` zero bytes, produced as they are read: a bomb's content without holding it in memory."""
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        n = min(len(buffer), self.left)
+        buffer[:n] = bytes(n)
+        self.left -= n
+        return n
+
+
+def zeros_tar(path: Path, members: dict[str, int], *, compression: str = "gz") -> Path:
+    """A tar whose members are `size` zero bytes each: compresses about 1000:1 (a tar bomb)."""
+    with tarfile.open(path, f"w:{compression}" if compression else "w") as tar:
+        for name, size in members.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = size, 0o644
+            tar.addfile(info, io.BufferedReader(_Zeros(size)))
+    return path
+
+
+def sparse_tar(path: Path, tree: Path, *, fmt: str = "gnu") -> Path:
+    """`tree` packed by GNU tar with --sparse: a file of holes is stored as a map of a few hundred bytes."""
+    import subprocess
+
+    subprocess.run(["tar", "--sparse", f"--format={fmt}", "-czf", str(path), "-C", str(tree), "."], check=True)
+    return path
+
+
+def with_nul_in_name(path: Path, name: str, content: bytes, *, marker: str = "\x01") -> Path:
+    """A zip whose member name holds a NUL where `name` has `marker` (zipfile itself cuts names at a NUL)."""
+    write_raw_zip(path, [stored(name, content)])
+    data = path.read_bytes().replace(name.encode("utf-8"), name.replace(marker, "\0").encode("utf-8"))
+    path.write_bytes(data)
+    return path

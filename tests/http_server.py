@@ -247,3 +247,36 @@ def after_barrier(barrier: threading.Barrier, log: BarrierLog, then: Behaviour) 
         then(handler, index)
 
     return behaviour
+
+
+def endless(chunk: int = 64 * 1024) -> Behaviour:
+    """200 without a Content-Length, then bytes until the client hangs up: a server that never stops."""
+
+    def behaviour(handler: Handler, index: int) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/octet-stream")
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        block = b"\xab" * chunk
+        handler.close_connection = True
+        try:
+            while not handler.server.owner.release.is_set():
+                handler.write_body(block)
+        except OSError:  # the client stopped reading: the point of the test
+            return
+
+    return behaviour
+
+
+def declares(length: int, data: bytes = b"") -> Behaviour:
+    """A Content-Length of `length` (possibly far beyond what follows), then `data`, then a closed connection."""
+
+    def behaviour(handler: Handler, index: int) -> None:
+        _send_headers(handler, 200, length)
+        handler.close_connection = True
+        try:
+            handler.write_body(data)
+        except OSError:
+            return
+
+    return behaviour

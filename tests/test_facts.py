@@ -49,7 +49,9 @@ def test_reordering_the_parts_is_caught(tmp_path: Path) -> None:
 
 
 def test_the_sdk_part_needs_the_selfcheck_and_gpu_parts_first(tmp_path: Path) -> None:
-    manifest = load(MANIFESTS / "quickstart-linux.toml")
+    raw = load(MANIFESTS / "quickstart-linux.toml").raw
+    archive = {"path": "onnxruntime-linux-x64-1.23.1.tgz", "sha256": "0" * 64}
+    manifest = parse({**raw, "ort": {**raw["ort"], "archive": archive}}, path=MANIFESTS / "quickstart-linux.toml")
     with pytest.raises(FactOrderError, match="part 'selfcheck'"):
         add_sdk(Assembly(), part_inputs(manifest, work=tmp_path))
 

@@ -38,7 +38,8 @@ BUILD_SCRIPT = """
 import os, sys
 from pathlib import Path
 os.umask(0o077)
-from bundler.assembly.wheelbuild import build_wheel, read_capi
+from bundler.assembly.wheelbuild import build_wheel
+from bundler.readers.capi import read_capi
 source, work, platform, epoch = sys.argv[1:5]
 tree = read_capi(Path(source), work_dir=Path(work), platform=platform, label="ort.capi")
 print(build_wheel(tree, expected_version="1.23.1", out_dir=Path(work) / "out", source_date_epoch=int(epoch)))

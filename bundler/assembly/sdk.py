@@ -105,11 +105,12 @@ def add_sdk(assembly: Assembly, build: BuildInputs) -> None:
     Runs after the GPU part (so the property sheet can copy GPU DLLs) and before the Windows checks (so
     the SDK's DLLs join the DLL closure and the VC++ runtime minimum).
     """
-    manifest, identity_model, gpu_dlls = build.manifest, assembly.facts.selfcheck.identity_model, _gpu_dlls(assembly)
+    manifest = build.manifest
     source = manifest.ort.archive
     if source is None:
         assembly.facts.sdk = None
         return
+    identity_model, gpu_dlls = assembly.facts.selfcheck.identity_model, _gpu_dlls(assembly)
     path = build.files[source.key]
     platform = manifest.bundle.platform
     archive, root = extract_ort_archive(path, label=f"{source.key} ({path.name})", platform=platform,

@@ -8,7 +8,6 @@ The data flows one way: manifest → cached inputs → inspected and derived par
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,14 +19,13 @@ from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.parts import add_all
 from bundler.assembly.records import add_records, sha256sums
 from bundler.assembly.sbom import add_sbom
-from bundler.atomic import write_atomic
-from bundler.errors import HashMismatchError
+from bundler.errors import BuildError, HashMismatchError
 from bundler.hashing import file_sha256
 from bundler.manifest import Manifest
-from bundler.sources.cache import Cache
+from bundler.sources.cache import Cache, disk_errors
 from bundler.sources.fetch import cached_inputs
 from bundler.sources.inputs import load_lock, lock_inputs
-from bundler.writer.zipwriter import Member, MemberCache, write_zip
+from bundler.writer.zipwriter import Member, MemberCache, prepare_destination, write_zip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,8 +40,8 @@ def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None =
     files = cached_inputs(manifest.inputs() + lock_inputs(lock), cache)
     verify_transformed(manifest, files, jobs=jobs)
     stem = manifest.bundle.stem
-    with tempfile.TemporaryDirectory(dir=cache.work_dir("tmp"), prefix="build-") as tmp:
-        work = Path(tmp)
+    prepare_destination(out_dir / f"{stem}.zip")  # fail fast on a bad -o; clear what killed builds left there
+    with cache.scratch(prefix="build-") as work, disk_errors(BuildError, "build"):
         assembly, inputs = Assembly(), BuildInputs(manifest=manifest, lock=lock, files=files, work=work, cache=cache)
         add_all(assembly, inputs)
         add_records(assembly, inputs)
@@ -52,13 +50,11 @@ def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None =
         members.append(Member(name=f"{stem}/SHA256SUMS", data=sha256sums(assembly.members).encode("utf-8")))
         zip_path = out_dir / f"{stem}.zip"
         sidecar = out_dir / f"{stem}.zip.sha256"
-        sidecar.unlink(missing_ok=True)  # never leave an old digest beside a new zip
         with tqdm(total=sum(m.size for m in members), desc="zip", unit="B", unit_scale=True, unit_divisor=1024,
                   disable=quiet, leave=False) as bar:
-            write_zip(members, zip_path, epoch=manifest.bundle.source_date_epoch,
-                      member_cache=MemberCache(cache.work_dir("members")), jobs=jobs, progress=bar.update)
-    digest = file_sha256(zip_path)
-    write_atomic(sidecar, f"{digest}  {zip_path.name}\n".encode("ascii"))
+            digest = write_zip(members, zip_path, epoch=manifest.bundle.source_date_epoch,
+                               member_cache=MemberCache(cache.work_dir("members")), jobs=jobs, progress=bar.update,
+                               sidecar=sidecar)  # the old sidecar is replaced after the zip, never removed first
     return BuildResult(zip_path=zip_path, sha256=digest, size=zip_path.stat().st_size)
 
 

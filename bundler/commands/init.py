@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -19,13 +20,17 @@ import jinja2
 import tomli_w
 
 from bundler.atomic import write_atomic
-from bundler.errors import InputUnavailableError, UsageError
+from bundler.errors import InputUnavailableError, ManifestError, UsageError
 from bundler.hashing import file_sha256
+from bundler.manifest import parse
+from bundler.readers.names import reserved_on_windows
 
 ORT_WHEEL = re.compile(r"^onnxruntime(_gpu)?-(\d+\.\d+\.\d+)-.*\.whl$", re.IGNORECASE)
 ORT_ARCHIVE = re.compile(r"^onnxruntime-(win|linux)-x64(-gpu)?-(\d+\.\d+\.\d+)\.(zip|tgz)$", re.IGNORECASE)
 VC_REDIST = re.compile(r"^vc_redist\.x64.*\.exe$", re.IGNORECASE)
 DEFAULT_ORT = "1.23.1"
+# The one value templates/manifest.toml.j2 leaves for the user to fill in (when no wheel is given).
+SHA256_PLACEHOLDER = "<sha256 of the wheel for your platform>"
 
 
 def toml_value(value: Any) -> str:
@@ -72,13 +77,38 @@ def _classify(files: Sequence[Path], base: Path) -> _Pins:
         elif VC_REDIST.match(name):
             pins.vc_redist = _pin(path, base)
         elif name.lower().endswith(".onnx"):
-            stem = re.sub(r"[^A-Za-z0-9._-]", "-", path.stem)
-            pins.models.append({"name": stem, **_pin(path, base)})
+            pins.models.append({"name": _model_name(path.stem, [m["name"] for m in pins.models]), **_pin(path, base)})
         else:
             msg = (f"--from {path}: cannot tell what this file is; expected an onnxruntime wheel, an "
                    "onnxruntime-<os>-x64-<version>.zip/.tgz, a VC_redist.x64.exe or an .onnx model")
             raise UsageError(msg)
     return pins
+
+
+def _model_name(stem: str, taken: Sequence[str]) -> str:
+    """A valid, unique [[models]] name from a file stem: two `model.onnx` from two folders become model, model-2."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", stem).lstrip("._-")[:56] or "model"
+    if reserved_on_windows(name):
+        name = f"{name}-model"
+    unique, n = name, 1
+    while unique.lower() in {t.lower() for t in taken}:
+        n += 1
+        unique = f"{name}-{n}"
+    return unique
+
+
+def _bundle_name(stem: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", stem).lstrip("._-")[:64] or "bundle"
+    return f"{name}-bundle"[:64] if reserved_on_windows(name) else name
+
+
+def _check_starter(text: str, output: Path) -> None:
+    """`init` never writes a manifest that its own validation would refuse, once its one placeholder is filled."""
+    try:
+        parse(tomllib.loads(text.replace(SHA256_PLACEHOLDER, "0" * 64)), path=output.resolve())
+    except ManifestError as exc:
+        msg = f"{output}: the starter manifest for these --from files would not be valid: {exc}"
+        raise UsageError(msg) from None
 
 
 def render_starter(output: Path, files: Sequence[Path]) -> str:
@@ -87,7 +117,7 @@ def render_starter(output: Path, files: Sequence[Path]) -> str:
     env.filters.update(toml=toml_value, toml_inline=toml_inline, toml_table=toml_table)
     source = resources.files("bundler.templates").joinpath("manifest.toml.j2").read_text(encoding="utf-8")
     return env.from_string(source).render(
-        filename=output.name, name=re.sub(r"[^A-Za-z0-9._-]", "-", output.stem) or "bundle",
+        filename=output.name, name=_bundle_name(output.stem),
         lock=output.stem + ".lock.toml", platform=pins.platform, ort_version=pins.ort_version,
         ort_python=pins.ort_python, ort_archive=pins.ort_archive, vc_redist=pins.vc_redist, models=pins.models)
 
@@ -96,5 +126,7 @@ def write_starter(output: Path, files: Sequence[Path], *, force: bool = False) -
     if output.exists() and not force:
         msg = f"{output}: already exists; pass --force to overwrite it"
         raise UsageError(msg)
-    write_atomic(output, render_starter(output, files).encode("utf-8"))
+    text = render_starter(output, files)
+    _check_starter(text, output)
+    write_atomic(output, text.encode("utf-8"))
     return output

@@ -153,6 +153,8 @@ class _ZipReader:
     def members(self) -> Iterator[_Raw]:
         infos = self._zip.infolist()
         for info in infos:
+            if "\0" in info.orig_filename:  # zipfile cuts the name there: refuse it rather than read another name
+                raise _unsafe(self._label, info.orig_filename, "has a NUL character in its name; expected a plain path")
             self._check_member(info)
             mode = info.external_attr >> 16  # trusted whatever the "made by" system: a link is never harmless
             kind = _kind_from_mode(mode, is_dir=info.filename.endswith(("/", "\\")))
@@ -244,11 +246,32 @@ def _require_zip_end_record(path: Path, *, label: str) -> None:
         raise UnsafeArchiveError(msg)
 
 
+def check_tar_budget(label: str, name: str, *, count: int, total: int, archive_size: int, limits: Limits) -> None:
+    """Refuse a tar member before any of its bytes are written: by count, by total and by expansion ratio.
+
+    `total` includes this member at its real size (a sparse member's expanded size, which tarfile reports),
+    so a 200-byte sparse archive that claims 7 GiB is refused here rather than extracted into a full disk.
+    A tar's compression is over the whole stream, so the ratio is the running total against the archive's
+    size on disk; the total only grows, so an early refusal is always the final verdict.
+    """
+    if count > limits.max_members:
+        raise _unsafe(label, name, f"is beyond the limit of {limits.max_members} members")
+    if total > limits.max_total_size:
+        raise _unsafe(label, name, f"brings the uncompressed total to {total} bytes, above the limit of "
+                                   f"{limits.max_total_size}")
+    ratio = total / max(archive_size, 1)
+    if total > _RATIO_GRACE_BYTES and ratio > limits.max_ratio:
+        raise _unsafe(label, name, f"brings the uncompressed total to {total} bytes from an archive of "
+                                   f"{archive_size} bytes (ratio {ratio:.0f}), above the limit of "
+                                   f"{limits.max_ratio:g} (tar bomb or sparse-file bomb)")
+
+
 class _TarReader:
     """tarfile plus the end-of-archive check it skips: it stops silently at a corrupt or missing header."""
 
-    def __init__(self, path: Path, *, kind: str, label: str) -> None:
-        self._label = label
+    def __init__(self, path: Path, *, kind: str, label: str, limits: Limits) -> None:
+        self._label, self._limits = label, limits
+        self._archive_size = path.stat().st_size
         self.fmt = "tar" if kind == "tar" else _COMPRESSION[kind][1]
         if kind in _COMPRESSION and not _holds_tar(path, kind, label=label):
             raise UnsafeArchiveError(f"{label} is a {self.fmt} file that does not hold a tar archive")
@@ -256,9 +279,14 @@ class _TarReader:
             self._tar = tarfile.open(path, mode=_TAR_MODES[kind])
 
     def members(self) -> Iterator[_Raw]:
+        total = 0
         with _translated(self._label, self.fmt):
-            for info in self._tar:
-                yield _Raw(name=info.name, kind=_tar_kind(info), size=info.size if info.isreg() else 0,
+            for count, info in enumerate(self._tar, 1):
+                size = info.size if info.isreg() else 0
+                total += size
+                check_tar_budget(self._label, info.name, count=count, total=total,
+                                 archive_size=self._archive_size, limits=self._limits)
+                yield _Raw(name=info.name, kind=_tar_kind(info), size=size,
                            executable=bool(info.mode & 0o111), handle=info)
             self._check_end()
 
@@ -619,4 +647,4 @@ def _open_reader(path: Path, *, label: str, limits: Limits) -> _Reader:
         raise UnsafeArchiveError(f"{label} is neither a zip nor a tar archive (judged by its content)")
     if kind == "zip":
         return _ZipReader(path, label=label, limits=limits)
-    return _TarReader(path, kind=kind, label=label)
+    return _TarReader(path, kind=kind, label=label, limits=limits)

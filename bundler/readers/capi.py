@@ -20,6 +20,7 @@ from packaging.version import InvalidVersion, Version
 
 from bundler.errors import BuildError, InputUnavailableError, UnsupportedError
 from bundler.readers.archives import SafeArchive
+from bundler.readers.names import distribution_name, read_utf8, version_text
 from bundler.readers.pe import X64_MACHINE, inspect_pe, is_x86_64_elf
 
 WIN_PYTHON_DLL_RE = re.compile(r"^python3(\d+)\.dll$", re.IGNORECASE)
@@ -72,7 +73,7 @@ def read_capi(source: Path, *, work_dir: Path, platform: str, label: str) -> Cap
     """Find the package tree in a zip or folder and read its name, version, dependencies and tag."""
     root = _package_root(_materialize(source, work_dir=work_dir, label=label), label=label)
     dist_info = _dist_info(root, label=label)
-    metadata = _parse_headers((dist_info / "METADATA").read_text(encoding="utf-8")) if dist_info else None
+    metadata = _parse_headers(read_utf8(dist_info / "METADATA", label=label)) if dist_info else None
     source_tags = _wheel_file_tags(dist_info) if dist_info else ()
     return CapiTree(
         root=root,
@@ -175,7 +176,7 @@ def _parse_headers(text: str) -> Message:
 
 def _wheel_file_tags(dist_info: Path) -> tuple[str, ...]:
     wheel = dist_info / "WHEEL"
-    return tuple(_parse_headers(wheel.read_text(encoding="utf-8")).get_all("Tag") or ()) if wheel.is_file() else ()
+    return tuple(_parse_headers(read_utf8(wheel, label=str(dist_info))).get_all("Tag") or ()) if wheel.is_file() else ()
 
 
 def _tree_package(root: Path, metadata: Message | None) -> str:
@@ -187,7 +188,7 @@ def _tree_package(root: Path, metadata: Message | None) -> str:
         name = declared
     else:
         name = f"{PACKAGE}-gpu" if _module_constants(capi / "version_info.py").get("use_cuda") is True else PACKAGE
-    return canonicalize_name(name).replace("-", "_")
+    return distribution_name(canonicalize_name(name).replace("-", "_"), where=f"{root}: the distribution name")
 
 
 def _tree_version(root: Path, metadata: Message | None, *, label: str) -> str:
@@ -207,7 +208,7 @@ def _tree_version(root: Path, metadata: Message | None, *, label: str) -> str:
         listed = "; ".join(f"{where} says {value}" for where, value in stated.items())
         msg = f"{label}: the source disagrees about its version ({listed}), expected one version"
         raise BuildError(msg)
-    return next(iter(stated.values()))
+    return version_text(next(iter(stated.values())), where=f"{label}: the version")
 
 
 def _module_constants(path: Path) -> dict[str, object]:

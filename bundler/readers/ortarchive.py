@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from bundler.errors import BuildError, InputUnavailableError, UnsafeArchiveError
-from bundler.readers.archives import Limits, SafeArchive
+from bundler.readers.archives import Limits, SafeArchive, check_tar_budget
 from bundler.readers.pe import X64_MACHINE, inspect_pe, is_x86_64_elf
 
 _WINDOWS = "win_amd64"
@@ -265,12 +265,12 @@ def _without_links(path: Path, *, label: str, scratch: Path) -> tuple[Path, dict
     regular: set[str] = set()
     limits = Limits()
     total = 0
+    archive_size = path.stat().st_size
     with _tar_errors(label), tarfile.open(path, "r:*") as source, tarfile.open(scratch, "w",
                                                                              format=tarfile.PAX_FORMAT) as out:
         for count, member in enumerate(source, 1):
-            if count > limits.max_members or total > limits.max_total_size:
-                msg = f"{label} is beyond the limit of {limits.max_members} members or {limits.max_total_size} bytes"
-                raise UnsafeArchiveError(msg)
+            total += member.size if member.isreg() else 0
+            check_tar_budget(label, member.name, count=count, total=total, archive_size=archive_size, limits=limits)
             name = _normal(member.name)
             if member.issym():
                 symlinks[name] = member.linkname
@@ -278,7 +278,6 @@ def _without_links(path: Path, *, label: str, scratch: Path) -> tuple[Path, dict
                 continue
             if member.isreg():
                 regular.add(name)
-                total += member.size
                 out.addfile(member, source.extractfile(member))
             else:
                 out.addfile(member)

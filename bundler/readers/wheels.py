@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import csv
 import hashlib
 import io
@@ -29,6 +28,7 @@ from bundler.readers.capi import (
     _parse_tags,
     _version,
 )
+from bundler.readers.names import decode_utf8, record_digest
 
 
 def wheel_metadata(archive: SafeArchive, *, label: str) -> tuple[str, Message]:
@@ -126,7 +126,7 @@ def _read_text(archive: SafeArchive, name: str, *, path: Path, label: str) -> st
     if name not in archive.names():
         msg = f"{label}: {path.name} has no {name}, expected one in every wheel"
         raise BuildError(msg)
-    return archive.read(name).decode("utf-8")
+    return decode_utf8(archive.read(name), label=f"{label}: {path.name}", name=name)
 
 
 def _check_record(archive: SafeArchive, dist_info: str, *, path: Path, label: str) -> None:
@@ -158,8 +158,8 @@ def _record_entries(text: str, *, path: Path, label: str) -> dict[str, tuple[str
         if algorithm not in RECORD_ALGORITHMS:
             msg = f"{label}: {path.name}'s RECORD hashes {name} with '{algorithm}', expected sha256 or stronger"
             raise BuildError(msg)
-        padded = value + "=" * (-len(value) % 4)
-        entries[name] = (algorithm, base64.urlsafe_b64decode(padded), int(size) if size.isdigit() else None)
+        digest_bytes = record_digest(value, algorithm=algorithm, where=f"{label}: {path.name}'s RECORD entry for {name}")
+        entries[name] = (algorithm, digest_bytes, int(size) if size.isdigit() else None)
     return entries
 
 

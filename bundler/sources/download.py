@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import queue
+import shutil
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,12 @@ Progress = Callable[[int], None]
 # download has written every byte it received and a resume really resumes, while a fast connection
 # still moves large chunks (fewer, larger writes and hash updates).
 NET_CHUNK = 1 << 20
+# What one download may bring when the manifest does not declare the input's `size`: a server that never
+# stops must not fill the cache's disk. Larger than any ORT, CUDA or cuDNN archive published so far;
+# an input that needs more declares its `size` in the manifest, which then is the bound.
+DEFAULT_MAX_DOWNLOAD = 4 * 1024**3
+# Free space kept beyond what a download needs, so the cache's disk is not filled to the last byte.
+FREE_SPACE_MARGIN = 1024**2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,6 +44,10 @@ class RetryPolicy:
 
 class _Transient(Exception):
     """A failure worth another attempt: 5xx, 429, a dropped or stalled connection."""
+
+
+class _TooBig(InputUnavailableError):
+    """The file is (or is declared) larger than its bound: its partial can never complete, so it goes."""
 
 
 def _hash_existing(path: Path) -> tuple[hashlib._Hash, int]:
@@ -52,22 +63,37 @@ def _hash_existing(path: Path) -> tuple[hashlib._Hash, int]:
 
 def download(url: str, partial: Path, *, label: str, session: requests.Session,
              progress: Progress | None = None, policy: RetryPolicy = RetryPolicy(),
-             stop: threading.Event | None = None) -> str:
+             stop: threading.Event | None = None, max_size: int = DEFAULT_MAX_DOWNLOAD) -> str:
     """Complete `partial` from `url` and return the sha256 of the whole file.
 
     Bytes already in `partial` (from an interrupted run) are kept and hashed once; the rest is asked for
     with `Range: bytes=N-`. A server that ignores the range (200 instead of 206) restarts the file.
     `stop` (set on Ctrl-C) ends the download at the next chunk or backoff, keeping `partial` for a resume.
+    The file may not exceed `max_size` bytes: a larger `Content-Length` is refused before a byte is
+    written, a body that runs past it is cut off, and in both cases `partial` is removed, because
+    resuming it could only fail the same way.
     """
     stop = stop or threading.Event()
+    if partial.exists() and partial.stat().st_size > max_size:
+        partial.unlink()  # left by a run with a larger bound: it cannot be the file we want
+    try:
+        return _download(url, partial, label=label, session=session, progress=progress, policy=policy, stop=stop,
+                         max_size=max_size)
+    except _TooBig:
+        partial.unlink(missing_ok=True)
+        raise
+
+
+def _download(url: str, partial: Path, *, label: str, session: requests.Session, progress: Progress | None,
+              policy: RetryPolicy, stop: threading.Event, max_size: int) -> str:
     digest, offset = _hash_existing(partial)
     if progress and offset:
         progress(offset)
     failures = 0
     while True:
         try:
-            digest, offset = _attempt(url, partial, label=label, session=session, digest=digest,
-                                      offset=offset, progress=progress, timeout=policy.timeout, stop=stop)
+            digest, offset = _attempt(url, partial, label=label, session=session, digest=digest, offset=offset,
+                                      progress=progress, timeout=policy.timeout, stop=stop, max_size=max_size)
             return digest.hexdigest()
         except _Transient as exc:
             failures += 1
@@ -124,9 +150,32 @@ def _stopped(label: str) -> NoReturn:
     raise KeyboardInterrupt(msg)
 
 
+def _declared_total(resp: requests.Response, offset: int) -> int | None:
+    """The whole file's size as the server states it: Content-Range's total, else offset + Content-Length."""
+    if resp.status_code == 206 and (total := resp.headers.get("Content-Range", "").rpartition("/")[2]).isdigit():
+        return int(total)
+    length = resp.headers.get("Content-Length", "")
+    return (offset if resp.status_code == 206 else 0) + int(length) if length.isdigit() else None
+
+
+def _check_room(resp: requests.Response, partial: Path, *, label: str, url: str, offset: int, max_size: int) -> None:
+    """Refuse a file larger than its bound, and one the cache's disk has no room for, before writing."""
+    total = _declared_total(resp, offset)
+    if total is not None and total > max_size:
+        msg = (f"{label}: {url} is {total} bytes, above the bound of {max_size} bytes; if that size is right, "
+               f"declare it with `size = {total}` in the manifest entry")
+        raise _TooBig(msg)
+    needed = (total - (offset if resp.status_code == 206 else 0)) if total is not None else 0
+    free = shutil.disk_usage(partial.parent).free
+    if needed + FREE_SPACE_MARGIN > free:
+        msg = (f"{label}: {url} needs {needed} bytes but the cache folder {partial.parent} has {free} free; "
+               f"free some space or pass --cache on a larger disk (the bytes so far are kept)")
+        raise InputUnavailableError(msg)
+
+
 def _attempt(url: str, partial: Path, *, label: str, session: requests.Session, digest: hashlib._Hash,
              offset: int, progress: Progress | None, timeout: float,
-             stop: threading.Event) -> tuple[hashlib._Hash, int]:
+             stop: threading.Event, max_size: int) -> tuple[hashlib._Hash, int]:
     headers = {"Range": f"bytes={offset}-", "Accept-Encoding": "identity"} if offset else {"Accept-Encoding": "identity"}
     try:
         with session.get(url, stream=True, timeout=timeout, headers=headers) as resp:
@@ -138,6 +187,7 @@ def _attempt(url: str, partial: Path, *, label: str, session: requests.Session, 
             if status >= 400:
                 msg = f"{label}: {url} answered HTTP {status} {resp.reason}; check the URL in the manifest"
                 raise InputUnavailableError(msg)
+            _check_room(resp, partial, label=label, url=url, offset=offset, max_size=max_size)
             if offset and status != 206:
                 digest, offset = hashlib.sha256(), 0  # the server ignored Range: start over
             with partial.open("ab" if offset else "wb") as fh, \
@@ -145,6 +195,11 @@ def _attempt(url: str, partial: Path, *, label: str, session: requests.Session, 
                 while chunk := resp.raw.read1(NET_CHUNK, decode_content=False):
                     if stop.is_set():
                         _stopped(label)
+                    if offset + len(chunk) > max_size:
+                        msg = (f"{label}: {url} sent more than {max_size} bytes without ending, above the bound "
+                               f"of {max_size} bytes; if the file really is larger, declare its `size` in the "
+                               f"manifest entry")
+                        raise _TooBig(msg)
                     writer.put(chunk)
                     hasher.put(chunk)
                     offset += len(chunk)

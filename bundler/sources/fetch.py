@@ -10,9 +10,7 @@ from __future__ import annotations
 import hashlib
 import queue
 import re
-import shutil
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,7 +26,7 @@ from bundler.hashing import CHUNK, file_sha256, mismatch_message
 from bundler.manifest import Input
 from bundler.runner import Runner, run
 from bundler.sources.cache import Cache
-from bundler.sources.download import RetryPolicy, download
+from bundler.sources.download import DEFAULT_MAX_DOWNLOAD, RetryPolicy, download
 from bundler.sources.lock import Target
 
 
@@ -172,7 +170,8 @@ class _Fetcher:
         partial = self.cache.partial(item.sha256[0])
         with self._bar(item) as bar:
             actual = download(item.location, partial, label=item.key, session=self._session(),
-                              progress=bar.update, policy=self.options.retry, stop=self.stop)
+                              progress=bar.update, policy=self.options.retry, stop=self.stop,
+                              max_size=item.size or DEFAULT_MAX_DOWNLOAD)
         if actual not in item.sha256:
             partial.unlink(missing_ok=True)
             raise HashMismatchError(mismatch_message(item.key, item.location, item.sha256, actual))
@@ -182,9 +181,9 @@ class _Fetcher:
 
     def _from_pip(self, item: Input) -> Path:
         """pip download through the user's own pip configuration (index, proxy, certificates)."""
-        with tempfile.TemporaryDirectory(dir=self.cache.work_dir("tmp")) as tmp:
-            dest = Path(tmp) / "out"
-            reqs = Path(tmp) / "requirements.txt"
+        with self.cache.scratch(prefix="pip-") as tmp:
+            dest = tmp / "out"
+            reqs = tmp / "requirements.txt"
             hashes = " ".join(f"--hash=sha256:{h}" for h in item.sha256)
             reqs.write_text(f"{item.location} {hashes}\n", encoding="utf-8")
             cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes",
@@ -203,12 +202,7 @@ class _Fetcher:
             if len(files) != 1:
                 msg = f"{item.display}: pip produced {len(files)} files, expected exactly one wheel"
                 raise InputUnavailableError(msg)
-            staged = self.cache.work_dir("tmp") / (Path(tmp).name + ".whl")
-            shutil.move(files[0], staged)
-            try:
-                return self._adopt(item, staged, file_sha256(staged), files[0].name)
-            finally:
-                staged.unlink(missing_ok=True)
+            return self._adopt(item, files[0], file_sha256(files[0]), files[0].name)
 
     def _from_mirror(self, item: Input) -> Path:
         mirror = self.options.mirror

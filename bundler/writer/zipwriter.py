@@ -9,31 +9,94 @@ Everything that could vary between machines is fixed: entry order (sorted by nam
 `date_time`), permissions (0644, 0755 for executables and directories), "made by" Unix, UTF-8 names, no
 extra fields except ZIP64 when a size or offset needs it. The output goes to a temporary file beside the
 destination and is renamed into place only when complete.
+
+Temporary files (the hidden `.<zip>.*.tmp` beside the output, `.tmp-*` in the member cache) are held under
+an exclusive `flock` while written. The OS drops that lock when its process dies, so a later run can tell
+a file a SIGKILLed build left behind (lock free) from one a concurrent build is writing (lock held) and
+remove only the former. On Windows an open file cannot be deleted, which gives the same guarantee.
 """
 
 from __future__ import annotations
 
+import errno
+import glob
 import hashlib
 import os
+import re
+import stat
 import struct
 import tempfile
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
+from bundler.atomic import write_atomic
 from bundler.errors import BuildError, HashMismatchError
-from bundler.hashing import CHUNK
+from bundler.hashing import CHUNK, file_sha256
+
+try:
+    import fcntl
+except ImportError:  # Windows: an open file cannot be deleted there, which is the guarantee the lock gives
+    fcntl = None  # type: ignore[assignment]
 
 STORED, DEFLATED = 0, 8
 ALREADY_COMPRESSED = (".whl", ".zip", ".gz", ".tgz", ".xz", ".bz2", ".zst", ".7z", ".jar", ".png", ".jpg", ".jpeg")
 TRIAL_BYTES = 256 * 1024
 MAX32 = 0xFFFFFFFF
 MADE_BY_UNIX = 3 << 8
+# A temporary file this young and still empty may have been created by a live writer an instant before it
+# took its lock; it is left for a later run rather than pulled from under that writer.
+_NEWBORN_SECONDS = 60
+_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM})
+
+
+def locked_temp(folder: Path, *, prefix: str, suffix: str = ".tmp") -> tuple[int, str]:
+    """`mkstemp` in `folder`, then an exclusive lock on it for as long as the descriptor stays open."""
+    fd, name = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=suffix)
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # blocks only while a cleaner briefly holds it to test it
+    return fd, name
+
+
+def remove_dead_temps(folder: Path, pattern: str) -> list[Path]:
+    """Delete the temporary files matching `pattern` whose writer is gone; a live writer's file stays."""
+    removed = []
+    try:
+        candidates = sorted(folder.glob(pattern))
+    except OSError:
+        return []
+    for path in candidates:
+        if _dead_temp(path):
+            removed.append(path)
+    return removed
+
+
+def _dead_temp(path: Path) -> bool:
+    """Remove `path` if no process holds its lock (POSIX) or has it open (Windows); True if removed."""
+    try:
+        if fcntl is None:
+            path.unlink()  # fails while the writer has it open
+            return True
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # held: a live writer
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or (info.st_size == 0 and time.time() - info.st_mtime < _NEWBORN_SECONDS):
+            return False
+        path.unlink(missing_ok=True)
+        return True
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +164,9 @@ def choose_method(member: Member) -> int:
     return STORED if len(zlib.compress(sample, 1)) > 0.95 * len(sample) else DEFLATED
 
 
+_MEMBER_NAME = re.compile(r"^[0-9a-f]{64}\.[0-9a-f]{8}\.[0-9]+\.[0-9a-f]{64}$")
+
+
 class MemberCache:
     """Deflated members kept by (sha256, level), so a rebuild with unchanged inputs skips compression."""
 
@@ -112,18 +178,33 @@ class MemberCache:
 
     def find(self, sha256: str, level: int) -> _Prepared | None:
         """A cached member, named `<sha256>.<crc>.<size>.<sha256 of the compressed bytes>`."""
-        for path in self._folder(level).glob(f"{sha256}.*.*.*"):
-            _, crc, usize, packed = path.name.split(".")
+        for path in sorted(self._folder(level).glob(f"{sha256}.*.*.*")):
+            parts = path.name.split(".")
+            if len(parts) != 4 or not _MEMBER_NAME.match(path.name) or not path.is_file():
+                continue  # not one of ours (a stray or hand-made file): never trusted, never fatal
+            _, crc, usize, packed = parts
             return _Prepared(method=DEFLATED, crc=int(crc, 16), usize=int(usize), csize=path.stat().st_size,
                              path=path, packed_sha256=packed)
         return None
+
+    def remove_dead_temps(self) -> list[Path]:
+        """The half-written members of builds that were killed; a concurrent build's stay."""
+        try:
+            folders = sorted(p for p in self.root.glob("deflate-*") if p.is_dir())
+        except OSError:
+            return []
+        return [path for folder in folders for path in remove_dead_temps(folder, ".tmp-*")]
 
     @contextmanager
     def writer(self, sha256: str, level: int) -> Iterator[tuple[BinaryIO, list[_Prepared]]]:
         """Yield a temporary file; the caller appends the result, which is then renamed into place."""
         folder = self._folder(level)
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            msg = f"{folder}: the member cache needs a folder here but found a file; remove it"
+            raise BuildError(msg) from None
+        fd, name = locked_temp(folder, prefix=".tmp-")
         result: list[_Prepared] = []
         try:
             with os.fdopen(fd, "wb") as fh:
@@ -305,23 +386,67 @@ def _encode(name: str) -> tuple[bytes, int]:
         return name.encode("utf-8"), 0x800
 
 
-def write_zip(members: Sequence[Member], dest: Path, *, epoch: int, member_cache: MemberCache, level: int = 6,
-              jobs: int | None = None, progress: Callable[[int], object] | None = None) -> None:
-    """Write `members` (plus their parent directories) to `dest` atomically and reproducibly.
+def prepare_destination(dest: Path) -> None:
+    """Refuse an output that cannot be written before any work is done, and clear what killed builds left there."""
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        msg = f"{dest.parent}: the output folder is a file; expected a folder (or a path where one can be made)"
+        raise BuildError(msg) from None
+    except OSError as exc:
+        msg = f"{dest.parent}: the output folder cannot be created ({exc.strerror}); choose another one"
+        raise BuildError(msg) from None
+    if dest.is_dir():
+        msg = f"{dest}: a folder stands where the bundle zip goes; remove it or choose another output folder"
+        raise BuildError(msg)
+    remove_dead_temps(dest.parent, f".{glob.escape(dest.name)}.*.tmp")
 
-    `progress` is told the uncompressed size of each member once it is in the zip.
+
+def write_zip(members: Sequence[Member], dest: Path, *, epoch: int, member_cache: MemberCache, level: int = 6,
+              jobs: int | None = None, progress: Callable[[int], object] | None = None,
+              sidecar: Path | None = None) -> str:
+    """Write `members` (plus their parent directories) to `dest` atomically and reproducibly; return its sha256.
+
+    `progress` is told the uncompressed size of each member once it is in the zip. `sidecar` gets
+    `<sha256>  <zip name>` right after the zip is in place: replaced, never removed first, so a failed
+    build leaves the previous zip and its digest as they were.
     """
+    by_name = _checked_names(members)
+    prepare_destination(dest)
+    member_cache.remove_dead_temps()
+    try:
+        digest = _write(by_name, dest, epoch=epoch, member_cache=member_cache, level=level, jobs=jobs,
+                        progress=progress)
+        if sidecar is not None:
+            write_atomic(sidecar, f"{digest}  {dest.name}\n".encode("ascii"))
+    except OSError as exc:
+        if exc.errno not in _DISK_ERRNOS:
+            raise
+        where = f" ({exc.filename})" if exc.filename else ""
+        msg = f"{dest}: the bundle cannot be written: {exc.strerror}{where}; free space on that disk or choose another folder"
+        raise BuildError(msg) from None
+    return digest
+
+
+def _checked_names(members: Sequence[Member]) -> dict[str, Member]:
     by_name: dict[str, Member] = {}
     for member in members:
         if member.name in by_name or member.name.startswith("/") or "\\" in member.name:
             msg = f"zip member {member.name!r}: duplicate or not a relative POSIX path"
             raise BuildError(msg)
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in member.name):
+            msg = f"zip member {member.name!r}: has a control character in its name; expected a plain path"
+            raise BuildError(msg)
         by_name[member.name] = member
+    return by_name
+
+
+def _write(by_name: dict[str, Member], dest: Path, *, epoch: int, member_cache: MemberCache, level: int,
+           jobs: int | None, progress: Callable[[int], object] | None) -> str:
     names = sorted(by_name)
     entries = sorted(set(names) | set(_directories(names)))
     methods = {name: choose_method(by_name[name]) for name in names}
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    fd, tmp_name = locked_temp(dest.parent, prefix=f".{dest.name}.")
     pool = ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -332,27 +457,40 @@ def write_zip(members: Sequence[Member], dest: Path, *, epoch: int, member_cache
                 if name.endswith("/"):
                     writer.add_directory(name)
                     continue
-                member = by_name[name]
-                mode = 0o100755 if member.executable else 0o100644
-                if name in futures:
-                    writer.add_prepared(name, futures[name].result(), mode)
-                elif member.data is not None:
-                    prepared = _deflate_bytes(member.data, level) if methods[name] == DEFLATED else _Prepared(
-                        method=STORED, crc=zlib.crc32(member.data), usize=len(member.data), csize=len(member.data),
-                        data=member.data)
-                    writer.add_prepared(name, prepared, mode)
-                else:
-                    writer.add_stored_file(name, member, mode)
+                _add_member(writer, name, by_name[name], futures, methods[name], level)
                 if progress:
-                    progress(member.size)
+                    progress(by_name[name].size)
             writer.finish()
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp_name, 0o644)
-        os.replace(tmp_name, dest)
+            digest = file_sha256(Path(tmp_name))
+            if os.name != "nt":
+                _publish(tmp_name, dest)  # while still locked, so no cleaner can take it first
+        if os.name == "nt":
+            _publish(tmp_name, dest)  # Windows renames only a closed file
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)  # do not finish compressing for a build that failed
         Path(tmp_name).unlink(missing_ok=True)
         raise
     finally:
         pool.shutdown(wait=True)
+    return digest
+
+
+def _publish(tmp_name: str, dest: Path) -> None:
+    os.chmod(tmp_name, 0o644)
+    os.replace(tmp_name, dest)
+
+
+def _add_member(writer: _Writer, name: str, member: Member, futures: dict[str, Future[_Prepared]], method: int,
+                level: int) -> None:
+    mode = 0o100755 if member.executable else 0o100644
+    if name in futures:
+        writer.add_prepared(name, futures[name].result(), mode)
+    elif member.data is not None:
+        prepared = _deflate_bytes(member.data, level) if method == DEFLATED else _Prepared(
+            method=STORED, crc=zlib.crc32(member.data), usize=len(member.data), csize=len(member.data),
+            data=member.data)
+        writer.add_prepared(name, prepared, mode)
+    else:
+        writer.add_stored_file(name, member, mode)
