@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import MANIFESTS, run_cli
 
 from bundler.commands.init import SHA256_PLACEHOLDER
 from bundler.manifest import parse
@@ -66,3 +67,27 @@ def test_the_starter_without_runtime_explains_how_to_pin_one(tmp_path: Path) -> 
     run_cli("init", "-o", str(tmp_path / "app.toml"))
     text = (tmp_path / "app.toml").read_text()
     assert "# runtime = {" in text and "init --from" in text
+
+
+def test_the_linux_example_pins_a_runtime_and_is_otherwise_the_quickstart() -> None:
+    from bundler.commands.init import PY_STANDALONE
+    from bundler.manifest import load
+
+    example, quickstart = load(MANIFESTS / "quickstart-linux-runtime.toml"), load(MANIFESTS / "quickstart-linux.toml")
+    runtime = example.python.runtime
+    assert runtime is not None and runtime.kind == "url" and PY_STANDALONE.match(runtime.filename or "")
+    assert (example.ort, example.python.lock, example.models) == (quickstart.ort, quickstart.python.lock,
+                                                                  quickstart.models)
+
+
+def test_the_windows_example_is_refused_until_its_runtime_is_pinned(tmp_path: Path) -> None:
+    """python.org's bytes cannot be pinned from here: the example names the one key the user must fill in."""
+    from bundler.commands.init import PY_EMBED
+
+    text = (MANIFESTS / "quickstart-win-runtime.toml").read_text()
+    proc = run_cli("build", str(MANIFESTS / "quickstart-win-runtime.toml"), check=False)
+    assert proc.returncode == 3 and "python.runtime.sha256" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, "only the placeholder may be wrong"
+    pinned = re.sub(r'sha256 = "<sha256 of python[^"]*"', f'sha256 = "{"0" * 64}"', text)
+    manifest = parse(tomllib.loads(pinned), path=MANIFESTS / "quickstart-win-runtime.toml")
+    assert manifest.python.runtime is not None and PY_EMBED.match(manifest.python.runtime.filename or "")
