@@ -27,6 +27,8 @@ SYSTEM_DLLS = frozenset({
     "powrprof.dll", "psapi.dll", "rpcrt4.dll", "secur32.dll", "setupapi.dll", "shell32.dll",
     "shlwapi.dll", "ucrtbase.dll", "user32.dll", "userenv.dll", "uxtheme.dll", "version.dll",
     "winmm.dll", "wintrust.dll", "ws2_32.dll", "wsock32.dll", "wtsapi32.dll",
+    # what the embeddable package's _msi.pyd imports (CPython 3.7-3.12, PC/_msi.c), for [python] runtime
+    "cabinet.dll", "msi.dll",
 })
 API_SET_PREFIXES = ("api-ms-win-", "ext-ms-")
 VC_RUNTIME = re.compile(r"^(msvcp140(_\w+)?|vcruntime140(_\w+)?|concrt140|vcomp140)\.dll$")
