@@ -311,14 +311,15 @@ def _bundle(table: Mapping[str, Any] | None, problems: _Problems) -> Bundle | No
         problems.found("bundle.platform", platform, f"one of {', '.join(PLATFORMS)}")
         platform = None
     python = _string(table, "python", "bundle", problems, pattern=PYTHON_RE, expected="a Python version such as '3.11'")
-    if python and not 8 <= int(PYTHON_RE.match(python).group(1)) <= 14:
+    minor = PYTHON_RE.match(python) if python else None
+    if python and (minor is None or not 8 <= int(minor.group(1)) <= 14):
         problems.found("bundle.python", python, "a Python from 3.8 to 3.14")
         python = None
     epoch = table.get("source_date_epoch", DEFAULT_SOURCE_DATE_EPOCH)
     if not isinstance(epoch, int) or isinstance(epoch, bool) or not ZIP_EPOCH <= epoch <= 4102444800:
         problems.found("bundle.source_date_epoch", epoch, "whole seconds since 1970 between 1980 and 2100")
         epoch = None
-    if None in (name, version, platform, python, epoch):
+    if name is None or version is None or platform is None or python is None or epoch is None:
         return None
     return Bundle(name=name, version=version, platform=platform, python=python, source_date_epoch=epoch)
 
@@ -357,7 +358,7 @@ def _ort(table: Mapping[str, Any] | None, base: Path, problems: _Problems) -> Or
 def _check_wheel_serves(ort: Ort, bundle: Bundle, problems: _Problems) -> None:
     """A wheel named in the manifest must fit the target platform and Python, or nothing else matters."""
     for key, source in (("wheel", ort.wheel), ("capi", ort.capi)):
-        if source is None or not (source.filename or "").endswith(".whl"):
+        if source is None or source.filename is None or not source.filename.endswith(".whl"):
             continue
         try:
             _, _, _, tags = parse_wheel_filename(source.filename)

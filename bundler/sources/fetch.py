@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
 
@@ -62,7 +63,7 @@ def fetch_inputs(inputs: Sequence[Input], *, cache: Cache, target: Target, optio
     overall = tqdm(total=len(inputs), desc="inputs", unit="file", disable=options.quiet, position=0, leave=False)
     try:
         outcomes = _in_parallel(fetcher.fetch, inputs, jobs=options.jobs, stop=fetcher.stop,
-                                done=lambda: overall.update(1))
+                                done=lambda: _advance(overall))
     except BaseException:
         fetcher.stop.set()
         raise
@@ -81,7 +82,15 @@ def fetch_inputs(inputs: Sequence[Input], *, cache: Cache, target: Target, optio
         else:
             kind = InputUnavailableError
         raise kind("\n".join(str(e) for e in errors))
-    return {item.key: path for item, path in zip(inputs, outcomes)}
+    return {item.key: path for item, path in zip(inputs, outcomes) if isinstance(path, Path)}
+
+
+def _advance(bar: tqdm[Any]) -> None:
+    bar.update(1)
+
+
+def _add(bar: tqdm[Any], count: int) -> None:
+    bar.update(count)
 
 
 def _in_parallel(work: Callable[[Input], Path], inputs: Sequence[Input], *, jobs: int, stop: threading.Event,
@@ -170,7 +179,7 @@ class _Fetcher:
         partial = self.cache.partial(item.sha256[0])
         with self._bar(item) as bar:
             actual = download(item.location, partial, label=item.key, session=self._session(),
-                              progress=bar.update, policy=self.options.retry, stop=self.stop,
+                              progress=lambda n: _add(bar, n), policy=self.options.retry, stop=self.stop,
                               max_size=item.size or DEFAULT_MAX_DOWNLOAD)
         if actual not in item.sha256:
             partial.unlink(missing_ok=True)
@@ -258,7 +267,7 @@ class _Bar:
         self.fetcher = fetcher
         self.item = item
 
-    def __enter__(self) -> tqdm:
+    def __enter__(self) -> tqdm[Any]:
         with self.fetcher._slot_lock:
             self.slot = self.fetcher._slots.pop() if self.fetcher._slots else 1
         name = self.item.filename or self.item.key
