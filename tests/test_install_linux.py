@@ -171,11 +171,42 @@ def test_uninstall_removes_exactly_what_the_install_created(bundle_zip: Path, tm
     assert sorted(p.name for p in root.iterdir()) == ["user-data.txt"]
 
 
-def test_the_venv_scripts_name_the_final_folder_not_the_staging_one(installed: tuple[Path, Path]) -> None:
-    _, root = installed
+def record_problems(site_packages: Path) -> list[str]:
+    """Every installed distribution's RECORD against the files on disk (hash and size), as pip would audit it."""
+    import base64
+    import csv
+
+    problems = []
+    for record in sorted(site_packages.glob("*.dist-info/RECORD")):
+        for row in csv.reader(record.read_text(encoding="utf-8").splitlines()):
+            path, digest, size = row
+            file = (site_packages / path).resolve()
+            if not digest:
+                continue
+            algorithm, _, expected = digest.partition("=")
+            data = file.read_bytes() if file.is_file() else None
+            actual = base64.urlsafe_b64encode(hashlib.new(algorithm, data).digest()).rstrip(b"=").decode() if data is not None else None
+            if actual != expected or (size and int(size) != len(data or b"")):
+                problems.append(f"{record.parent.name}: {path}")
+    return problems
+
+
+def test_the_environment_is_exactly_what_the_bundle_pins(installed: tuple[Path, Path]) -> None:
+    """No pip or setuptools (the lock pins neither); every RECORD matches; scripts and pyvenv.cfg name the final folder."""
+    bundle, root = installed
+    site = root / "venv" / "lib" / "python3.11" / "site-packages"
+    installed_names = sorted(p.name.split("-")[0].lower() for p in site.glob("*.dist-info"))
+    pinned = sorted(line.split("==")[0].lower().replace("-", "_") for line in
+                    (bundle / "payload" / "wheels" / "requirements.txt").read_text().splitlines())
+    assert installed_names == pinned and "pip" not in installed_names and "setuptools" not in installed_names
+    assert record_problems(site) == []
     scripts = [p for p in (root / "venv" / "bin").iterdir() if p.is_file() and not p.is_symlink()]
     texts = {p.name: p.read_bytes() for p in scripts}
-    assert all(b".staging" not in data for data in texts.values())
-    assert str(root).encode() in texts["pip"] and str(root).encode() in texts["activate"]
-    proc = subprocess.run([str(root / "venv" / "bin" / "pip"), "--version"], capture_output=True, text=True)
-    assert proc.returncode == 0 and f"{root}/venv" in proc.stdout
+    assert all(b".staging" not in data for data in [*texts.values(), (root / "venv" / "pyvenv.cfg").read_bytes()])
+    assert {"coloredlogs", "humanfriendly", "f2py", "numpy-config", "isympy"} <= set(texts)
+    assert texts["isympy"].startswith(f"#!{root}/venv/bin/python".encode()) or str(root).encode() in texts["isympy"]
+    assert str(root).encode() in texts["activate"]
+    proc = subprocess.run([str(root / "venv" / "bin" / "numpy-config"), "--version"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    verify = subprocess.run([str(root / "run.sh"), "--verify"], capture_output=True, text=True)
+    assert verify.returncode == 0 and "Result: OK" in verify.stdout, verify.stdout + verify.stderr

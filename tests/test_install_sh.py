@@ -1,7 +1,8 @@
 """Run the rendered install.sh, uninstall.sh and run.sh for real on a small bundle made in tmp.
 
-The bundle has the real layout: a tiny wheel built here, a hash-pinned requirements.txt,
-install-plan.json, SHA256SUMS, and bundler/target/plan.py at the path the scripts call. Its
+The bundle has the real layout: a tiny wheel built here (with a console script), a hash-pinned
+requirements.txt, install-plan.json written through the target's own definition, SHA256SUMS, the
+install engine (bundler/target) and the real pinned pypa installer wheel at the paths the scripts use. Its
 selfcheck.py is a stand-in that only imports the tiny package; its entry point is a stand-in script
 that reports its arguments and environment. One install is shared by the tests that only read it.
 """
@@ -19,19 +20,22 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import make_identity_model
+from conftest import make_identity_model, pip_download
 
+from bundler.assembly.launch import engine_files
 from bundler.assembly.render import (
     INSTALL_EXIT_CODES,
-    PLAN_HELPER,
     EntryPoint,
     ScriptContext,
     render_scripts,
 )
+from bundler.target.records import InstallPlan, PlanEntry, VenvPlan
+
+#: The pypa installer the engine uses, as `ort-bundler lock` pins it (a real wheel, fetched by pip).
+INSTALLER_REQUIREMENT = "installer==1.1.0"
 
 CODES = INSTALL_EXIT_CODES
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
-PLAN_SOURCE = Path(__file__).resolve().parents[1] / "bundler" / "target" / "plan.py"
 ORT_DIR = f"venv/lib/python{PY}/site-packages/onnxruntime/capi"
 
 SELFCHECK_STANDIN = """\
@@ -54,7 +58,8 @@ sys.exit(int(os.environ.get("STANDIN_EXIT", "0")))
 """
 
 
-def build_wheel(folder: Path, *, version: str = "1.0", broken: bool = False) -> Path:
+def build_wheel(folder: Path, *, version: str = "1.0", broken: bool = False, modules: int = 0,
+                big_file: int = 0) -> Path:
     """A real pure-Python wheel with a correct RECORD; `broken` gives bytes pip must reject."""
     path = folder / f"tinypkg-{version}-py3-none-any.whl"
     if broken:
@@ -65,34 +70,41 @@ def build_wheel(folder: Path, *, version: str = "1.0", broken: bool = False) -> 
         "tinypkg/__init__.py": b"VALUE = 42\n",
         f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: tinypkg\nVersion: {version}\n".encode(),
         f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{dist}/entry_points.txt": b"[console_scripts]\ntinytool = tinypkg:main\n",
     }
+    files["tinypkg/__init__.py"] += b"def main():\n    print('tinytool', VALUE)\n"
+    for number in range(modules):  # more files: an install that takes long enough to be interrupted
+        files[f"tinypkg/mod{number:04d}.py"] = f"NUMBER = {number}\nVERSION = {version!r}\n".encode() * 20
+    if big_file:  # compresses to almost nothing, expands to big_file bytes
+        files["tinypkg/zeros.bin"] = bytes(big_file)
     record = []
     for name, data in files.items():
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
         record.append(f"{name},sha256={digest},{len(data)}")
     record.append(f"{dist}/RECORD,,")
     files[f"{dist}/RECORD"] = ("\n".join(record) + "\n").encode()
-    with zipfile.ZipFile(path, "w") as archive:
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name, data in files.items():
             archive.writestr(name, data)
     return path
 
 
-def script_context(*, version: str = "1.0", env: dict[str, str] | None = None) -> ScriptContext:
+def script_context(*, version: str = "1.0", env: dict[str, str] | None = None, python: str = PY) -> ScriptContext:
     return ScriptContext(
-        name="tiny", version=version, platform="linux_x86_64", python=PY, vc_runtime_min=None,
-        vc_redist=None, gpu_dll_dirs=(), gpu_preload=(), dll_dirs=(ORT_DIR,),
+        name="tiny", version=version, platform="linux_x86_64", python=python, vc_runtime_min=None,
+        vc_redist=None, gpu_dll_dirs=(), gpu_preload=(), dll_dirs=(ORT_DIR.replace(PY, python),),
         entry_point=EntryPoint(kind="script", value="app/entry.py"), cache_dir=None,
         env=env or {"APP_MODE": "it's $HOME & `id`"}, default_install_dir="/nonexistent/tiny")
 
 
-def make_bundle(root: Path, *, version: str = "1.0", broken_wheel: bool = False,
+def make_bundle(root: Path, *, version: str = "1.0", broken_wheel: bool = False, modules: int = 0, big_file: int = 0,
+                python: str = PY, installer: str = INSTALLER_REQUIREMENT,
                 selfcheck: str = SELFCHECK_STANDIN) -> Path:
     """Lay out an extracted bundle exactly as the build writes it."""
     root.mkdir(parents=True)
     wheels = root / "payload" / "wheels"
     wheels.mkdir(parents=True)
-    wheel = build_wheel(wheels, version=version, broken=broken_wheel)
+    wheel = build_wheel(wheels, version=version, broken=broken_wheel, modules=modules, big_file=big_file)
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     (wheels / "requirements.txt").write_text(f"tinypkg=={version} --hash=sha256:{digest}\n")
     (root / "payload" / "models").mkdir(parents=True)
@@ -101,24 +113,27 @@ def make_bundle(root: Path, *, version: str = "1.0", broken_wheel: bool = False,
     (root / "payload" / "selfcheck" / "selfcheck.py").write_text(selfcheck)
     (root / "payload" / "app").mkdir(parents=True)
     (root / "payload" / "app" / "entry.py").write_text(ENTRY_STANDIN)
-    (root / PLAN_HELPER).parent.mkdir(parents=True)
-    shutil.copyfile(PLAN_SOURCE, root / PLAN_HELPER)
-    (root / "bundle.json").write_text(json.dumps({"name": "tiny", "version": version}))
-    for rel, data in render_scripts(script_context(version=version)).items():
+    for rel, (data, _) in engine_files().items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(data)
-    plan = {
-        "format": 1, "install_id": f"tiny-{version}",
-        "venv": {"dir": "venv", "wheels": "payload/wheels", "requirements": "payload/wheels/requirements.txt",
-                 "site_packages_files": [{"from": f"payload/launchers/ort_bundle_hook.{ext}",
-                                          "to": f"ort_bundle_hook.{ext}"} for ext in ("py", "pth")]},
-        "copy": [{"from": "bundle.json", "to": "bundle.json"},
-                 {"from": "payload/models/m.onnx", "to": "models/m.onnx"},
-                 {"from": "payload/selfcheck/selfcheck.py", "to": "selfcheck/selfcheck.py"},
-                 {"from": "payload/app/entry.py", "to": "app/entry.py"},
-                 {"from": "payload/launchers/run.sh", "to": "run.sh"}],
-        "dll_dirs": [ORT_DIR],
-    }
+    installer_wheel = pip_download(installer, "any", python_version=python)
+    shutil.copyfile(installer_wheel, root / "payload" / "installer" / installer_wheel.name)
+    (root / "bundle.json").write_text(json.dumps({"name": "tiny", "version": version}))
+    for rel, data in render_scripts(script_context(version=version, python=python)).items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    copies = [("bundle.json", "bundle.json"), ("payload/models/m.onnx", "models/m.onnx"),
+              ("payload/selfcheck/selfcheck.py", "selfcheck/selfcheck.py"), ("payload/app/entry.py", "app/entry.py"),
+              ("payload/launchers/run.sh", "run.sh"), *((rel, to) for rel, (_, to) in engine_files().items())]
+    plan = InstallPlan(
+        install_id=f"tiny-{version}", name="tiny", version=version, platform="linux_x86_64", python=python,
+        dll_path_variable="LD_LIBRARY_PATH", installer_wheel=f"payload/installer/{installer_wheel.name}",
+        venv=VenvPlan(dir="venv", interpreter="bin/python", scripts="bin", site_packages=f"lib/python{python}/site-packages",
+                      script_kind="posix", wheels=(f"payload/wheels/{wheel.name}",),
+                      requirements="payload/wheels/requirements.txt",
+                      site_packages_files=tuple(PlanEntry(source=f"payload/launchers/ort_bundle_hook.{ext}",
+                                                          target=f"ort_bundle_hook.{ext}") for ext in ("py", "pth"))),
+        copy=tuple(PlanEntry(source=a, target=b) for a, b in copies), dll_dirs=(ORT_DIR.replace(PY, python),)).to_json()
     (root / "install-plan.json").write_text(json.dumps(plan, indent=2))
     write_sums(root)
     return root
@@ -141,8 +156,15 @@ def tree(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
 
 
+def full_tree(folder: Path) -> dict[str, str]:
+    """Every file and link below `folder`, hashed as the receipt records them (bytecode included)."""
+    from bundler.target.engine import entry_sha256, walk
+
+    return {rel: entry_sha256(folder / rel) for rel in walk(folder)}
+
+
 def leftovers(parent: Path) -> list[str]:
-    return sorted(p.name for p in parent.iterdir() if ".staging." in p.name or ".previous." in p.name)
+    return sorted(p.name for p in parent.iterdir() if ".staging" in p.name or ".previous" in p.name)
 
 
 @pytest.fixture(scope="module")
@@ -165,8 +187,12 @@ def test_install_creates_the_environment_receipt_and_hook(installed: Path, bundl
     receipt = json.loads((installed / "receipt.json").read_text())
     assert receipt["install_id"] == "tiny-1.0"
     assert receipt["bundle_sha256"] == hashlib.sha256((bundle / "SHA256SUMS").read_bytes()).hexdigest()
-    assert receipt["selfcheck"] == {"ran": True, "exit_code": 0, "passed": True}
-    assert {"venv/", "models/m.onnx", "run.sh", "receipt.json", "install-plan.json"} <= set(receipt["created"])
+    assert receipt["format"] == 2 and receipt["install_dir"] == str(installed)
+    assert receipt["selfcheck"] == {"ran": True, "exit_code": 0, "passed": True, "failed_checks": [],
+                                    "deferred_until_reboot": False, "after_reboot": None}
+    files = {entry["path"]: entry["sha256"] for entry in receipt["files"]}
+    assert {"venv/pyvenv.cfg", "models/m.onnx", "run.sh", "install-plan.json", "installer/engine.py"} <= set(files)
+    assert files == {rel: digest for rel, digest in full_tree(installed).items() if rel != "receipt.json"}
     site = installed / "venv" / "lib" / f"python{PY}" / "site-packages"
     assert (site / "ort_bundle_hook.pth").read_text() == "import ort_bundle_hook\n"
     probe = subprocess.run([str(installed / "venv" / "bin" / "python"), "-c",
@@ -200,7 +226,7 @@ def test_failed_install_leaves_the_previous_installation_untouched(installed: Pa
     before = tree(installed)
     result = run_sh(broken / "install.sh", "--install-dir", str(installed), "--log-path", str(tmp_path / "log"))
     assert result.returncode == CODES["install"], result.stderr
-    assert "pip could not install" in result.stderr
+    assert "installing payload/wheels/tinypkg-2.0-py3-none-any.whl failed" in result.stderr
     assert tree(installed) == before
     assert leftovers(installed.parent) == []
 
@@ -291,32 +317,36 @@ def test_uninstall_removes_exactly_what_install_created(installed: Path, bundle:
     assert result.returncode == 0, result.stderr
     remaining = sorted(p.relative_to(installed).as_posix() for p in installed.rglob("*"))
     assert remaining == ["models", "models/mine.onnx"]
-    again = run_sh(bundle / "uninstall.sh", "--install-dir", str(installed))
-    assert again.returncode == CODES["usage"] and "receipt.json does not exist" in again.stderr
+    again = run_sh(bundle / "uninstall.sh", "--install-dir", str(installed))  # idempotent: nothing left is success
+    assert again.returncode == 0 and "nothing to uninstall" in again.stderr
 
 
-def test_plan_helper_refuses_paths_outside_its_roots_and_unverified_inputs(tmp_path: Path) -> None:
-    from bundler.target import plan as plan_module
+def test_the_engine_refuses_paths_outside_its_roots_and_unverified_inputs(tmp_path: Path) -> None:
+    from bundler.target import engine
+    from bundler.target.records import RecordError
 
     root = make_bundle(tmp_path / "bundle")
-    plan = plan_module.load_plan(root)
-    created = plan_module.apply_copies(plan, root, tmp_path / "install")
-    assert created == [entry["to"] for entry in plan["copy"]]
+    plan = engine.load_plan(root)
+    engine.copy_entries([(e.source, e.target) for e in plan.copy], root, tmp_path / "install")
     assert (tmp_path / "install" / "models" / "m.onnx").read_bytes() == (root / "payload/models/m.onnx").read_bytes()
-    assert plan_module.unverified_inputs(plan, root) == []
+    engine.verify_bundle(root, plan, engine.Log(None))
     sums = (root / "SHA256SUMS").read_text().splitlines()
     (root / "SHA256SUMS").write_text("\n".join(line for line in sums if not line.endswith("payload/app/entry.py")) + "\n")
-    assert plan_module.unverified_inputs(plan, root) == ["payload/app/entry.py"]
-    for bad in ("../evil", "/etc/passwd", "C:/x", "a/../../b"):
-        hostile = {**plan, "copy": [{"from": "bundle.json", "to": bad}]}
-        (root / "install-plan.json").write_text(json.dumps(hostile))
-        with pytest.raises(plan_module.PlanError, match="not a relative path below its root"):
-            plan_module.load_plan(root)
+    with pytest.raises(engine.EngineError, match="does not cover payload/app/entry.py"):
+        engine.verify_bundle(root, plan, engine.Log(None))
+    original = json.loads((root / "install-plan.json").read_text())
+    for key in ("to", "from"):
+        for bad in ("../evil", "/etc/passwd", "C:/x", "a/../../b", "a\\..\\..\\b", "..\\x", "a//b", "./a", ""):
+            hostile = json.loads(json.dumps(original))
+            hostile["copy"][0][key] = bad
+            with pytest.raises(RecordError, match="not a relative path below its root"):
+                InstallPlan.from_json(hostile)
 
 
-def test_plan_refuses_to_follow_a_link_out_of_the_install_root(tmp_path: Path) -> None:
+def test_the_engine_refuses_to_follow_a_link_out_of_the_install_root(tmp_path: Path) -> None:
     """A receipt entry under a folder that is a link elsewhere must not delete outside the install."""
-    from bundler.target.plan import PlanError, remove_installed
+    from bundler.target import engine
+    from bundler.target.records import InstalledFile, Receipt, SelfcheckOutcome
 
     outside = tmp_path / "outside"
     (outside / "sub").mkdir(parents=True)
@@ -324,7 +354,11 @@ def test_plan_refuses_to_follow_a_link_out_of_the_install_root(tmp_path: Path) -
     root = tmp_path / "inst"
     root.mkdir()
     (root / "venv").symlink_to(outside, target_is_directory=True)
-    (root / "receipt.json").write_text(json.dumps({"format": 1, "created": ["venv/keep.txt", "venv/sub/", "receipt.json"]}))
-    with pytest.raises(PlanError, match="leads outside .* through a link"):
-        remove_installed(root, dry_run=False)
+    receipt = Receipt(install_id="tiny-1.0", name="tiny", version="1.0", platform="linux_x86_64",
+                      bundle_sha256="0" * 64, installed_at="2026-01-01T00:00:00Z", install_dir=str(root),
+                      python_executable=sys.executable, python_version="3.11.0", selfcheck=SelfcheckOutcome(ran=False),
+                      reboot_required=False, files=(InstalledFile(path="venv/keep.txt", sha256="0" * 64),))
+    (root / "receipt.json").write_text(receipt.dumps())
+    with pytest.raises(engine.EngineError, match="leads outside .* through a link"):
+        engine.uninstall(root, engine.Log(None), name="tiny", dry_run=False)
     assert (outside / "keep.txt").exists() and (outside / "sub").is_dir()

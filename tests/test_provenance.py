@@ -318,7 +318,10 @@ def test_win_quickstart_sbom_validates_and_lists_every_files_component(win_quick
     document = json.loads(data)
     assert sorted(covered_paths(document)) == sorted(set(assembly.members) - {SBOM})
     wheels = {c["bom-ref"]: c for c in document["components"] if c.get("purl", "").startswith("pkg:pypi/")}
-    assert set(wheels) == {p for p in assembly.members if p.startswith("payload/wheels/") and p.endswith(".whl")}
+    # The environment's wheels and, as its own component, the pinned pypa installer the install engine uses.
+    assert set(wheels) == {p for p in assembly.members if p.startswith(("payload/wheels/", "payload/installer/"))
+                           and p.endswith(".whl")}
+    assert any(c["name"] == "installer" and c["bom-ref"].startswith("payload/installer/") for c in wheels.values())
     for path, component in wheels.items():
         assert component["hashes"] == [{"alg": "SHA-256", "content": assembly.members[path].sha256}]
     assert wheels[f"payload/wheels/{ORT_WHEEL}"]["licenses"] == [{"license": {"id": "MIT"}}]

@@ -83,7 +83,8 @@ def test_outputs_line_endings_and_encodings(platform: str) -> None:
     greeting = "grüße" if platform == "linux_x86_64" else "hello"
     scripts = render_scripts(context(platform, env={"GREETING": greeting}))
     expected = {"README-INSTALL.txt", "payload/launchers/ort_bundle_hook.py", "payload/launchers/ort_bundle_hook.pth"}
-    expected |= ({"install.ps1", "install.cmd", "uninstall.ps1", "payload/launchers/run.ps1", "payload/launchers/run.cmd"}
+    expected |= ({"install.ps1", "install.cmd", "uninstall.ps1", "uninstall.cmd", "payload/launchers/run.ps1",
+                  "payload/launchers/run.cmd"}
                  if platform == "win_amd64" else {"install.sh", "uninstall.sh", "payload/launchers/run.sh"})
     assert set(scripts) == expected
     for path, data in scripts.items():

@@ -34,13 +34,16 @@ STANDIN_ENV = ("PATH", "PYTHONNOUSERSITE", "PIP_NO_INDEX", "TEMP", "TMP", "PYTHO
                "CUDA_CACHE_PATH", "ORT_TENSORRT_CACHE_PATH", "ORT_BUNDLE_CACHE_DIR", "APP_VALUE")
 
 STANDIN_C = r"""
-/* Stand-in for powershell.exe / python.exe: records argv and environment, exits as told. */
+/* Stand-in for powershell.exe / python.exe: records argv and environment, deletes a file if told
+   (as uninstall.ps1 deletes the uninstall.cmd that started it), exits as told. */
 #include <stdio.h>
 #include <stdlib.h>
 int main(int argc, char **argv) {
     const char *names[] = {%NAMES%, 0};
     const char *out = getenv("STANDIN_OUT");
     const char *code = getenv("STANDIN_EXIT");
+    const char *doomed = getenv("STANDIN_DELETE");
+    if (doomed) remove(doomed);
     if (out) {
         FILE *f = fopen(out, "wb");
         for (int i = 0; i < argc; i++) fprintf(f, "ARG %s\n", argv[i]);
@@ -175,8 +178,8 @@ def test_install_ps1_has_the_documented_interface() -> None:
     for fragment in ("SupportsShouldProcess = $true", "Set-StrictMode -Version Latest", "$ErrorActionPreference = 'Stop'",
                      "[string]$InstallDir", "[string]$PythonExe", "[string]$CacheDir", "[switch]$SkipVCRedist",
                      "[switch]$Force", "[switch]$NoSelfCheck", "[string]$LogPath", "Get-FileHash", "Unblock-File",
-                     "'/install', '/quiet', '/norestart', '/log'", "--require-hashes", "--no-index",
-                     "$env:PIP_CONFIG_FILE = 'nul'", "Registry64", "Registry32"):
+                     "'/install', '/quiet', '/norestart', '/log'", "Registry64", "Registry32",
+                     "@('install', '--bundle', $BundleRoot, '--install-dir', $Target)", "$all = @('-I', '-B', $Engine)"):
         assert fragment in text, fragment
     for name, code in CODES.items():
         assert f"    {name} = {code}\r\n" in text
@@ -185,30 +188,37 @@ def test_install_ps1_has_the_documented_interface() -> None:
 # --- .cmd wrappers under Wine ----------------------------------------------------------------------
 
 def test_install_ps1_rechecks_build_time_signatures_before_and_after_installing() -> None:
-    """Files signed and verified at build time are re-checked with Get-AuthenticodeSignature: loose files
-    right after SHA256SUMS (before the system is touched), wheel members in the staged venv; HashMismatch
-    is an integrity failure."""
+    """Files signed and verified at build time are re-checked with Get-AuthenticodeSignature before the system
+    is touched: loose files, and wheel members read out of their wheel (the engine no longer stages a venv
+    the script could look into: changed from "in the staged venv"); HashMismatch is an integrity failure."""
     script = render_scripts(windows_context())["install.ps1"].decode("utf-8-sig")
     assert not parse_problems(script.encode("utf-8"))
     body = script[script.index("function Assert-Signature"):]
     assert "Get-AuthenticodeSignature -LiteralPath $File" in body
-    assert "if ($status -eq 'HashMismatch') {\r\n        Stop-Install 'integrity'" in body
+    assert "if ($status -eq 'HashMismatch') {\r\n        Stop-Script 'integrity'" in body
     install = script[script.index("function Invoke-Install"):]
-    order = [install.index(step) for step in ("Assert-BundleIntegrity", "Assert-BundleSignatures", "Install-VcRuntime",
-                                              "Build-Stage")]
+    order = [install.index(step) for step in ("Unblock-Bundle", "Assert-BundleSignatures", "Assert-WheelSignatures",
+                                              "Install-VcRuntime", "Invoke-Engine $python $Engine (Get-EngineArguments $target $reboot")]
     assert order == sorted(order)
-    stage = script[script.index("function Build-Stage"):script.index("function Switch-Install")]
-    assert stage.index("Install-Wheels") < stage.index("Assert-InstalledSignatures") < stage.index("Invoke-SelfCheck")
+    wheels = script[script.index("function Assert-WheelSignatures"):script.index("function Get-SignedFiles")]
+    assert "ExtractToFile($archive.GetEntry($member), $file, $true)" in wheels and "Assert-Signature $file $label" in wheels
 
 
 def test_a_per_machine_install_is_not_writable_by_users() -> None:
-    """The staging folder's ACL drops the inherited "Authenticated Users: Modify" before anything is copied."""
+    """The staging folder's ACL drops the inherited "Authenticated Users: Modify" before anything is copied.
+    Changed: the engine creates the staging folder, so it runs icacls on it (--restrict-acl, which install.ps1
+    passes when elevated) right after creating it, before the environment or any file."""
+    import inspect
+
+    from bundler.target import engine
+
     script = render_scripts(windows_context())["install.ps1"].decode("utf-8-sig")
-    protect = script[script.index("function Protect-Stage"):script.index("function Build-Stage")]
-    assert "if (-not (Test-Administrator)) { return }" in protect
-    assert "'/inheritance:r'" in protect and "'*S-1-5-32-545:(OI)(CI)RX'" in protect
-    stage = script[script.index("function Build-Stage"):script.index("function Switch-Install")]
-    assert stage.index("Protect-Stage $Stage") < stage.index("Copy-PlanEntries")
+    arguments = script[script.index("function Get-EngineArguments"):script.index("function Invoke-Install")]
+    assert "if (Test-Administrator) { $arguments += '--restrict-acl' }" in arguments
+    protect = inspect.getsource(engine.restrict_acl)
+    assert '"/inheritance:r"' in protect and '"*S-1-5-32-545:(OI)(CI)RX"' in protect
+    stage = inspect.getsource(engine._build_stage)
+    assert stage.index("restrict_acl(stage)") < stage.index("make_environment(") < stage.index("place_files(")
 
 
 @pytest.fixture(scope="module")
@@ -268,9 +278,9 @@ def test_install_cmd_passes_arguments_and_exit_code_through(wine: Wine, standin_
                       env={"STANDIN_OUT": wine.to_windows(report), "STANDIN_EXIT": str(CODES["install"])})
     assert result.returncode == CODES["install"], result.stdout + result.stderr
     args, _ = read_report(report)
-    assert args[1:7] == ["-NoProfile", "-NonInteractive", "-ExecutionPolicy", "Bypass", "-File",
-                         wine.to_windows(bundle / "install.ps1")]
-    assert args[7:] == ["-InstallDir", "C:\\Program Files\\a & b", "-PythonExe", "C:\\py\\python.exe", "-Force"]
+    # No -NonInteractive (changed): it makes -Confirm throw; the scripts never prompt without -Confirm.
+    assert args[1:6] == ["-NoProfile", "-ExecutionPolicy", "Bypass", "-File", wine.to_windows(bundle / "install.ps1")]
+    assert args[6:] == ["-InstallDir", "C:\\Program Files\\a & b", "-PythonExe", "C:\\py\\python.exe", "-Force"]
     # A Linux exit status keeps 8 bits, so 3010 is read inside Windows: a caller prints %ERRORLEVEL%.
     # (`cmd /c` on a plain path: Wine's `call "script"` reports 1 whatever the script returned.)
     plain = write_scripts(tmp_path / "plain", windows_context())["install.cmd"]
@@ -321,9 +331,12 @@ def test_run_cmd_sets_the_environment_and_passes_arguments_and_exit_code(wine: W
     assert seen["PYTHONPYCACHEPREFIX"] == f"{win_cache}\\pycache"
     assert seen["CUDA_CACHE_PATH"] == f"{win_cache}\\cuda" and seen["ORT_TENSORRT_CACHE_PATH"] == f"{win_cache}\\tensorrt"
     assert seen["APP_VALUE"] == APP_VALUE
-    check = wine.cmd(run_cmd, "--self-check", "--json", env={**env, "STANDIN_EXIT": "0"})
+    # Every argument reaches the self-check (changed: %2-%9 before); selfcheck.py ignores its own --self-check.
+    args = ["--self-check", "--json", '"a b"', "3", "4", "5", "6", "7", "8", "9", "10"]
+    check = wine.cmd(run_cmd, *args, env={**env, "STANDIN_EXIT": "0"})
     assert check.returncode == 0
-    assert read_report(report)[0][1:] == [f"{win_root}\\selfcheck\\selfcheck.py", "--json"]
+    assert read_report(report)[0][1:] == [f"{win_root}\\selfcheck\\selfcheck.py", "--self-check", "--json", "a b",
+                                          *(str(n) for n in range(3, 11))]
 
 
 @pytest.mark.wine
@@ -348,3 +361,138 @@ def test_run_cmd_without_python_is_a_prerequisite_failure(wine: Wine, tmp_path: 
     result = wine.cmd(run_cmd, "x")
     assert result.returncode == CODES["prerequisite"]
     assert f"{wine.to_windows(root)}\\venv\\Scripts\\python.exe\" was not found" in result.stdout + result.stderr
+
+
+@pytest.mark.wine
+def test_uninstall_cmd_reaches_64_bit_powershell_and_keeps_the_exit_code_when_it_deletes_itself(
+        wine: Wine, standin_exe: Path, powershell_slot: Path, tmp_path: Path) -> None:
+    """uninstall.cmd (issue 11: the Intune uninstall ran 32-bit PowerShell) has install.cmd's Sysnative logic and
+    every argument; run from the install folder, uninstall removes uninstall.cmd itself, and the code survives."""
+    shutil.copyfile(standin_exe, powershell_slot)
+    root = tmp_path / "apps" / "demo"  # `cmd /c <path> args` takes a path without spaces or & (cmd's quote rules)
+    script = write_scripts(root, windows_context())["uninstall.cmd"]
+    text = script.read_bytes().decode("ascii")
+    [command] = [line for line in text.splitlines() if line.startswith('"%ORT_BUNDLE_POWERSHELL%"')]
+    assert "%SystemRoot%\\Sysnative\\WindowsPowerShell\\v1.0\\powershell.exe" in text and "-NonInteractive" not in command
+    report = tmp_path / "report.txt"
+    caller = tmp_path / "caller.cmd"
+    caller.write_bytes(f'@echo off\r\ncmd /c {wine.to_windows(script)} -InstallDir "C:\\ort\\a b" -WhatIf\r\n'
+                       f'echo EXIT=%ERRORLEVEL%\r\n'.encode())
+    env = {"STANDIN_OUT": wine.to_windows(report), "STANDIN_EXIT": str(CODES["usage"]),
+           "STANDIN_DELETE": wine.to_windows(script)}
+    result = wine.run(["cmd", "/c", wine.to_windows(caller)], env=env)
+    assert "EXIT=10" in result.stdout, result.stdout + result.stderr
+    assert not script.exists(), "the stand-in removed uninstall.cmd while it ran"
+    args, _ = read_report(report)
+    assert args[1:] == ["-NoProfile", "-ExecutionPolicy", "Bypass", "-File", wine.to_windows(root / "uninstall.ps1"),
+                        "-InstallDir", "C:\\ort\\a b", "-WhatIf"]
+
+
+@pytest.mark.wine
+def test_install_cmd_passes_whatif_and_confirm_without_noninteractive(wine: Wine, standin_exe: Path,
+                                                                       powershell_slot: Path, tmp_path: Path) -> None:
+    shutil.copyfile(standin_exe, powershell_slot)
+    script = write_scripts(tmp_path / "bundle", windows_context())["install.cmd"]
+    report = tmp_path / "report.txt"
+    result = wine.cmd(script, "-WhatIf", "-Confirm", env={"STANDIN_OUT": wine.to_windows(report), "STANDIN_EXIT": "0"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    args, _ = read_report(report)
+    assert args[-2:] == ["-WhatIf", "-Confirm"] and "-NonInteractive" not in args
+
+
+@pytest.mark.wine
+def test_a_trailing_backslash_before_a_quote_reaches_install_ps1_as_a_quote_it_refuses(
+        wine: Wine, standin_exe: Path, powershell_slot: Path, tmp_path: Path) -> None:
+    """`install.cmd -InstallDir "C:\\x\\" -Force`: the Windows command-line rules turn \\" into a literal quote, so the
+    next arguments land inside -InstallDir (seen here by the stand-in, which parses argv as powershell.exe does).
+    install.ps1 refuses any -InstallDir with a '"' as a usage error instead of installing into a strange folder."""
+    shutil.copyfile(standin_exe, powershell_slot)
+    script = write_scripts(tmp_path / "bundle", windows_context())["install.cmd"]
+    report = tmp_path / "report.txt"
+    wine.cmd(script, "-InstallDir", '"C:\\x\\"', "-Force", env={"STANDIN_OUT": wine.to_windows(report)})
+    args, _ = read_report(report)
+    assert args[-1].rstrip() == 'C:\\x" -Force', args
+    ps1 = render_scripts(windows_context())["install.ps1"].decode("utf-8-sig")
+    guard = ps1[ps1.index("function Get-FullInstallDir"):ps1.index("function Assert-CacheDir")]
+    assert "if ($Path.Contains('\"')) {" in guard and "Stop-Script 'usage'" in guard
+
+
+@pytest.mark.wine
+def test_run_cmd_verify_and_a_manifest_env_naming_the_launchers_own_variables(wine: Wine, standin_exe: Path,
+                                                                              tmp_path: Path) -> None:
+    """[launch] env cannot take over run.cmd (issue 18 item 1): its values are set before the launcher's own."""
+    root = tmp_path / "demo"
+    hostile = {"ORT_BUNDLE_ROOT": "C:\\evil", "ORT_BUNDLE_PYTHON": "C:\\evil\\python.exe", "APP_VALUE": "ok"}
+    run_cmd = make_install_root(root, standin_exe, windows_context(env=hostile))
+    report = tmp_path / "report.txt"
+    env = {"STANDIN_OUT": wine.to_windows(report), "STANDIN_EXIT": "0", "ORT_BUNDLE_CACHE_DIR": wine.to_windows(tmp_path / "c")}
+    result = wine.cmd(run_cmd, "--verify", "--json", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    args, seen = read_report(report)
+    win_root = wine.to_windows(root)
+    assert args[0].lower().endswith("\\demo\\venv\\scripts\\python.exe")
+    assert args[1:] == ["-I", "-B", f"{win_root}\\installer\\engine.py", "verify", "--root", win_root, "--verify", "--json"]
+    assert seen["APP_VALUE"] == "ok"
+
+
+def _function(script: str, name: str) -> str:
+    """The text of one function of a rendered script, found in its parse tree."""
+    tree = _PARSER.parse(script.encode("utf-8"))
+    for node in _walk(tree.root_node):
+        if node.type == "function_statement" and any(c.text.decode() == name for c in node.children):
+            return node.text.decode()
+    raise AssertionError(f"no function {name}")
+
+
+def test_install_ps1_takes_the_mutex_before_the_log_and_every_exit_path_has_a_code() -> None:
+    """Reviewed against PowerShell 5.1 behaviour (no PowerShell here): the order of the steps, the mutex a normal
+    user cannot open (SYSTEM made it) meaning 1618, a log that cannot throw, one handler mapping every error."""
+    for script_name in ("install.ps1", "uninstall.ps1"):
+        script = render_scripts(windows_context())[script_name].decode("utf-8-sig")
+        main = _function(script, "Invoke-Install" if script_name == "install.ps1" else "Invoke-Uninstall")
+        steps = [main.index(step) for step in ("Assert-", "Enter-Mutex", "Initialize-Log", "Invoke-Engine")]
+        assert steps == sorted(steps), script_name
+        mutex = _function(script, "Enter-Mutex")
+        assert "catch [UnauthorizedAccessException]" in mutex and "Stop-Script 'retry'" in mutex
+        log = _function(script, "Write-Log")
+        assert log.count("try {") == 2 and log.count("catch { }") == 2 and "Add-Content" not in log
+        handler = script[script.rindex("$exitCode = $ExitCodes.install"):]
+        assert "} catch {\r\n    $exitCode = Exit-Script $_" in handler and handler.rstrip().endswith("exit $exitCode")
+        assert "Assert-64BitHost" in main or "Assert-64BitHost" in _function(script, "Assert-Platform")
+
+
+def test_install_ps1_writes_detection_and_add_remove_programs_on_every_success() -> None:
+    script = render_scripts(windows_context())["install.ps1"].decode("utf-8-sig")
+    main = _function(script, "Invoke-Install")
+    tail = main[main.index("$run = Invoke-Engine $python $Engine (Get-EngineArguments $target $reboot $false)"):]
+    assert tail.index("return $run.Code") < tail.index("Set-DetectionValue") < tail.index("Set-UninstallEntry")
+    entry = _function(script, "Set-UninstallEntry")
+    for value in ("DisplayName", "DisplayVersion", "Publisher", "InstallLocation", "UninstallString",
+                  "QuietUninstallString", "NoModify", "NoRepair", "EstimatedSize", "uninstall.cmd"):
+        assert f"'{value}'" in entry or value in entry, value
+    assert "if (-not (Test-Administrator)) { return }" in entry
+    deferred = _function(script, "Register-DeferredSelfCheck")
+    assert "RunOnce" in deferred and "after-reboot --root" in deferred
+    assert "if ($run.Code -eq $ExitCodes.reboot) { Register-DeferredSelfCheck $python $target }" in main
+    python = _function(script, "Assert-PythonForMachine")
+    assert "$env:LOCALAPPDATA" in python and "Stop-Script 'prerequisite'" in python and "-PythonExe" in python
+    installdir = _function(script, "Get-FullInstallDir")
+    assert "$Path.Contains(';')" in installdir and "$full.Length + $StagingExtra -gt $MaxInstallDirLength" in installdir
+    uninstall = render_scripts(windows_context())["uninstall.ps1"].decode("utf-8-sig")
+    removal = _function(uninstall, "Invoke-Uninstall")
+    nothing = removal[removal.index("nothing to uninstall"):]
+    assert nothing.index("Remove-Registration $root") < nothing.index("return $ExitCodes.ok")
+    assert "CurrentVersion\\Uninstall\\ort-bundler-" in _function(uninstall, "Remove-Registration")
+
+
+def test_readme_install_says_what_an_administrator_needs_to_know() -> None:
+    readme = render_scripts(windows_context())["README-INSTALL.txt"].decode("utf-8").replace("\r\n", "\n")
+    flat = " ".join(readme.split())
+    for fragment in ("Unblock-File -LiteralPath", "Group Policy execution policy", "MachinePolicy or UserPolicy",
+                     "powershell.exe -NoProfile -ExecutionPolicy Bypass -File <install folder>\\run.ps1",
+                     "uninstall.cmd -InstallDir", "32-bit process", "Uninstall is idempotent",
+                     "run.cmd --verify", "Add/Remove Programs", "RunOnce"):
+        assert fragment in flat, fragment
+    codes = readme[readme.index("Exit codes\n"):readme.index("Log and receipt")]
+    for code in CODES.values():
+        assert f"    {code} " in codes

@@ -2,7 +2,7 @@
 
 Fast tests use small archives whose "library" is a fake ELF header with ORT's build-info string; the
 integration tests build archives in the official layout around the REAL 1.23.1 libraries (tests/sdk_fixtures.py),
-install the SDK the way the installer does (bundler.target.plan.apply_copies), and compile and run C programs
+install the SDK the way the installer does (bundler.target.engine.copy_entries), and compile and run C programs
 against it with CMake and gcc.
 """
 
@@ -42,7 +42,7 @@ from bundler.assembly.sdk import add_sdk
 from bundler.errors import BuildError, UnsafeArchiveError
 from bundler.manifest import Manifest, load
 from bundler.readers.ortarchive import inspect_ort_archive
-from bundler.target.plan import apply_copies
+from bundler.target.engine import copy_entries
 
 LINUX = "linux_x86_64"
 WINDOWS = "win_amd64"
@@ -90,7 +90,7 @@ def install(assembly: Assembly, folder: Path) -> Path:
         target = bundle / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(member.data if member.data is not None else member.source.read_bytes())
-    apply_copies({"copy": [{"from": c.source, "to": c.target} for c in assembly.copies]}, bundle, root)
+    copy_entries([(c.source, c.target) for c in assembly.copies], bundle, root)
     return root
 
 

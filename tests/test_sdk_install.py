@@ -46,8 +46,9 @@ def test_install_places_the_sdk_and_a_cmake_project_uses_it(bundler_cache: Path,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     receipt = json.loads((root / "receipt.json").read_text())
-    assert "sdk/lib/cmake/onnxruntime/onnxruntimeConfig.cmake" in receipt["created"]
-    assert "sdk/lib/libonnxruntime.so.1.23.1" in receipt["created"]
+    installed = {entry["path"] for entry in receipt["files"]}  # receipt format 2: every file with its sha256
+    assert "sdk/lib/cmake/onnxruntime/onnxruntimeConfig.cmake" in installed
+    assert "sdk/lib/libonnxruntime.so.1.23.1" in installed
     config = root / "sdk" / "lib" / "cmake" / "onnxruntime" / "onnxruntimeConfig.cmake"
     assert config.is_file()
 

@@ -6,10 +6,12 @@ generated `run.cmd` under `wine64 cmd`. The probe then reports which `onnxruntim
 what the bundled models computed, which is compared with the reference the build recorded in bundle.json
 using the Linux onnxruntime of the same version.
 
-The one stand-in is the installer itself: install.ps1 cannot run here, so `lay_out_windows_install`
-executes the same install-plan.json with the functions install.sh uses (`bundler.target.plan`), and
-replaces `python -m venv` + `pip install` by unpacking the bundle's onnxruntime wheel into the venv's
-site-packages. Everything the launcher and the probe touch comes from the built bundle.
+The install folder is laid out by the bundle's own install engine (`bundler.target.engine.install`, what
+install.ps1 runs on Windows), executing its install-plan.json: SHA256SUMS verified, every locked wheel
+installed into the Windows layout by the pinned pypa installer with its `win-amd64` launchers, the
+receipt written, the stage swapped in. The one stand-in, named as such, is the environment-creation
+step (`python -m venv` needs a Windows Python, which does not exist here): it makes the folders and the
+pyvenv.cfg a Windows venv has. Everything the launcher and the probe touch comes from the built bundle.
 
 The tests without Wine at the end cover the program entry point in the other launchers: run.sh runs for
 real, run.ps1 is parsed as Windows PowerShell 5.1.
@@ -48,11 +50,9 @@ from bundler.assembly.render import (
 )
 from bundler.errors import BuildError
 from bundler.hashing import file_sha256
-from bundler.target import synth
-from bundler.target.plan import apply_copies, load_plan, site_packages_files
+from bundler.target import engine, synth
+from bundler.target.records import InstallPlan
 
-#: Below the venv folder of install-plan.json, where `python -m venv` on Windows puts site-packages.
-WINDOWS_SITE_PACKAGES = "Lib/site-packages"
 #: The install folder's parent: spaces and '&' in the path, as issue 7 §5 asks (every Wine test uses it).
 HOSTILE_PARENT = "ort apps & tools"
 
@@ -60,23 +60,22 @@ HOSTILE_PARENT = "ort apps & tools"
 # --- §2: the install layout, executed from the bundle's plan ---------------------------------------------
 
 
-def unpack_ort_wheel_standin(wheel: Path, site_packages: Path) -> None:
-    """Stand-in for `python -m venv` + `pip install`: only the onnxruntime wheel, unpacked as pip lays out a
-    root-is-purelib wheel (its `.data` folder aside). The probe needs nothing else from the environment."""
-    with zipfile.ZipFile(wheel) as archive:
-        members = [name for name in archive.namelist() if not name.split("/", 1)[0].endswith(".data")]
-        archive.extractall(site_packages, members=members)
+def windows_venv_standin(stage_venv: Path, final_venv: Path) -> None:
+    """Stand-in for `python -m venv --without-pip` on Windows (no Windows Python exists here): the folders
+    and the pyvenv.cfg it writes. The engine installs every wheel into it and writes its launchers."""
+    (stage_venv / "Scripts").mkdir(parents=True)
+    (stage_venv / "Lib" / "site-packages").mkdir(parents=True)
+    (stage_venv / "Include").mkdir()
+    (stage_venv / "pyvenv.cfg").write_text(
+        f"home = C:\\Python311\ninclude-system-site-packages = false\nversion = 3.11.9\n"
+        f"command = C:\\Python311\\python.exe -m venv --without-pip {stage_venv}\n", encoding="utf-8")
 
 
 def lay_out_windows_install(bundle_root: Path, install_root: Path) -> dict:
-    """Stand-in for install.ps1, named as such: executes the bundle's install-plan.json, nothing hand-written."""
-    plan = load_plan(bundle_root)
-    bundle = json.loads((bundle_root / "bundle.json").read_text(encoding="utf-8"))
-    apply_copies(plan, bundle_root, install_root)
-    site_packages = install_root / plan["venv"]["dir"] / WINDOWS_SITE_PACKAGES
-    unpack_ort_wheel_standin(bundle_root / plan["venv"]["wheels"] / bundle["ort"]["wheel"], site_packages)
-    site_packages_files(plan, bundle_root, site_packages)
-    return plan
+    """The bundle's install engine executes its install-plan.json; only the environment creation is the stand-in."""
+    options = engine.Options(bundle=bundle_root, install_dir=install_root, self_check=False)
+    assert engine.install(options, engine.Log(None), make_environment=windows_venv_standin) == "installed"
+    return InstallPlan.loads((install_root / "install-plan.json").read_text(encoding="utf-8")).to_json()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,6 +146,27 @@ def same_windows_path(reported: str | None, expected: str) -> bool:
     return reported is not None and reported.lower() == expected.lower()
 
 
+@pytest.mark.wine
+@pytest.mark.integration
+def test_the_engine_lays_out_the_windows_environment_exactly_as_pinned(install: Install) -> None:
+    """Every locked wheel in venv/Lib/site-packages, no pip; RECORD matches the files; the console scripts
+    are the installer's win-amd64 .exe launchers naming the final folder's python.exe; the receipt covers it."""
+    from test_install_linux import record_problems
+
+    site = install.root / "venv" / "Lib" / "site-packages"
+    names = sorted(p.name.split("-")[0].lower() for p in site.glob("*.dist-info"))
+    assert names == sorted(w["name"].replace("-", "_") for w in install.bundle["wheels"]) and "pip" not in names
+    assert record_problems(site) == []
+    scripts = install.root / "venv" / "Scripts"
+    for name in ("coloredlogs", "humanfriendly", "isympy", "f2py"):
+        launcher = (scripts / f"{name}.exe").read_bytes()
+        assert launcher.startswith(b"MZ"), f"{name}.exe is not a Windows launcher"
+        assert f"#!{install.root / 'venv' / 'Scripts' / 'python.exe'}".encode() in launcher
+    assert b".staging" not in (install.root / "venv" / "pyvenv.cfg").read_bytes()
+    assert engine.audit(install.root).ok
+    assert (install.root / "uninstall.cmd").is_file() and (install.root / "installer" / "engine.py").is_file()
+
+
 # --- §3: through the real launcher ------------------------------------------------------------------------
 
 
@@ -165,7 +185,7 @@ def model_arguments(wine: Wine, install: Install) -> list[str]:
 def test_the_plan_installs_the_program_and_the_bundles_own_dll(install: Install, probe_bundle: Path,
                                                                ortprobe_exe: Path) -> None:
     assert file_sha256(install.program) == file_sha256(ortprobe_exe)
-    with zipfile.ZipFile(probe_bundle / install.plan["venv"]["wheels"] / install.bundle["ort"]["wheel"]) as wheel:
+    with zipfile.ZipFile(probe_bundle / "payload" / "wheels" / install.bundle["ort"]["wheel"]) as wheel:
         assert wheel.read("onnxruntime/capi/onnxruntime.dll") == install.ort_dll.read_bytes()
     assert install.run_cmd.is_file() and install.bundle["models"], "the quickstart ships a launcher and a model"
 

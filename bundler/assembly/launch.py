@@ -7,13 +7,16 @@ from typing import Literal
 
 from bundler.assembly.assembly import Assembly, BuildInputs, Copy
 from bundler.assembly.render import (
-    PLAN_HELPER,
+    ENGINE_HELPER,
+    ENGINE_PACKAGE,
     EntryPoint,
     ScriptContext,
     render_scripts,
 )
+from bundler.errors import ManifestError
 from bundler.manifest import Input
 from bundler.sources.cache import cached_sha256
+from bundler.sources.inputs import INSTALLER_KEY
 
 
 def add_entry_point(assembly: Assembly, build: BuildInputs) -> None:
@@ -53,10 +56,51 @@ def add_scripts(assembly: Assembly, build: BuildInputs) -> None:
         executable = path.endswith(".sh")
         assembly.add_bytes(path, data, executable=executable)
         name = path.rsplit("/", 1)[-1]
-        if path.startswith("payload/launchers/run."):
-            assembly.install(path, name)
+        if path.startswith("payload/launchers/run.") or path in ("uninstall.ps1", "uninstall.cmd"):
+            assembly.install(path, name)  # the uninstaller too on Windows: Add/Remove Programs runs that copy
         elif path.startswith("payload/launchers/ort_bundle_hook"):
             assembly.site_packages_files.append(Copy(source=path, target=name))
-    if not target.windows:
-        helper = resources.files("bundler.target").joinpath("plan.py").read_bytes()
-        assembly.add_bytes(PLAN_HELPER, helper)
+
+
+#: Starts the engine package shipped beside it; `python -I -B engine.py ...` (isolated, no bytecode written).
+ENGINE_BOOTSTRAP = b'''"""ort-bundler install engine: see ortengine/engine.py (stdlib only, Python 3.8+)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ortengine.engine import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+#: The target modules that make up the engine, shipped as the `ortengine` package.
+ENGINE_MODULES = ("engine.py", "engine_fs.py", "engine_env.py", "installed.py", "records.py")
+
+
+def engine_files() -> dict[str, tuple[bytes, str]]:
+    """Bundle path -> (bytes, install path) of the engine: its start script and the `ortengine` package."""
+    package = resources.files("bundler.target")
+    files = {ENGINE_HELPER: (ENGINE_BOOTSTRAP, "installer/engine.py")}
+    for name in ("__init__.py", *ENGINE_MODULES):
+        files[f"{ENGINE_PACKAGE}/{name}"] = (package.joinpath(name).read_bytes(), f"installer/ortengine/{name}")
+    return files
+
+
+def add_engine(assembly: Assembly, build: BuildInputs) -> None:
+    """The install engine (bundler/target) and the pinned pypa installer wheel it installs wheels with.
+
+    The engine is copied into the install too (installer/), for `run --verify` and the uninstaller.
+    The installer wheel is an input of its own: in the SBOM, never installed into the environment.
+    """
+    for path, (data, installed) in engine_files().items():
+        assembly.add_bytes(path, data)
+        assembly.install(path, installed)
+    manifest = build.manifest
+    if manifest.ort.python_source is None:
+        return
+    wheel = build.lock.installer if build.lock is not None else None
+    if wheel is None:
+        msg = (f"{manifest.path.name}: the lock file has no [installer] table (the wheel of pypa's installer that the "
+               f"install engine uses); run `ort-bundler lock {manifest.path.name}` again")
+        raise ManifestError(msg)
+    assembly.add_file(f"payload/installer/{wheel.filename}", build.files[INSTALLER_KEY], wheel.sha256)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from bundler.assembly.applocal import add_app_local_runtime
 from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.gpu import add_gpu
-from bundler.assembly.launch import add_entry_point, add_scripts
+from bundler.assembly.launch import add_engine, add_entry_point, add_scripts
 from bundler.assembly.licenses import add_licenses
 from bundler.assembly.models import add_models, add_selfcheck
 from bundler.assembly.python_env import add_python
@@ -33,6 +33,7 @@ Part = Callable[[Assembly, BuildInputs], None]
 PARTS: tuple[Part, ...] = (
     add_runtime,
     add_python,
+    add_engine,
     add_entry_point,
     add_selfcheck,
     add_gpu,

@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from bundler import __version__
 from bundler.assembly.assembly import Assembly, BuildInputs, Copy
+from bundler.errors import BuildError
+from bundler.platforms import TargetPlatform
 from bundler.target.bundle_info import BUNDLE_FILE, BundleInfo
+from bundler.target.records import PLAN_FILE, InstallPlan, PlanEntry, RecordError, VenvPlan
 from bundler.writer.zipwriter import Member
 
-PLAN_FORMAT = 1
+WHEELS = "payload/wheels/"
+#: Where the install engine and its pinned installer wheel live in the bundle.
+ENGINE_DIR = "payload/installer/"
 
 
 def bundle_info(assembly: Assembly, build: BuildInputs) -> BundleInfo:
@@ -43,24 +49,49 @@ def bundle_info(assembly: Assembly, build: BuildInputs) -> BundleInfo:
 
 def add_records(assembly: Assembly, build: BuildInputs) -> None:
     """bundle.json and install-plan.json, written after every part because they describe everything else."""
-    bundle = build.manifest.bundle
     assembly.add_bytes(BUNDLE_FILE, to_json(bundle_info(assembly, build).to_json()))
     assembly.install(BUNDLE_FILE, BUNDLE_FILE)
-    python_env = assembly.facts.python_env
-    plan = {
-        "format": PLAN_FORMAT,
-        "install_id": f"{bundle.name}-{bundle.version}",
-        "venv": {"dir": "venv", "wheels": "payload/wheels", "requirements": "payload/wheels/requirements.txt",
-                 "site_packages_files": [_copy_json(c) for c in assembly.site_packages_files]},
-        "copy": [_copy_json(c) for c in sorted(assembly.copies, key=lambda c: c.target)],
-        "dll_dirs": list(python_env.dll_dirs if python_env else ()),
-    }
-    assembly.add_bytes("install-plan.json", to_json(plan))
-    assembly.install("install-plan.json", "install-plan.json")
+    assembly.add_bytes(PLAN_FILE, to_json(install_plan(assembly, build).to_json()))
+    assembly.install(PLAN_FILE, PLAN_FILE)
 
 
-def _copy_json(copy: Copy) -> dict[str, str]:
-    return {"from": copy.source, "to": copy.target}
+def _venv_layout(target: TargetPlatform, python: str) -> VenvPlan:
+    """Where `python -m venv` puts things on the target (below venv/), and the installer's launcher kind."""
+    if target.windows:
+        return VenvPlan(dir="venv", interpreter="Scripts/python.exe", scripts="Scripts", site_packages="Lib/site-packages",
+                        script_kind="win-amd64", wheels=(), requirements=f"{WHEELS}requirements.txt",
+                        site_packages_files=())
+    return VenvPlan(dir="venv", interpreter="bin/python", scripts="bin", site_packages=f"lib/python{python}/site-packages",
+                    script_kind="posix", wheels=(), requirements=f"{WHEELS}requirements.txt", site_packages_files=())
+
+
+def _entry(copy: Copy) -> PlanEntry:
+    return PlanEntry(source=copy.source, target=copy.target)
+
+
+def install_plan(assembly: Assembly, build: BuildInputs) -> InstallPlan:
+    """install-plan.json from the members the parts added: the wheels, the engine's installer wheel,
+    the files to copy; read back through the target's own definition, so build and engine agree."""
+    bundle, python_env = build.manifest.bundle, assembly.facts.python_env
+    wheels = sorted(name for name in assembly.members if name.startswith(WHEELS) and name.endswith(".whl")
+                    and "/" not in name[len(WHEELS):])
+    installer = [name for name in assembly.members if name.startswith(ENGINE_DIR) and name.endswith(".whl")]
+    if len(installer) != 1:
+        msg = (f"the bundle holds {len(installer)} installer wheels in {ENGINE_DIR}; expected exactly one (the lock's "
+               f"[installer] table: run `ort-bundler lock {build.manifest.path.name}` again)")
+        raise BuildError(msg)
+    venv = replace(_venv_layout(build.target, bundle.python), wheels=tuple(wheels),
+                   site_packages_files=tuple(_entry(c) for c in assembly.site_packages_files))
+    plan = InstallPlan(install_id=f"{bundle.name}-{bundle.version}", name=bundle.name, version=bundle.version,
+                       platform=bundle.platform, python=bundle.python, dll_path_variable=build.target.dll_path_variable,
+                       installer_wheel=installer[0], venv=venv,
+                       copy=tuple(_entry(c) for c in sorted(assembly.copies, key=lambda c: c.target)),
+                       dll_dirs=tuple(python_env.dll_dirs if python_env else ()))
+    try:
+        return InstallPlan.from_json(json.loads(json.dumps(plan.to_json())), source=PLAN_FILE)
+    except RecordError as exc:
+        msg = f"the install plan would be refused on the target: {exc}"
+        raise BuildError(msg) from None
 
 
 def to_json(data: Mapping[str, Any]) -> bytes:

@@ -20,20 +20,13 @@ from typing import Literal
 import jinja2
 
 from bundler.errors import BuildError
+from bundler.target.engine import STAGING
+from bundler.target.records import INSTALL_EXIT_CODES
 
-#: Exit codes of install.* and uninstall.*, documented in README-INSTALL.txt and the scripts' help.
-#: 0, 3010 and 1618 are the codes Intune and ConfigMgr already understand (FACTS.md §5); the others
-#: are distinct, small, and clear of cmd.exe's 1 ("not recognized") and PowerShell's 1 (unhandled).
-INSTALL_EXIT_CODES: Mapping[str, int] = {
-    "ok": 0,
-    "reboot": 3010,
-    "retry": 1618,
-    "usage": 10,
-    "integrity": 11,
-    "prerequisite": 12,
-    "install": 13,
-    "selfcheck": 14,
-}
+__all__ = ["INSTALL_EXIT_CODES", "EntryPoint", "ScriptContext", "render_scripts"]
+
+# INSTALL_EXIT_CODES (defined with the target's records, so the engine and the scripts share them):
+# 0, 3010 and 1618 are the codes Intune and ConfigMgr already understand (FACTS.md §5).
 
 #: A launcher warns when the cache directory's drive has less free space than this.
 CACHE_MIN_FREE_MB = 512
@@ -42,8 +35,14 @@ CACHE_MIN_FREE_MB = 512
 #: would cross Windows' MAX_PATH (260) for applications that are not long-path aware (FACTS.md §3).
 MAX_INSTALL_DIR_LENGTH = 100
 
-#: The bundle-relative path of `bundler/target/plan.py`, which install.sh and uninstall.sh run.
-PLAN_HELPER = "payload/installer/plan.py"
+#: The bundle-relative start script of the install engine (bundler/target/engine.py) that every
+#: install and uninstall script runs, and the package folder it imports the engine from.
+ENGINE_HELPER = "payload/installer/engine.py"
+ENGINE_PACKAGE = "payload/installer/ortengine"
+
+#: What the staging folder beside the install adds to the install folder's length: "." before the leaf,
+#: the engine's ".staging-" after it and tempfile.mkdtemp's 8 random characters.
+STAGING_EXTRA = 1 + len(STAGING) + 8
 
 PLATFORMS = ("win_amd64", "linux_x86_64")
 # Bundle names and versions become file names, a registry key and comment text in every script.
@@ -156,6 +155,7 @@ _OUTPUTS: Mapping[str, Mapping[str, str]] = {
         "install.ps1": "install.ps1.j2",
         "install.cmd": "install.cmd.j2",
         "uninstall.ps1": "uninstall.ps1.j2",
+        "uninstall.cmd": "uninstall.cmd.j2",
         "payload/launchers/run.ps1": "run.ps1.j2",
         "payload/launchers/run.cmd": "run.cmd.j2",
     },
@@ -218,7 +218,9 @@ def _template_values(ctx: ScriptContext) -> dict[str, object]:
         "codes": dict(INSTALL_EXIT_CODES),
         "cache_min_free_mb": CACHE_MIN_FREE_MB,
         "max_install_dir_length": MAX_INSTALL_DIR_LENGTH,
-        "plan_helper": PLAN_HELPER,
+        "engine": ENGINE_HELPER,
+        "staging_extra": STAGING_EXTRA,
+        "publisher": "ort-bundler",
     }
 
 

@@ -201,7 +201,8 @@ def gpu_origins(assembly: Assembly) -> dict[str, dict[str, Any]]:
 
 
 def _single_component(path: str, member: Member) -> Component | None:
-    if path.startswith(WHEELS) and path.endswith(".whl") and "/" not in path[len(WHEELS):]:
+    top = path.rsplit("/", 1)[0] + "/"
+    if top in (WHEELS, "payload/installer/") and path.endswith(".whl"):  # the environment's and the engine's
         return wheel_component(path, _member_file(member), member.digest)
     if path.startswith("payload/models/"):
         return model_component(path, member.digest)

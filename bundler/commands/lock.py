@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from bundler.runner import Runner, run
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import FetchOptions, fetch_inputs
 from bundler.sources.inputs import target_of
-from bundler.sources.lock import Lock, resolve, write_lock
+from bundler.sources.lock import Lock, resolve, resolve_installer, write_lock
 
 
 def default_lock_path(manifest: Manifest) -> Path:
@@ -30,6 +31,7 @@ def lock_manifest(manifest: Manifest, *, cache: Cache, options: FetchOptions, ru
     with tempfile.TemporaryDirectory(dir=cache.work_dir("tmp"), prefix="lock-") as tmp:
         _, requires = ort_wheel(manifest, files, Path(tmp))
         lock = resolve(lock_requirements(manifest, requires), target=target, runner=runner, work_dir=Path(tmp))
+        lock = dataclasses.replace(lock, installer=resolve_installer(target=target, runner=runner, work_dir=Path(tmp)))
     path = default_lock_path(manifest)
     write_lock(lock, path)
     return lock, path

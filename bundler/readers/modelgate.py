@@ -28,7 +28,7 @@ from bundler.runner import Runner
 from bundler.target import synth
 
 # The one line of selfcheck.py that the shipped copy replaces with synth.py's source.
-SYNTH_IMPORT = "from bundler.target.synth import "
+INLINED = ("synth", "records")
 FUTURE_IMPORT = "from __future__ import annotations\n"
 READY_MARKER = ".ort-bundler-ready"
 
@@ -215,20 +215,25 @@ def identity_model_bytes() -> bytes:
 
 
 def selfcheck_script_bytes() -> bytes:
-    """The self-check as shipped (payload/selfcheck/selfcheck.py): one file with synth.py inlined.
+    """The self-check as shipped (payload/selfcheck/selfcheck.py): one file with synth.py and records.py inlined.
 
-    The target has no ort-bundler package, so the script cannot import synth; inlining keeps a
-    single source for the inputs the build and the target synthesise.
+    The target has no ort-bundler package, so the script cannot import them; inlining keeps a
+    single source for the inputs the build and the target synthesise and for the report's definition.
     """
     package = resources.files("bundler.target")
     script = (package / "selfcheck.py").read_text(encoding="utf-8").splitlines(keepends=True)
-    synth_source = (package / "synth.py").read_text(encoding="utf-8")
-    imports = [index for index, line in enumerate(script) if line.startswith(SYNTH_IMPORT)]
-    if len(imports) != 1 or FUTURE_IMPORT not in synth_source:
-        msg = ("bundler/target/selfcheck.py must import synth on exactly one line, "
-               "and synth.py must start with postponed annotations")
-        raise BuildError(msg)
-    body = synth_source.replace(FUTURE_IMPORT, "", 1)
-    banner = "# --- inlined from bundler/target/synth.py by ort-bundler ---\n"
-    shipped = [*script[: imports[0]], banner, body, "# --- end of synth.py ---\n", *script[imports[0] + 1:]]
-    return "".join(shipped).encode("utf-8")
+    for module in INLINED:
+        source = (package / f"{module}.py").read_text(encoding="utf-8")
+        prefix = f"from bundler.target.{module} import "
+        imports = [index for index, line in enumerate(script) if line.startswith(prefix)]
+        if len(imports) != 1 or FUTURE_IMPORT not in source:
+            msg = (f"bundler/target/selfcheck.py must import {module} on exactly one line, "
+                   f"and {module}.py must start with postponed annotations")
+            raise BuildError(msg)
+        end = imports[0] + 1
+        while not script[end - 1].rstrip().endswith((")", "import")) and "(" in script[imports[0]]:
+            end += 1
+        body = source.replace(FUTURE_IMPORT, "", 1)
+        banner = f"# --- inlined from bundler/target/{module}.py by ort-bundler ---\n"
+        script = [*script[: imports[0]], banner, body, f"# --- end of {module}.py ---\n", *script[end:]]
+    return "".join(script).encode("utf-8")

@@ -28,11 +28,16 @@ def load_lock(manifest: Manifest) -> Lock | None:
     return lock
 
 
+#: The input key of the install engine's pinned pypa installer wheel (the lock's [installer] table).
+INSTALLER_KEY = "lock-installer:installer"
+
+
 def lock_inputs(lock: Lock | None) -> list[Input]:
     if lock is None:
         return []
-    return [Input(key=f"lock:{w.name}", kind="requirement", location=f"{w.name}=={w.version}",
-                  sha256=(w.sha256,), filename=w.filename) for w in lock.wheels]
+    wheels = [*lock.wheels, *([lock.installer] if lock.installer else [])]
+    return [Input(key=INSTALLER_KEY if w is lock.installer else f"lock:{w.name}", kind="requirement",
+                  location=f"{w.name}=={w.version}", sha256=(w.sha256,), filename=w.filename) for w in wheels]
 
 
 def all_inputs(manifest: Manifest) -> list[Input]:

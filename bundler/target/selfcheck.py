@@ -17,13 +17,15 @@ import os
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from bundler.target.records import Check, SelfcheckReport
 from bundler.target.synth import compare_output, describe_io, output_digest, probe_model, synthesize_inputs
 
 CUDA = "CUDAExecutionProvider"
@@ -46,17 +48,6 @@ MISSING_LIBRARY = (
     re.compile(r"([\w.+-]+\.so[\w.]*): cannot open shared object file"),
     re.compile(r"([\w.+-]+\.dll)\b[^.]*?(?:not found|missing|could not be found)", re.IGNORECASE),
 )
-
-
-@dataclass(frozen=True)
-class Check:
-    """One line of the report: what was checked, the verdict, and what to do about a failure."""
-
-    id: str
-    status: str  # pass | fail | warn | skip
-    message: str
-    fix: str = ""
-    details: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -582,8 +573,30 @@ def run_checks(ctx: Context) -> list[Check]:
                       for name in skipped)
     else:
         checks.extend(guarded("onnxruntime", lambda: onnxruntime_checks(ctx, ort)))
-    checks.extend([check_libraries(ctx), check_cpu(ctx), check_cache_space(ctx)])
+    checks.extend([check_libraries(ctx), check_cpu(ctx), check_cache_space(ctx), check_files(ctx)])
     return checks
+
+
+def check_files(ctx: Context) -> Check:
+    """Every installed file against receipt.json, by the install engine copied into the install."""
+    engine = ctx.root / "installer" / "engine.py"
+    if not engine.is_file():
+        return Check(id="files", status="skip", message=f"{engine} is missing: no receipt audit in this folder")
+    proc = subprocess.run([sys.executable, "-I", "-B", str(engine), "verify", "--root", str(ctx.root), "--json"],
+                          capture_output=True, text=True, check=False)
+    try:
+        audit = json.loads(proc.stdout)
+    except ValueError:
+        return Check(id="files", status="fail", message=f"the receipt audit failed: {proc.stderr.strip()[-300:]}",
+                     fix=ctx.reinstall())
+    details = {key: audit[key] for key in ("changed", "missing", "extra")}
+    if audit["ok"]:
+        return Check(id="files", status="pass", details={"not_ours": len(audit["not_ours"])},
+                     message="every installed file matches receipt.json")
+    counts = ", ".join(f"{len(audit[key])} {key}" for key in ("changed", "missing", "extra") if audit[key])
+    first = next(audit[key][0] for key in ("changed", "missing", "extra") if audit[key])
+    return Check(id="files", status="fail", details=details, fix=ctx.reinstall(),
+                 message=f"installed files differ from receipt.json: {counts} (first: {first})")
 
 
 def guarded(check_id: str, run) -> list[Check]:
@@ -622,6 +635,8 @@ def reference_report(request_path: Path) -> dict:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Check that this ONNX Runtime installation works.")
     parser.add_argument("--json", action="store_true", help="print a machine-readable report")
+    # run.cmd hands over all of its arguments, its own --self-check first (cmd.exe cannot drop one).
+    parser.add_argument("--self-check", "-SelfCheck", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--allow-cpu-fallback", action="store_true",
                         help="report an unusable CUDA provider as a warning instead of a failure")
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent,
@@ -638,14 +653,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     root = args.root.resolve()
     bundle, problem = load_bundle(root)
+    checks: list[Check]
     if bundle is None:
-        checks = [problem]
+        checks = [problem] if problem is not None else []
     else:
         checks = run_checks(Context(root=root, bundle=bundle, allow_cpu_fallback=args.allow_cpu_fallback))
     ok = not any(check.status == "fail" for check in checks)
     if args.json:
-        print(json.dumps({"format": 1, "ok": ok, "root": str(root), "checks": [asdict(check) for check in checks]},
-                         indent=2))
+        print(json.dumps(SelfcheckReport(ok=ok, root=str(root), checks=tuple(checks)).to_json(), indent=2))
     else:
         print(render_human(root, bundle or {}, checks))
     return 0 if ok else 1

@@ -1,0 +1,423 @@
+"""The install engine: carries out install-plan.json, writes the receipt, audits and uninstalls.
+
+One program for Linux and Windows, shipped in every bundle as payload/installer/ortengine/ (started
+through payload/installer/engine.py) and copied into every install as installer/. This module holds
+the install itself and the command line; engine_fs (the tree, the lock, the swap, the receipt),
+engine_env (venv, wheels, bytecode, self-check run) and installed (audit, uninstall) hold the rest. It runs with the
+target's Python before any environment exists, so it uses the standard library only (Python 3.8+);
+the wheels are installed with pypa's `installer`, imported from the pinned wheel the bundle ships.
+install.sh and install.ps1 are thin front ends: they find the Python and do what must happen outside
+it (on Windows: elevation, VC++ runtime, registry, Add/Remove Programs), then run this.
+
+The install, in order: verify every bundle file against SHA256SUMS; check the target folder is ours
+(a valid receipt naming this bundle) or empty; under a lock, clean what a killed run left; stage in a
+fresh `mkdtemp` folder beside the target; create the environment without pip; install the wheels
+with console scripts for the FINAL folder; compile bytecode in parallel; copy the plan's files; carry
+over files that are not ours; write the receipt (every file with its sha256); run the self-check;
+swap the stage in atomically (Linux: one renameat2 exchange); remove the old install. Any failure
+before the swap removes the stage and leaves the previous install as it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Dict, Optional, Sequence, Tuple
+
+from .engine_env import install_wheels, make_venv, reboot_explains, relocate_venv, run_selfcheck, selfcheck_env
+from .engine_fs import (
+    PREVIOUS,
+    STAGING,
+    WINDOWS,
+    EngineError,
+    Log,
+    entry_sha256,
+    file_sha256,
+    hash_tree,
+    inside,
+    leftovers,
+    native,
+    read_receipt,
+    recover,
+    remove_tree,
+    swap,
+    target_lock,
+    walk,
+    walk_folders,
+    write_receipt,
+)
+from .installed import VERIFY_CHANGED, VERIFY_OK, Audit, audit, record_after_reboot, uninstall
+from .records import (
+    INSTALL_EXIT_CODES,
+    PLAN_FILE,
+    RECEIPT_FILE,
+    SUMS_FILE,
+    InstallPlan,
+    Receipt,
+    RecordError,
+    SelfcheckOutcome,
+    safe_relative,
+)
+
+#: What the tests and the other engine modules use from here, re-exported for one import path.
+__all__ = ["PREVIOUS", "STAGING", "Audit", "EngineError", "Log", "Options", "audit", "entry_sha256", "install",
+           "leftovers", "main", "make_venv", "reboot_explains", "run_selfcheck", "selfcheck_env", "uninstall", "walk"]
+
+
+@dataclass(frozen=True)
+class Options:
+    bundle: Path
+    install_dir: Path
+    force: bool = False
+    self_check: bool = True
+    cache_dir: Optional[str] = None
+    dry_run: bool = False
+    reboot_pending: bool = False  # Windows: VC_redist asked for a reboot before this run
+    restrict_acl: bool = False  # Windows per-machine: Administrators/SYSTEM write, users read
+
+
+#: Creates the environment: (staging venv folder, final venv folder). The default runs the target's
+#: `python -m venv --without-pip`; the Wine tests pass the one stand-in (no Windows Python exists there).
+MakeEnvironment = Callable[[Path, Path], None]
+
+
+def load_plan(bundle: Path) -> InstallPlan:
+    try:
+        return InstallPlan.loads((bundle / PLAN_FILE).read_text(encoding="utf-8"), source=str(bundle / PLAN_FILE))
+    except OSError as exc:
+        raise EngineError("integrity", f"{bundle / PLAN_FILE} cannot be read ({exc.strerror}); extract the bundle again") from None
+    except RecordError as exc:
+        raise EngineError("integrity", str(exc)) from None
+
+
+def read_sums(bundle: Path) -> Dict[str, str]:
+    """SHA256SUMS as {path: hex}, every path checked to stay inside the bundle."""
+    try:
+        text = (bundle / SUMS_FILE).read_text(encoding="utf-8")
+    except OSError:
+        raise EngineError("integrity", f"{bundle / SUMS_FILE} is missing; the bundle is incomplete: extract it again") from None
+    sums = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        digest, sep, name = line.partition("  ")
+        if not sep or len(digest) != 64:
+            raise EngineError("integrity", f"{SUMS_FILE} line {number} is {line!r}, expected '<sha256>  <path>'")
+        try:
+            sums[safe_relative(name, what=f"{SUMS_FILE} line {number}")] = digest.lower()
+        except RecordError as exc:
+            raise EngineError("integrity", str(exc)) from None
+    return sums
+
+
+def verify_bundle(bundle: Path, plan: InstallPlan, log: Log) -> str:
+    """Every file against SHA256SUMS, before anything changes; returns the bundle's identity (the
+    sha256 of SHA256SUMS, which pins every other file)."""
+    sums = read_sums(bundle)
+    uncovered = sorted({path for path in plan.inputs() if path not in sums})
+    if uncovered:
+        raise EngineError("integrity", f"{SUMS_FILE} does not cover {', '.join(uncovered)}, which {PLAN_FILE} uses")
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        actual = dict(zip(sums, pool.map(lambda rel: _bundle_file_sha256(bundle, rel), sums)))
+    failed = [f"{rel}: FAILED ({'missing' if actual[rel] is None else 'sha256 ' + str(actual[rel])}, "
+              f"expected {sums[rel]})" for rel in sorted(sums) if actual[rel] != sums[rel]]
+    if failed:
+        more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
+        raise EngineError("integrity", f"bundle files do not match {SUMS_FILE}: {'; '.join(failed[:5])}{more}; "
+                                       f"extract the bundle again from its zip")
+    log(f"verified {len(sums)} files against {SUMS_FILE}")
+    return file_sha256(bundle / SUMS_FILE)
+
+
+def _bundle_file_sha256(bundle: Path, relative: str) -> Optional[str]:
+    path = bundle / relative
+    if path.is_symlink() or not path.is_file():
+        return None
+    return file_sha256(path)
+
+
+def check_target(target: Path, plan: InstallPlan) -> Optional[Receipt]:
+    """The receipt of our earlier install in `target`, None for a missing or empty folder; anything
+    else (a link, a file, a foreign or broken receipt, a folder of someone else's files) is refused."""
+    if target.is_symlink():
+        raise EngineError("usage", f"{target} is a symbolic link; install into a real folder (nothing was changed)")
+    if not target.exists():
+        return None
+    if not target.is_dir():
+        raise EngineError("usage", f"{target} exists and is not a folder")
+    receipt = read_receipt(target)
+    if receipt is None:
+        if any(target.iterdir()):
+            raise EngineError("usage", f"{target} exists, is not empty and holds no receipt.json; choose another folder")
+        return None
+    if receipt.name != plan.name:
+        raise EngineError("usage", f"{target} holds {receipt.install_id}, not an installation of {plan.name}; "
+                                   f"nothing was changed: choose another folder")
+    return receipt
+
+
+def copy_entries(entries: Sequence[Tuple[str, str]], source_root: Path, dest_root: Path) -> None:
+    for source_rel, target_rel in entries:
+        source = inside(source_root, source_rel, what=f"{PLAN_FILE} 'from'")
+        target = inside(dest_root, target_rel, what=f"{PLAN_FILE} 'to'")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        if not WINDOWS:
+            os.chmod(target, 0o755 if target_rel.endswith(".sh") else 0o644)
+
+
+def place_files(plan: InstallPlan, options: Options, stage: Path, stage_venv: Path) -> None:
+    copy_entries([(e.source, e.target) for e in plan.copy], options.bundle, stage)
+    copy_entries([(e.source, e.target) for e in plan.venv.site_packages_files], options.bundle,
+                 native(stage_venv, plan.venv.site_packages))
+    shutil.copyfile(options.bundle / PLAN_FILE, stage / PLAN_FILE)
+    if options.cache_dir:
+        (stage / "cache_dir.txt").write_text(options.cache_dir + "\n", encoding="utf-8")
+
+
+def carry_over(previous: Optional[Receipt], target: Path, stage: Path, plan: InstallPlan) -> Tuple[str, ...]:
+    """Files in the old install that are not ours (user data, a cache folder) are linked into the
+    stage, so they survive the swap; the originals stay in place until the swap has happened.
+    Nothing is carried into the environment or the DLL folders: what lies there decides what runs,
+    and only the bundle's files belong there (a stray .pth or DLL stays behind with the old install)."""
+    if previous is None:
+        return ()
+    ours = {entry.path for entry in previous.files} | {RECEIPT_FILE}
+    guarded = tuple(folder + "/" for folder in (plan.venv.dir, *plan.dll_dirs))
+    kept = []
+    for relative in walk(target):
+        if relative in ours or relative.startswith(guarded):
+            continue
+        destination = native(stage, relative)
+        if os.path.lexists(destination):
+            continue  # the new install has its own file there
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        source = native(target, relative)
+        try:
+            os.link(source, destination, follow_symlinks=False)
+        except OSError:
+            shutil.copy2(source, destination, follow_symlinks=False)
+        kept.append(relative)
+    return tuple(sorted(kept))
+
+
+def restrict_acl(stage: Path) -> None:
+    """A folder an administrator creates under C:\\ inherits "Authenticated Users: Modify": keep write
+    access for Administrators and SYSTEM, read and run for users, before anything is copied in."""
+    proc = subprocess.run(["icacls.exe", str(stage), "/inheritance:r", "/grant:r", "*S-1-5-32-544:(OI)(CI)F",
+                           "*S-1-5-18:(OI)(CI)F", "*S-1-5-32-545:(OI)(CI)RX"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    if proc.returncode != 0:
+        raise EngineError("install", f"icacls could not restrict write access to {stage}: {proc.stdout.strip()}")
+
+
+def selfcheck_outcome(plan: InstallPlan, options: Options, stage: Path, log: Log) -> SelfcheckOutcome:
+    if not options.self_check:
+        return SelfcheckOutcome(ran=False)
+    log("running the self-check in the staged installation")
+    code, report = run_selfcheck(plan, stage, log)
+    failed = tuple(check.id for check in report.failed()) if report else ()
+    outcome = SelfcheckOutcome(ran=True, exit_code=code, passed=code == 0, failed_checks=failed)
+    if code == 0:
+        return outcome
+    if options.reboot_pending and reboot_explains(report):
+        log(f"warning: the self-check failed ({', '.join(failed)}) in a way the pending VC++ runtime update "
+            f"explains; it runs again after the reboot")
+        return replace(outcome, deferred_until_reboot=True)
+    detail = f" (failed: {', '.join(failed)})" if failed else ""
+    raise EngineError("selfcheck", f"the self-check failed with exit code {code}{detail}; the previous installation "
+                                   f"is untouched")
+
+
+def check_python(plan: InstallPlan) -> None:
+    found = "%d.%d" % sys.version_info[:2]
+    if found != plan.python:
+        raise EngineError("prerequisite", f"{sys.executable} is Python {found} but this bundle's wheels need Python "
+                                          f"{plan.python}; pass the path of a Python {plan.python}")
+
+
+def check_space(plan: InstallPlan, bundle: Path, target: Path) -> None:
+    needed = sum((bundle / w).stat().st_size for w in plan.venv.wheels) * 4
+    needed += sum((bundle / e.source).stat().st_size for e in plan.copy) + (100 << 20)
+    probe = target.parent
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(str(probe)).free
+    if free < needed:
+        raise EngineError("prerequisite", f"only {free >> 20} MB free on the file system of {probe}; the install needs "
+                                          f"{needed >> 20} MB")
+
+
+def install(options: Options, log: Log, *, make_environment: MakeEnvironment = make_venv) -> str:
+    """The whole install; returns 'installed', 'unchanged' or 'deferred' (self-check after the reboot)."""
+    plan = load_plan(options.bundle)
+    bundle_sha256 = verify_bundle(options.bundle, plan, log)
+    if make_environment is make_venv:
+        check_python(plan)
+    target = options.install_dir
+    previous = check_target(target, plan)
+    if previous is not None and previous.bundle_sha256 == bundle_sha256 and not options.force:
+        log(f"{plan.install_id} from this bundle is already installed in {target}; nothing to do (--force reinstalls)")
+        return "unchanged"
+    check_space(plan, options.bundle, target)
+    if options.dry_run:
+        log(f"dry run: would install {plan.install_id} into {target}"
+            + (f", replacing {previous.install_id} and keeping files that are not ours" if previous else ""))
+        log("dry run: nothing was changed")
+        return "unchanged"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EngineError("install", f"cannot create {target.parent}: {exc.strerror}") from None
+    with target_lock(target):
+        recover(target, log)
+        previous = check_target(target, plan)  # what recover() restored, if anything
+        return _install_locked(plan, options, log, previous, bundle_sha256, make_environment)
+
+
+def _install_locked(plan: InstallPlan, options: Options, log: Log, previous: Optional[Receipt], bundle_sha256: str,
+                    make_environment: MakeEnvironment) -> str:
+    target = options.install_dir
+    stage = Path(tempfile.mkdtemp(prefix=f".{target.name}{STAGING}", dir=str(target.parent)))
+    try:
+        receipt = _build_stage(plan, options, log, previous, bundle_sha256, stage, make_environment)
+        old = swap(stage, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            remove_tree(stage)
+        raise
+    if old is not None:
+        try:
+            remove_tree(old)
+        except OSError as exc:
+            log(f"warning: could not remove the previous installation {old}: {exc}; the next run removes it")
+    log(f"installed {plan.install_id} into {target} (receipt: {target / RECEIPT_FILE})")
+    return "deferred" if receipt.selfcheck.deferred_until_reboot else "installed"
+
+
+def _build_stage(plan: InstallPlan, options: Options, log: Log, previous: Optional[Receipt], bundle_sha256: str,
+                 stage: Path, make_environment: MakeEnvironment) -> Receipt:
+    target = options.install_dir
+    if not WINDOWS:
+        os.chmod(stage, 0o755)
+    if options.restrict_acl:
+        restrict_acl(stage)
+    stage_venv, final_venv = native(stage, plan.venv.dir), native(target, plan.venv.dir)
+    log(f"creating the environment in {stage_venv}")
+    make_environment(stage_venv, final_venv)
+    relocate_venv(stage_venv, final_venv, plan.venv.scripts)
+    known = install_wheels(plan, options.bundle, stage_venv, final_venv, log)
+    place_files(plan, options, stage, stage_venv)
+    kept = carry_over(previous, target, stage, plan)
+    receipt = Receipt(install_id=plan.install_id, name=plan.name, version=plan.version, platform=plan.platform,
+                      bundle_sha256=bundle_sha256, installed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                      install_dir=str(target), python_executable=sys.executable,
+                      python_version="%d.%d.%d" % sys.version_info[:3], selfcheck=SelfcheckOutcome(ran=False),
+                      reboot_required=options.reboot_pending, files=hash_tree(stage, (RECEIPT_FILE, *kept), known),
+                      folders=walk_folders(stage), kept=kept)
+    write_receipt(stage, receipt)
+    receipt = replace(receipt, selfcheck=selfcheck_outcome(plan, options, stage, log))
+    write_receipt(stage, receipt)
+    return receipt
+
+
+def parser() -> argparse.ArgumentParser:
+    main_parser = argparse.ArgumentParser(prog="engine.py", description=__doc__.splitlines()[0])
+    sub = main_parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("install", help="install the bundle")
+    run.add_argument("--bundle", type=Path, required=True)
+    run.add_argument("--install-dir", type=Path, required=True)
+    run.add_argument("--cache-dir")
+    run.add_argument("--log-file", type=Path)
+    for flag in ("--force", "--no-self-check", "--dry-run", "--reboot-pending", "--restrict-acl"):
+        run.add_argument(flag, action="store_true")
+    remove = sub.add_parser("uninstall", help="remove what the receipt lists")
+    remove.add_argument("--install-dir", type=Path, required=True)
+    remove.add_argument("--bundle", type=Path, help="only remove an installation of this bundle")
+    remove.add_argument("--log-file", type=Path)
+    remove.add_argument("--dry-run", action="store_true")
+    verify = sub.add_parser("verify", help=f"audit every installed file against the receipt (exit {VERIFY_OK} or "
+                                           f"{VERIFY_CHANGED})")
+    verify.add_argument("--root", type=Path, required=True)
+    verify.add_argument("--json", action="store_true")
+    after = sub.add_parser("after-reboot", help="run the deferred self-check and record it in the receipt")
+    after.add_argument("--root", type=Path, required=True)
+    after.add_argument("--log-file", type=Path)
+    return main_parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Exit codes are INSTALL_EXIT_CODES; `verify` exits 0 or 11. Errors are one line on stderr."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["verify"] and "--verify" in args_list:
+        args_list.remove("--verify")  # run.sh/run.cmd pass their own arguments through, --verify first
+    try:
+        args = parser().parse_args(args_list)
+    except SystemExit as exc:
+        return 0 if exc.code == 0 else INSTALL_EXIT_CODES["usage"]
+    log = Log(getattr(args, "log_file", None))
+    try:
+        return _dispatch(args, log)
+    except EngineError as exc:
+        log(f"ERROR: {exc}")
+        code = INSTALL_EXIT_CODES[exc.code]
+        return INSTALL_EXIT_CODES["install"] if code > 255 and not WINDOWS else code
+    except OSError as exc:
+        log(f"ERROR: {exc.filename or ''}: {exc.strerror or exc}; nothing was changed in the installation")
+        return INSTALL_EXIT_CODES["install"]
+    except Exception as exc:  # a defect of this program must still end in a documented code, with its reason
+        log(f"ERROR: the install engine failed unexpectedly: {type(exc).__name__}: {exc}")
+        return INSTALL_EXIT_CODES["install"]
+
+
+def _dispatch(args: argparse.Namespace, log: Log) -> int:
+    folder = str(getattr(args, "install_dir", None) or getattr(args, "root", ""))
+    if any(ord(c) < 0x20 or c == "\x7f" for c in folder):
+        raise EngineError("usage", f"the install folder {folder!r} contains a line break or control character; "
+                                   f"choose a plain path")
+    if args.command == "install":
+        options = Options(bundle=args.bundle.resolve(), install_dir=Path(os.path.abspath(args.install_dir)),
+                          force=args.force, self_check=not args.no_self_check, cache_dir=args.cache_dir,
+                          dry_run=args.dry_run, reboot_pending=args.reboot_pending, restrict_acl=args.restrict_acl)
+        outcome = install(options, log)
+        print(outcome)
+        return INSTALL_EXIT_CODES["reboot"] if outcome == "deferred" else 0
+    if args.command == "uninstall":
+        name = load_plan(args.bundle.resolve()).name if args.bundle else None
+        removed = uninstall(Path(os.path.abspath(args.install_dir)), log, name=name, dry_run=args.dry_run)
+        verb = "would remove" if args.dry_run else "removed"
+        if removed:
+            log(f"{verb} from {args.install_dir}: {len(removed)} files")
+        if args.dry_run:
+            log("dry run: nothing was changed")
+        return 0
+    if args.command == "after-reboot":
+        return record_after_reboot(Path(os.path.abspath(args.root)), log)
+    return _verify(Path(os.path.abspath(args.root)), as_json=args.json)
+
+
+def _verify(root: Path, *, as_json: bool) -> int:
+    result = audit(root)
+    if as_json:
+        print(json.dumps({"ok": result.ok, "changed": list(result.changed), "missing": list(result.missing),
+                          "extra": list(result.extra), "not_ours": list(result.not_ours)}, indent=2))
+    else:
+        for label, items in (("CHANGED", result.changed), ("MISSING", result.missing), ("EXTRA", result.extra),
+                             ("not ours", result.not_ours)):
+            for item in items:
+                print(f"{label:8} {item}")
+        print(f"Result: {'OK' if result.ok else 'FAILED'} ({len(result.changed)} changed, {len(result.missing)} "
+              f"missing, {len(result.extra)} extra in the environment, {len(result.not_ours)} not installed by us)")
+    return VERIFY_OK if result.ok else VERIFY_CHANGED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""The install engine's environment: `python -m venv --without-pip`, the wheels installed by pypa's
+`installer` from the bundle's pinned wheel (console scripts and launchers for the final folder),
+bytecode compiled in parallel, deterministically, and the self-check run as the launcher runs it.
+Standard library only, Python 3.8+.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from .engine_fs import EngineError, Log, native
+from .records import InstallPlan, RecordError, SelfcheckReport
+
+
+def make_venv(stage_venv: Path, final_venv: Path) -> None:
+    """`python -m venv --without-pip` on the target Python: no pip or setuptools the bundle did not pin."""
+    proc = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(stage_venv)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    if proc.returncode != 0:
+        raise EngineError("install", f"{sys.executable} -m venv --without-pip failed ({proc.returncode}): {proc.stdout.strip()}")
+
+
+def relocate_venv(stage_venv: Path, final_venv: Path, scripts: str) -> None:
+    """pyvenv.cfg and the activate scripts name the folder they were made in: point them at the final one
+    (before any wheel adds scripts, which the installer already writes for the final folder)."""
+    old, new = os.fsencode(str(stage_venv)), os.fsencode(str(final_venv))
+    candidates = [stage_venv / "pyvenv.cfg", *sorted((stage_venv.joinpath(*scripts.split("/"))).iterdir())]
+    for path in candidates:
+        if path.is_symlink() or not path.is_file():
+            continue
+        data = path.read_bytes()
+        if old in data and b"\0" not in data[:4096]:
+            path.write_bytes(data.replace(old, new))
+
+
+def _import_installer(wheel: Path):  # type: ignore[no-untyped-def]
+    """pypa's installer, imported from the bundle's own (already hash-checked) wheel."""
+    sys.path.insert(0, str(wheel))
+    import installer
+    import installer.destinations
+    import installer.sources
+
+    return installer
+
+
+#: Run by each bytecode worker: compile the (source, name shown in tracebacks) pairs it reads from stdin,
+#: print [pyc, sha256] of each. A file that does not compile stays source-only, as pip leaves it.
+COMPILE_WORKER = """
+import hashlib, json, py_compile, sys
+done = []
+for source, display in json.load(sys.stdin):
+    try:
+        pyc = py_compile.compile(source, dfile=display, doraise=True,
+                                 invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    except (py_compile.PyCompileError, SyntaxError, ValueError):
+        continue
+    with open(pyc, "rb") as f:
+        done.append([pyc, hashlib.sha256(f.read()).hexdigest()])
+json.dump(done, sys.stdout)
+"""
+
+
+class Compiler:
+    """Bytecode in parallel while the wheels unpack, deterministically: unchecked-hash pycs (no timestamps),
+    compiled by worker processes with PYTHONHASHSEED=0 (set constants are marshalled in hash order), each
+    naming the source by its final path. Returns the sha256 of every pyc it wrote, for the receipt."""
+
+    CHUNK = 200
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2)
+        self.futures: List[Future[List[Tuple[str, str]]]] = []
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        self.env.update(PYTHONHASHSEED="0", PYTHONNOUSERSITE="1")
+
+    def submit(self, pairs: Sequence[Tuple[str, str]]) -> None:
+        for start in range(0, len(pairs), self.CHUNK):
+            self.futures.append(self.pool.submit(self._run, list(pairs[start:start + self.CHUNK])))
+
+    def _run(self, pairs: List[Tuple[str, str]]) -> List[Tuple[str, str]]:
+        proc = subprocess.run([sys.executable, "-s", "-B", "-c", COMPILE_WORKER], input=json.dumps(pairs),
+                              capture_output=True, text=True, env=self.env, check=False)
+        if proc.returncode != 0:
+            raise EngineError("install", f"compiling bytecode failed: {proc.stderr.strip()[-500:]}")
+        return [(pyc, digest) for pyc, digest in json.loads(proc.stdout)]
+
+    def results(self) -> Dict[str, str]:
+        try:
+            return {os.path.normpath(pyc): digest for future in self.futures for pyc, digest in future.result()}
+        finally:
+            self.pool.shutdown()
+
+
+def install_wheels(plan: InstallPlan, bundle: Path, stage_venv: Path, final_venv: Path, log: Log) -> Dict[str, str]:
+    """Every wheel of the plan, without pip: scripts and launchers name the final interpreter, so every
+    RECORD matches the files on disk. Wheels unpack in parallel and each one's modules are compiled as
+    soon as it is in place. Returns {absolute path: sha256} of every file written (from the installer's
+    own hashes and the compiler's), so the receipt need not read them again."""
+    installer = _import_installer(bundle / plan.installer_wheel)
+    venv = plan.venv
+    interpreter = str(native(final_venv, venv.interpreter))
+    site, final_site = str(native(stage_venv, venv.site_packages)), str(native(final_venv, venv.site_packages))
+    written: List[Tuple[str, str]] = []
+    modules: List[Tuple[str, str]] = []  # (staged source, final path) of every module written so far
+
+    class Destination(installer.destinations.SchemeDictionaryDestination):  # type: ignore[misc, name-defined]
+        def write_to_fs(self, scheme, path, stream, is_executable):  # type: ignore[no-untyped-def]
+            target = os.path.normpath(os.path.join(self.scheme_dict[scheme], path))
+            # Wheels unpack in parallel: folders they share must not race in the installer's mkdir.
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            record = super().write_to_fs(scheme, path, stream, is_executable)
+            digest = getattr(record, "hash_", None)  # the installer hashed it while writing
+            if digest is not None and digest.name == "sha256":
+                written.append((target, _hex_digest(digest.value)))
+            if scheme in ("purelib", "platlib") and path.endswith(".py"):
+                modules.append((target, os.path.join(final_site, os.path.relpath(target, site))))
+            return record
+
+    def install_one(relative: str) -> None:
+        name = Path(relative).name.split("-")[0]
+        schemes = {"purelib": site, "platlib": site, "scripts": str(native(stage_venv, venv.scripts)),
+                   "data": str(stage_venv), "headers": str(stage_venv / "include" / "site" / f"python{plan.python}" / name)}
+        destination = Destination(schemes, interpreter=interpreter, script_kind=venv.script_kind)
+        with installer.sources.WheelFile.open(str(bundle / relative)) as source:
+            installer.install(source, destination, {"INSTALLER": b"ort-bundler\n"})
+
+    compiler = Compiler()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for relative, future in [(w, pool.submit(install_one, w)) for w in venv.wheels]:
+            try:
+                future.result()
+            except Exception as exc:  # a broken wheel can fail in zipfile, installer or the file system
+                compiler.pool.shutdown()
+                raise EngineError("install", f"installing {relative} failed: {type(exc).__name__}: {exc}") from None
+            compiler.submit(_take(modules))
+    hashes = dict(written)
+    hashes.update(compiler.results())
+    log(f"installed {len(venv.wheels)} wheels with pypa installer into {final_venv}, bytecode compiled")
+    return hashes
+
+
+def _take(items: List[Tuple[str, str]]) -> List[Tuple[str, str]]:
+    """Everything in `items` so far, removed from it (the unpacking threads keep appending)."""
+    taken = items[:len(items)]
+    del items[:len(taken)]
+    return taken
+
+
+def _hex_digest(urlsafe_b64: str) -> str:
+    import base64
+
+    return base64.urlsafe_b64decode(urlsafe_b64 + "=" * (-len(urlsafe_b64) % 4)).hex()
+
+
+def selfcheck_env(plan: InstallPlan, root: Path) -> Dict[str, str]:
+    env = dict(os.environ)
+    folders = [str(native(root, folder)) for folder in plan.dll_dirs]
+    previous = env.get(plan.dll_path_variable)
+    env[plan.dll_path_variable] = os.pathsep.join(folders + ([previous] if previous else []))
+    env.update(PYTHONNOUSERSITE="1", PIP_NO_INDEX="1", PYTHONDONTWRITEBYTECODE="1")
+    env.pop("PYTHONPATH", None)
+    env.pop("PYTHONHOME", None)
+    return env
+
+
+def run_selfcheck(plan: InstallPlan, root: Path, log: Log) -> Tuple[int, Optional[SelfcheckReport]]:
+    """The installed self-check, in `root`, as the launcher runs it; (exit code, its report)."""
+    python = str(native(root, plan.venv.dir + "/" + plan.venv.interpreter))
+    script = root / "selfcheck" / "selfcheck.py"
+    command = [python, str(script), "--json"] if script.is_file() else \
+        [python, "-c", "import onnxruntime; print('onnxruntime', onnxruntime.__version__)"]
+    proc = subprocess.run(command, capture_output=True, text=True,
+                          env=selfcheck_env(plan, root), check=False)
+    for line in (proc.stdout + proc.stderr).splitlines()[-40:]:
+        log(f"self-check: {line}")
+    report = None
+    if script.is_file():
+        with contextlib.suppress(RecordError):
+            report = SelfcheckReport.loads(proc.stdout)
+    return proc.returncode, report
+
+
+def reboot_explains(report: Optional[SelfcheckReport]) -> bool:
+    """True only when every failed check is one a pending VC++ runtime update causes: onnxruntime's
+    binding failing to load a DLL, or an msvcp140.dll older than the bundle needs. A model mismatch,
+    a missing provider or anything else is never excused by a reboot."""
+    if report is None or not report.failed():
+        return False
+    for check in report.failed():
+        dll = check.id == "onnxruntime" and "DLL" in check.message
+        runtime = check.id == "libraries" and "msvcp140" in check.message.lower() and "older than" in check.message
+        if not (dll or runtime):
+            return False
+    return True

@@ -1,0 +1,229 @@
+"""The install engine's file-system side: errors and log, hashing and walking a tree, the "stays below
+its root" check for a path on disk, the lock that proves a leftover is dead, cleaning leftovers, the
+atomic swap, and reading and writing the receipt. Standard library only, Python 3.8+.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Iterator, List, Mapping, Optional, Sequence, Tuple
+
+from .records import RECEIPT_FILE, InstalledFile, Receipt, RecordError, safe_relative
+
+WINDOWS = os.name == "nt"
+STAGING = ".staging-"
+PREVIOUS = ".previous-"
+
+
+class EngineError(Exception):
+    """A failure with the installer exit code it maps to (a key of INSTALL_EXIT_CODES)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Log:
+    """Timestamped lines to stderr and, when given, appended to the log file."""
+
+    def __init__(self, path: Optional[Path]) -> None:
+        self.path = path
+
+    def __call__(self, message: str) -> None:
+        line = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {message}"
+        print(line, file=sys.stderr, flush=True)
+        if self.path is not None:
+            with contextlib.suppress(OSError), open(self.path, "a", encoding="utf-8") as log:
+                log.write(line + "\n")
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def entry_sha256(path: Path) -> str:
+    """A file's sha256; a symbolic link (the venv's bin/python) is recorded by its target text."""
+    if path.is_symlink():
+        return hashlib.sha256(b"symlink:" + os.fsencode(os.readlink(path))).hexdigest()
+    return file_sha256(path)
+
+
+def native(root: Path, relative: str) -> Path:
+    return root.joinpath(*relative.split("/"))
+
+
+def inside(root: Path, relative: str, *, what: str) -> Path:
+    """`root / relative` for a checked relative path, refused when a link on the way leaves `root`."""
+    path = root.joinpath(*safe_relative(relative, what=what).split("/"))
+    real_root = os.path.realpath(root)
+    if os.path.commonpath([real_root, os.path.realpath(path.parent)]) != real_root:
+        raise EngineError("usage", f"{what} {relative} leads outside {root} through a link; nothing was changed")
+    return path
+
+
+def walk(root: Path) -> List[str]:
+    """Every file and link below `root`, '/'-separated and sorted; links are never followed."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        base = Path(folder).relative_to(root).as_posix()
+        prefix = "" if base == "." else base + "/"
+        found += [prefix + name for name in files]
+        found += [prefix + name for name in dirs if os.path.islink(os.path.join(folder, name))]
+    return sorted(found)
+
+
+def walk_folders(root: Path) -> Tuple[str, ...]:
+    """Every folder below `root` (not through links), '/'-separated and sorted."""
+    found = []
+    for folder, dirs, _ in os.walk(root):
+        base = Path(folder).relative_to(root).as_posix()
+        found += [("" if base == "." else base + "/") + name for name in dirs
+                  if not os.path.islink(os.path.join(folder, name))]
+    return tuple(sorted(found))
+
+
+def hash_tree(root: Path, skip: Sequence[str], known: Mapping[str, str]) -> Tuple[InstalledFile, ...]:
+    """Every file below `root` with its sha256; `known` ({absolute path: sha256} of what this run wrote
+    itself and never changed since) spares reading those again."""
+    paths = [rel for rel in walk(root) if rel not in set(skip)]
+
+    def digest(rel: str) -> str:
+        path = native(root, rel)
+        return known.get(os.path.normpath(str(path))) or entry_sha256(path)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        digests = list(pool.map(digest, paths))
+    return tuple(InstalledFile(path=rel, sha256=value) for rel, value in zip(paths, digests))
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a folder we made, never following a link out of it (a link itself is just unlinked)."""
+    if path.is_symlink() or not path.is_dir():
+        path.unlink()
+    else:
+        shutil.rmtree(path)
+
+
+@contextlib.contextmanager
+def target_lock(target: Path) -> Iterator[None]:
+    """One run per target at a time; holding it proves every staging/previous leftover is dead.
+
+    POSIX: flock on the parent folder (no lock file to leave behind). Windows: a byte lock on
+    `.<leaf>.lock` in the parent, removed afterwards when no one else holds it.
+    """
+    parent = target.parent
+    if WINDOWS:
+        import msvcrt
+
+        lock_path = parent / f".{target.name}.lock"
+        handle = open(lock_path, "a+b")
+        try:
+            try:
+                msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined]
+            except OSError:
+                raise EngineError("retry", f"another installation into {target} is running; retry when it has finished") from None
+            yield
+        finally:
+            handle.close()
+            with contextlib.suppress(OSError):
+                lock_path.unlink()
+        return
+    import fcntl
+
+    fd = os.open(parent, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise EngineError("retry", f"another installation into {target} is running; retry when it has finished") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def leftovers(target: Path) -> Tuple[List[Path], List[Path]]:
+    """(staging, previous) folders a run into `target` made and did not remove."""
+    prefix = f".{target.name}"
+    names = sorted(os.listdir(target.parent)) if target.parent.is_dir() else []
+    staging = [target.parent / n for n in names if n.startswith(prefix + STAGING)]
+    previous = [target.parent / n for n in names if n.startswith(prefix + PREVIOUS)]
+    return staging, previous
+
+
+def recover(target: Path, log: Log) -> None:
+    """Under the lock: finish or undo what a killed run left. A missing target with a previous-*
+    folder means a kill between the two renames of the Windows swap: that folder is the install."""
+    staging, previous = leftovers(target)
+    if previous and not os.path.lexists(target):
+        os.rename(previous[-1], target)
+        log(f"restored the previous installation {target} that an interrupted run had moved aside")
+        previous = previous[:-1]
+    for path in staging + previous:
+        remove_tree(path)
+        log(f"removed {path}, left by an interrupted run")
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Linux renameat2(RENAME_EXCHANGE): both names stay valid at every instant. False when unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    function = getattr(libc, "renameat2", None)
+    if function is None:
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if function(at_fdcwd, os.fsencode(str(a)), at_fdcwd, os.fsencode(str(b)), rename_exchange) == 0:
+        return True
+    return False
+
+
+def swap(stage: Path, target: Path) -> Optional[Path]:
+    """Put the stage at `target`; returns the folder now holding the old install (to delete), if any."""
+    if not os.path.lexists(target):
+        os.rename(stage, target)
+        return None
+    if _exchange(stage, target):
+        return stage
+    previous = target.parent / f".{target.name}{PREVIOUS}{os.urandom(6).hex()}"
+    os.rename(target, previous)  # fails, never follows, if something already has that name
+    try:
+        os.rename(stage, target)
+    except OSError as exc:
+        os.rename(previous, target)
+        raise EngineError("install", f"cannot move the new installation into {target}: {exc} (is a program from it "
+                                     f"still running?)") from None
+    return previous
+
+
+def write_receipt(root: Path, receipt: Receipt) -> None:
+    """Written beside and renamed over, so a receipt is always whole."""
+    temporary = root / f".{RECEIPT_FILE}.tmp"
+    temporary.write_text(receipt.dumps(), encoding="utf-8")
+    os.replace(temporary, root / RECEIPT_FILE)
+
+
+def read_receipt(root: Path) -> Optional[Receipt]:
+    """The receipt in `root`, None when there is none; a receipt that is not ours is a usage error."""
+    path = root / RECEIPT_FILE
+    if not os.path.lexists(path):
+        return None
+    if path.is_symlink() or not path.is_file():
+        raise EngineError("usage", f"{path} is not a regular file; this folder was not made by this installer")
+    try:
+        return Receipt.loads(path.read_text(encoding="utf-8"), source=str(path))
+    except (RecordError, UnicodeDecodeError) as exc:
+        raise EngineError("usage", f"{root} holds a receipt.json this installer did not write ({exc}); nothing was "
+                                   f"changed: choose another folder or remove it yourself") from None

@@ -1,0 +1,103 @@
+"""What the engine does with an installed folder: audit every file against the receipt (`run --verify`),
+remove exactly what the receipt lists, and record the deferred self-check after a reboot.
+Standard library only, Python 3.8+.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+from .engine_env import run_selfcheck
+from .engine_fs import EngineError, Log, entry_sha256, inside, native, read_receipt, target_lock, walk, write_receipt
+from .records import INSTALL_EXIT_CODES, PLAN_FILE, RECEIPT_FILE, InstallPlan, RecordError
+
+#: Exit codes of `verify`: every installed file matches its receipt, or something changed.
+VERIFY_OK = 0
+
+
+VERIFY_CHANGED = INSTALL_EXIT_CODES["integrity"]
+
+
+@dataclass(frozen=True)
+class Audit:
+    changed: Tuple[str, ...]
+    missing: Tuple[str, ...]
+    extra: Tuple[str, ...]  # in the environment: could change what runs, so they fail the audit
+    not_ours: Tuple[str, ...]  # elsewhere: user files and caches, reported only
+
+    @property
+    def ok(self) -> bool:
+        return not (self.changed or self.missing or self.extra)
+
+
+def audit(root: Path) -> Audit:
+    """Every installed file against the receipt: changed, missing, and files nobody installed."""
+    receipt = read_receipt(root)
+    if receipt is None:
+        raise EngineError("usage", f"{root} holds no {RECEIPT_FILE}; it is not an installation")
+    listed = {entry.path: entry.sha256 for entry in receipt.files}
+    present = set(walk(root)) - {RECEIPT_FILE}
+    changed = tuple(rel for rel in sorted(present & set(listed)) if entry_sha256(native(root, rel)) != listed[rel])
+    guarded = _guarded_folders(root)
+    unlisted = sorted(present - set(listed))
+    extra = tuple(rel for rel in unlisted if any(rel.startswith(folder + "/") for folder in guarded))
+    not_ours = tuple(rel for rel in unlisted if rel not in extra)
+    return Audit(changed=changed, missing=tuple(sorted(set(listed) - present)), extra=extra, not_ours=not_ours)
+
+
+def _guarded_folders(root: Path) -> Tuple[str, ...]:
+    """The environment and the DLL folders, from the installed copy of the plan."""
+    try:
+        plan = InstallPlan.loads((root / PLAN_FILE).read_text(encoding="utf-8"), source=str(root / PLAN_FILE))
+    except (OSError, RecordError):
+        return ("venv",)
+    return (plan.venv.dir, *plan.dll_dirs)
+
+
+def uninstall(install_dir: Path, log: Log, *, name: Optional[str], dry_run: bool) -> List[str]:
+    """Remove exactly what the receipt lists, then folders that end up empty; files not ours stay."""
+    if install_dir.is_symlink():
+        raise EngineError("usage", f"{install_dir} is a symbolic link; nothing was changed")
+    receipt = read_receipt(install_dir) if install_dir.is_dir() else None
+    if receipt is None:
+        log(f"nothing to uninstall: {install_dir} holds no installation")
+        return []
+    if name is not None and receipt.name != name:
+        raise EngineError("usage", f"{install_dir} holds {receipt.install_id}, not {name}; nothing was changed")
+    paths = [(entry.path, inside(install_dir, entry.path, what=RECEIPT_FILE)) for entry in receipt.files]
+    present = [(rel, path) for rel, path in paths if os.path.lexists(path)]
+    if dry_run:
+        return [rel for rel, _ in present]
+    with target_lock(install_dir):
+        for _, path in present:
+            path.unlink()
+        folders = [inside(install_dir, rel + "/x", what=RECEIPT_FILE).parent for rel in receipt.folders]
+        _remove_empty_folders([path for _, path in paths] + [folder / "x" for folder in folders], install_dir)
+        (install_dir / RECEIPT_FILE).unlink()
+        with contextlib.suppress(OSError):
+            install_dir.rmdir()
+    return [rel for rel, _ in present] + [RECEIPT_FILE]
+
+
+def _remove_empty_folders(paths: Sequence[Path], root: Path) -> None:
+    folders = {parent for path in paths for parent in path.parents if root in parent.parents}
+    for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+        if folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir()):
+            folder.rmdir()
+
+
+def record_after_reboot(root: Path, log: Log) -> int:
+    """The deferred self-check, run once after the reboot (RunOnce): its result goes into the receipt."""
+    receipt = read_receipt(root)
+    if receipt is None:
+        raise EngineError("usage", f"{root} holds no {RECEIPT_FILE}")
+    plan = InstallPlan.loads((root / PLAN_FILE).read_text(encoding="utf-8"), source=str(root / PLAN_FILE))
+    code, _ = run_selfcheck(plan, root, log)
+    outcome = replace(receipt.selfcheck, after_reboot=code == 0)
+    write_receipt(root, replace(receipt, selfcheck=outcome))
+    log(f"the self-check after the reboot {'passed' if code == 0 else f'failed with exit code {code}'}")
+    return 0 if code == 0 else INSTALL_EXIT_CODES["selfcheck"]
