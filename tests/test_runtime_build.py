@@ -75,12 +75,15 @@ def test_a_linux_bundle_carries_a_relocatable_interpreter(pbs_standin: Path, bun
     assert cpython["version"] == runtime["version"] and cpython["licenses"] == [{"license": {"id": "PSF-2.0"}}]
     assert len(cpython["components"]) == runtime["files"]
     plan = json.loads(read_member(zip_path, "install-plan.json"))
-    copies = {c["to"]: c["from"] for c in plan["copy"]}
-    assert copies[f"python/bin/python{MINOR}"] == f"payload/python/bin/python{MINOR}"
-    assert copies[f"python/bin/python{MINOR}._pth"] == f"payload/python-pth/python{MINOR}._pth"
-    assert read_member(zip_path, f"payload/python-pth/python{MINOR}._pth").decode() == (
-        f"../lib/python{MINOR}\n../lib/python{MINOR}/lib-dynload\n../lib/python{MINOR}/site-packages\n../../app\n"
-        "import site\n")
+    venv = plan["venv"]
+    assert (venv["dir"], venv["interpreter"], venv["site_packages"]) == (
+        "python", f"bin/python{MINOR}", f"lib/python{MINOR}/site-packages")
+    runtime_files = {c["to"]: c["from"] for c in venv["runtime"]}
+    assert runtime_files[f"python/bin/python{MINOR}"] == f"payload/python/bin/python{MINOR}"
+    assert len(runtime_files) == runtime["files"] and not any(c["to"].startswith("python/") for c in plan["copy"])
+    assert {"from": "payload/python-pth/ort_bundle_app.pth", "to": "ort_bundle_app.pth"} in venv["site_packages_files"]
+    assert read_member(zip_path, "payload/python-pth/ort_bundle_app.pth") == b"../../../../app\n"
+    assert plan["dll_dirs"] == [f"python/lib/python{MINOR}/site-packages/onnxruntime/capi"]
     again = json.loads(build(manifest, bundler_cache, tmp_path / "b").stdout)
     assert again["sha256"] == result["sha256"], "the same manifest and inputs must give the same bytes"
     base = json.loads(build(MANIFESTS / "quickstart-linux.toml", bundler_cache, tmp_path / "base").stdout)
@@ -123,7 +126,11 @@ def test_a_windows_bundle_resolves_python311_from_its_interpreter(embed_standin:
     assert read_member(zip_path, "payload/python-pth/python311._pth") == (
         b"python311.zip\r\n.\r\nLib\\site-packages\r\n..\\app\r\nimport site\r\n")
     plan = json.loads(read_member(zip_path, "install-plan.json"))
-    assert {c["to"]: c["from"] for c in plan["copy"]}["python/python311._pth"] == "payload/python-pth/python311._pth"
+    runtime_files = {c["to"]: c["from"] for c in plan["venv"]["runtime"]}
+    assert runtime_files["python/python311._pth"] == "payload/python-pth/python311._pth"
+    assert runtime_files["python/python.exe"] == "payload/python/python.exe"
+    assert (plan["venv"]["dir"], plan["venv"]["interpreter"], plan["venv"]["site_packages"]) == (
+        "python", "python.exe", "Lib/site-packages")
 
 
 def test_the_bundled_python_exe_runs_under_wine(embed_standin: Path, bundler_cache: Path, wine: Wine,

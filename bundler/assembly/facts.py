@@ -131,6 +131,7 @@ class RuntimeFact:
     record: Published  # bundle.json's python_runtime
     version: str  # "3.11.7"
     interpreter: str  # install-relative: python/bin/python3.11 or python/python.exe
+    bundle_interpreter: str  # bundle-relative: the same file in payload/python/, which runs the install engine
     site_packages: str  # install-relative: the interpreter's own site-packages, where the wheels go
     dlls: tuple[str, ...]  # Windows: the DLLs beside python.exe (python311.dll, vcruntime140.dll, ...)
     licenses: dict[str, Member]  # licenses/<component>/... -> the text

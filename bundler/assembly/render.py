@@ -83,6 +83,10 @@ class ScriptContext:
     cache_dir: str | None
     env: Mapping[str, str]
     default_install_dir: str
+    #: [python] runtime: the bundled interpreter, install-relative (what the launchers start, with -I) and
+    #: bundle-relative (what the installer runs the engine with); None: the target's own Python.
+    runtime_python: str | None = None
+    runtime_bundle_python: str | None = None
 
 
 def ps_quote(value: object) -> str:
@@ -215,6 +219,8 @@ def _template_values(ctx: ScriptContext) -> dict[str, object]:
         "cache_dir": ctx.cache_dir,
         "env": dict(sorted(ctx.env.items())),
         "default_install_dir": ctx.default_install_dir,
+        "runtime_python": ctx.runtime_python,
+        "runtime_bundle_python": ctx.runtime_bundle_python,
         "codes": dict(INSTALL_EXIT_CODES),
         "cache_min_free_mb": CACHE_MIN_FREE_MB,
         "max_install_dir_length": MAX_INSTALL_DIR_LENGTH,
@@ -261,6 +267,7 @@ def _relative_paths(ctx: ScriptContext) -> list[tuple[str, str]]:
         paths.append(("VC_redist path", ctx.vc_redist))
     if ctx.entry_point and ctx.entry_point.kind in ("script", "program"):
         paths.append((f"[launch] {ctx.entry_point.kind}", ctx.entry_point.value))
+    paths += [("bundled interpreter", p) for p in (ctx.runtime_python, ctx.runtime_bundle_python) if p]
     return paths
 
 

@@ -2,8 +2,9 @@
 
 The bundle's files are the archive's, byte for byte, so the interpreter also runs straight from an unpacked
 bundle (the installer starts the install engine with it, `-I`, before anything is installed). What the target
-gains is a generated path file beside the interpreter (`pth_text`): on Windows in place of the embeddable
-package's own `python3XY._pth`, which keeps `import site` commented out; on Linux as `bin/python3.X._pth`.
+gains is a generated path file: on Windows `python3XY._pth` (`pth_text`) in place of the embeddable package's
+own, which keeps `import site` commented out; on Linux a `.pth` in site-packages naming the app folder
+(`app_pth_text`). The launchers start the interpreter with `-I`.
 
 Runs before the Windows checks, which resolve `python3XY.dll` and the VC++ DLLs the embeddable package ships
 from its folder, and compute the closure of the interpreter's own DLLs and `.pyd` files with everything else.
@@ -13,10 +14,10 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
-from bundler.assembly.assembly import Assembly, BuildInputs
+from bundler.assembly.assembly import Assembly, BuildInputs, Copy
 from bundler.assembly.facts import RuntimeFact
 from bundler.hashing import file_sha256
-from bundler.platforms import TargetPlatform
+from bundler.platforms import LINUX, TargetPlatform
 from bundler.readers.pyruntime import PythonRuntime, read_runtime
 from bundler.writer.zipwriter import Member
 
@@ -26,6 +27,7 @@ RUNTIME_INSTALL_DIR = "python"
 PTH_BUNDLE_DIR = "payload/python-pth"
 #: Install-relative folders the installed interpreter puts on sys.path besides its standard library.
 APP_DIR = "app"
+APP_PTH = "ort_bundle_app.pth"
 PSF_LICENSE = "PSF-2.0"
 LICENSE_COMPONENT = "cpython"
 
@@ -37,23 +39,21 @@ def runtime_site_packages(target: TargetPlatform, python: str) -> str:
     return f"{RUNTIME_INSTALL_DIR}/{lib}/site-packages"
 
 
-def pth_file(runtime: PythonRuntime) -> str:
-    """The path file beside the interpreter, relative to python/: Windows replaces the package's own, Linux gains one."""
-    return runtime.pth if runtime.pth is not None else f"{runtime.interpreter}._pth"
+def pth_text(runtime: PythonRuntime) -> str:
+    """The installed Windows `python3XY._pth`: the standard library, the interpreter's folder, site-packages and
+    the app folder, then `import site` (so site-packages' .pth hooks run). Its presence puts CPython in isolated
+    mode: PYTHONPATH and PYTHONHOME are ignored and the script's folder is not on sys.path. It does NOT turn off
+    the user site (measured on 3.11.7: `import site` still adds it), so the launchers also pass `-I`. Paths are
+    relative to the file's folder."""
+    assert runtime.stdlib_zip is not None
+    lines = [runtime.stdlib_zip, ".", "Lib\\site-packages", f"..\\{APP_DIR}", "import site"]
+    return "\r\n".join(lines) + "\r\n"
 
 
-def pth_text(runtime: PythonRuntime, *, python: str) -> str:
-    """The installed `._pth`: the standard library, site-packages and the app folder, then `import site` (so
-    site-packages' .pth hooks run). Its presence puts CPython in isolated mode (Windows since 3.6, every platform
-    since 3.11's getpath): PYTHONPATH and PYTHONHOME are ignored and the script's folder is not on sys.path.
-    It does NOT turn off the user site (measured on 3.11.7: `import site` still adds ~/.local/...), so the
-    launchers also pass `-I`. Paths are relative to the file's folder."""
-    if runtime.stdlib_zip is not None:
-        lines = [runtime.stdlib_zip, ".", "Lib\\site-packages", f"..\\{APP_DIR}", "import site"]
-        return "\r\n".join(lines) + "\r\n"
-    lib = f"../lib/python{python}"
-    lines = [lib, f"{lib}/lib-dynload", f"{lib}/site-packages", f"../../{APP_DIR}", "import site"]
-    return "\n".join(lines) + "\n"
+def app_pth_text(python: str) -> str:
+    """Linux: a .pth file in site-packages naming the app folder, which `-I` keeps off sys.path otherwise.
+    (A `._pth` beside bin/python3.X would make bin/ the interpreter's prefix, hiding site-packages' hooks.)"""
+    return f"../../../../{APP_DIR}\n"
 
 
 def add_runtime(assembly: Assembly, build: BuildInputs) -> None:
@@ -68,21 +68,33 @@ def add_runtime(assembly: Assembly, build: BuildInputs) -> None:
                            python=manifest.bundle.python, dest=build.work / "python-runtime")
     size = _add_files(assembly, runtime)
     licenses = _licenses(runtime)
-    pth = pth_file(runtime)
-    generated = f"{PTH_BUNDLE_DIR}/{PurePosixPath(pth).name}"
-    assembly.add_bytes(generated, pth_text(runtime, python=manifest.bundle.python).encode("ascii"))
-    assembly.install(generated, f"{RUNTIME_INSTALL_DIR}/{pth}")
+    pth = _add_path_file(assembly, runtime, python=manifest.bundle.python)
     sha256 = source.sha256[0]
     interpreter = f"{RUNTIME_INSTALL_DIR}/{runtime.interpreter}"
     record = {**runtime.to_json(), "file": path.name, "sha256": sha256, "interpreter": interpreter,
-              "pth": f"{RUNTIME_INSTALL_DIR}/{pth}",
+              "pth": pth,
               "machine": "x64" if target.windows else "x86-64", "size": size,
               "licenses": sorted(licenses)}
     dlls = tuple(sorted(name for name in runtime.files if "/" not in name and name.lower().endswith(".dll")))
     assembly.facts.runtime = RuntimeFact(
         record=record, version=runtime.version, interpreter=interpreter,
+        bundle_interpreter=f"{RUNTIME_BUNDLE_DIR}/{runtime.interpreter}",
         site_packages=runtime_site_packages(target, manifest.bundle.python), dlls=dlls if target.windows else (),
         licenses=licenses, sha256=sha256)
+
+
+def _add_path_file(assembly: Assembly, runtime: PythonRuntime, *, python: str) -> str:
+    """The file that puts site-packages and the app folder on the installed interpreter's sys.path; returns
+    its install path."""
+    if runtime.pth is not None:
+        generated = f"{PTH_BUNDLE_DIR}/{runtime.pth}"
+        assembly.add_bytes(generated, pth_text(runtime).encode("ascii"))
+        assembly.install(generated, f"{RUNTIME_INSTALL_DIR}/{runtime.pth}")
+        return f"{RUNTIME_INSTALL_DIR}/{runtime.pth}"
+    generated = f"{PTH_BUNDLE_DIR}/{APP_PTH}"
+    assembly.add_bytes(generated, app_pth_text(python).encode("ascii"))
+    assembly.site_packages_files.append(Copy(source=generated, target=APP_PTH))
+    return f"{runtime_site_packages(LINUX, python)}/{APP_PTH}"
 
 
 def _add_files(assembly: Assembly, runtime: PythonRuntime) -> int:
