@@ -59,3 +59,50 @@ def test_a_file_without_a_version_resource_has_none(tmp_path: Path) -> None:
     (tmp_path / "plain.dll").write_bytes(b"MZ" + bytes(200))
     assert file_version(tmp_path / "plain.dll") is None
     assert file_version(tmp_path / "missing.dll") is None
+
+
+def native_context(tmp_path: Path, capi: Path, *, app_local: bool):
+    from bundler.target.selfcheck import Context
+
+    windows, app = layout(tmp_path, capi, app_local=app_local)
+    bundle = {"platform": "win_amd64", "entry_point": {"program": "app/ortprobe.exe"}}
+    return Context(root=tmp_path, bundle=bundle, allow_cpu_fallback=False), windows
+
+
+def test_the_self_check_warns_about_system32_even_when_the_bundles_copy_wins(
+        tmp_path: Path, ort_win_capi, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bundler.target.selfcheck import check_native_runtime
+
+    ctx, windows = native_context(tmp_path, ort_win_capi(DECOY_ORT_VERSION), app_local=True)
+    monkeypatch.setenv("SystemRoot", str(windows))  # where this stand-in Windows tree keeps System32
+    check = check_native_runtime(ctx)
+    assert check.status == "warn", check
+    assert "System32 also holds onnxruntime.dll 1.20." in check.message
+    assert check.details["loads"] == str(tmp_path / "app" / "onnxruntime.dll")
+
+
+def test_the_self_check_fails_when_the_program_would_load_system32s_copy(
+        tmp_path: Path, ort_win_capi, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bundler.target.selfcheck import check_native_runtime
+
+    ctx, windows = native_context(tmp_path, ort_win_capi(DECOY_ORT_VERSION), app_local=False)
+    monkeypatch.setenv("SystemRoot", str(windows))
+    check = check_native_runtime(ctx)
+    assert check.status == "fail"
+    assert check.message.startswith(f"app/ortprobe.exe would load {windows / 'System32' / 'onnxruntime.dll'} (version 1.20.")
+
+
+def test_the_native_check_skips_python_entry_points(tmp_path: Path) -> None:
+    from bundler.target.selfcheck import Context, check_native_runtime
+
+    ctx = Context(root=tmp_path, bundle={"platform": "win_amd64", "entry_point": {"script": "app/main.py"}},
+                  allow_cpu_fallback=False)
+    assert check_native_runtime(ctx).status == "skip"
+
+
+def test_the_shipped_self_check_carries_the_search_inlined() -> None:
+    from bundler.readers.modelgate import selfcheck_script_bytes
+
+    script = selfcheck_script_bytes().decode()
+    compile(script, "selfcheck.py", "exec")
+    assert "from bundler.target" not in script and "def search_folders(" in script

@@ -28,7 +28,7 @@ from bundler.runner import Runner
 from bundler.target import synth
 
 # The one line of selfcheck.py that the shipped copy replaces with synth.py's source.
-INLINED = ("synth", "records", "interpreter")
+INLINED = ("synth", "records", "dllsearch", "interpreter")
 FUTURE_IMPORT = "from __future__ import annotations\n"
 READY_MARKER = ".ort-bundler-ready"
 

@@ -25,6 +25,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from bundler.target.dllsearch import choose, file_version, search_folders
 from bundler.target.interpreter import check_interpreter
 from bundler.target.records import Check, SelfcheckReport
 from bundler.target.synth import compare_output, describe_io, output_digest, probe_model, synthesize_inputs
@@ -587,8 +588,36 @@ def run_checks(ctx: Context) -> list[Check]:
                       for name in skipped)
     else:
         checks.extend(guarded("onnxruntime", lambda: onnxruntime_checks(ctx, ort)))
-    checks.extend([check_libraries(ctx), check_cpu(ctx), check_cache_space(ctx), check_files(ctx)])
+    checks.extend([check_libraries(ctx), check_native_runtime(ctx), check_cpu(ctx), check_cache_space(ctx),
+                   check_files(ctx)])
     return checks
+
+
+def check_native_runtime(ctx: Context) -> Check:
+    """Which onnxruntime.dll a native program entry point would load, searched from its own folder as Windows
+    does, and whether System32 holds Windows ML's older copy (reported even when the bundle's wins)."""
+    program = (ctx.bundle.get("entry_point") or {}).get("program")
+    if not program or ctx.bundle.get("platform") != "win_amd64":
+        return Check(id="native_runtime", status="skip", message="the entry point is not a native Windows program")
+    folder = (ctx.root / program).parent
+    system_root = Path(os.environ.get("SystemRoot") or os.environ.get("windir") or "C:\\Windows")
+    folders = search_folders(folder, system_root=system_root, cwd=Path.cwd(), path=os.environ.get("PATH", ""))
+    choice = choose("onnxruntime.dll", folders)
+    ours, inbox = folder / "onnxruntime.dll", system_root / "System32" / "onnxruntime.dll"
+    details = {"loads": str(choice.loaded) if choice.loaded else None,
+               "candidates": [str(c) for c in choice.candidates],
+               "system32_version": file_version(inbox) if inbox.is_file() else None}
+    if choice.loaded != ours:
+        found = f"{choice.loaded} (version {file_version(choice.loaded)})" if choice.loaded else "no onnxruntime.dll"
+        return Check(id="native_runtime", status="fail", details=details, fix=ctx.reinstall(),
+                     message=f"{program} would load {found}, not the bundle's {ours}")
+    if inbox.is_file():
+        return Check(id="native_runtime", status="warn", details=details,
+                     message=(f"{program} loads the bundle's onnxruntime.dll {file_version(ours)} from its own folder; "
+                              f"System32 also holds onnxruntime.dll {details['system32_version']} (Windows ML), which "
+                              "a program without its own copy would load"))
+    return Check(id="native_runtime", status="pass", details=details,
+                 message=f"{program} loads the bundle's onnxruntime.dll {file_version(ours)} from its own folder")
 
 
 def check_files(ctx: Context) -> Check:
