@@ -38,7 +38,8 @@ EXAMPLES = {
     "fetch": "examples:\n  ort-bundler fetch manifests/quickstart-linux.toml\n  ort-bundler fetch app.toml --offline\n"
              "  ort-bundler fetch app.toml --mirror /media/usb/inputs",
     "build": "examples:\n  ort-bundler build manifests/quickstart-linux.toml\n  ort-bundler build app.toml -o out/",
-    "verify": "examples:\n  ort-bundler verify dist/quickstart-linux-1.0.0-linux_x86_64.zip --json",
+    "verify": "examples:\n  ort-bundler verify dist/quickstart-linux-1.0.0-linux_x86_64.zip --json\n"
+              "  ort-bundler verify --trust our-root-ca.pem signed/app-1.0.0-win_amd64.zip",
     "inspect": "examples:\n  ort-bundler inspect onnxruntime.dll\n  ort-bundler inspect model.onnx --json",
 }
 
@@ -89,7 +90,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("verify", "check a finished bundle: structure, bundle.json, every SHA256SUMS entry")
     p.add_argument("bundle", type=Path)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--trust", type=Path, metavar="CA.pem",
+                   help="check every signature against these anchor certificates; an unsigned bundle then fails")
     p.set_defaults(action=_verify)
+
+    from bundler.commands import sign
+
+    p = sub.add_parser("sign", parents=[common], help="sign every .ps1 (Authenticode) and the bundle (SHA256SUMS.p7s)",
+                       description="sign every .ps1 (Authenticode) and the bundle as a whole (SHA256SUMS.p7s)",
+                       epilog=sign.EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sign.configure(p)
+    p.set_defaults(action=lambda args: sign.sign_command(args, cache=_cache(args)))
 
     p = command("inspect", "explain one artifact: ORT archive, wheel, DLL/PYD, or ONNX model")
     p.add_argument("path", type=Path)
@@ -197,7 +208,7 @@ def _verify(args: argparse.Namespace) -> int:
     from bundler.commands.verify import verify_bundle
     from bundler.errors import VerificationError
 
-    report = verify_bundle(args.bundle)
+    report = verify_bundle(args.bundle, trust=args.trust, cache=_cache(args))
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     elif not report.ok or not args.quiet:

@@ -134,6 +134,7 @@ class Model:
     name: str
     source: Input
     shapes: Mapping[str, tuple[int, ...]]
+    license: str | None = None  # SPDX expression, checked on load; the SBOM says "unknown" without one
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -180,7 +181,7 @@ KEYS = {
     "vc_redist": INPUT_KEYS | {"min_version", "allow_unsigned"},
     "gpu": {"cuda", "cudnn", "sources"},
     "gpu.sources": INPUT_KEYS | {"include"},
-    "models": INPUT_KEYS | {"name", "shapes"},
+    "models": INPUT_KEYS | {"name", "shapes", "license"},
     "launch": {"module", "script", "program", "cache_dir", "env"},
 }
 
@@ -483,9 +484,24 @@ def _models(data: Mapping[str, Any], base: Path, problems: _Problems) -> list[Mo
                                             f"(the sum of the products of its shapes), expected at most "
                                             f"{MAX_SHAPE_ELEMENTS}")
             shapes = None
+        license_ = _spdx_license(entry, where, problems)
         if name and source and shapes is not None:
-            models.append(Model(name=name, source=source, shapes=shapes))
+            models.append(Model(name=name, source=source, shapes=shapes, license=license_))
     return models
+
+
+def _spdx_license(entry: Mapping[str, Any], where: str, problems: _Problems) -> str | None:
+    """An optional SPDX licence expression, normalised ("mit" -> "MIT"); anything else is a manifest error."""
+    # Imported here: loading the SPDX index costs tens of milliseconds, paid only by manifests using the key.
+    from bundler.spdx import spdx_expression
+
+    value = _string(entry, "license", where, problems, required=False,
+                    expected="an SPDX licence expression such as 'MIT' or 'Apache-2.0 OR MIT'")
+    expression = spdx_expression(value) if value else None
+    if value is not None and expression is None:
+        problems.found(f"{where}.license", value, "an SPDX licence expression such as 'MIT' or 'Apache-2.0 OR MIT' "
+                       "(LicenseRef-<name> for a licence SPDX does not list)")
+    return expression
 
 
 def _shapes(value: Any, where: str, problems: _Problems) -> dict[str, tuple[int, ...]] | None:

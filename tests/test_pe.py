@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from bundler.errors import BuildError, InputUnavailableError
+from bundler.hashing import file_sha256
+from bundler.readers import pe as pe_module
 from bundler.readers.pe import PeInfo, inspect_pe, is_pe, runtime_dll_names
+from bundler.readers.wheel_binaries import wheel_binaries
 
 
 def extract_capi_binaries(wheel: Path, dest: Path) -> Path:
@@ -109,3 +114,60 @@ def test_every_binary_in_the_wheel_is_x64_and_signed(capi):
         assert is_pe(path)
         info = inspect_pe(path)
         assert (info.machine_name, info.linker_version, info.has_signature) == ("x64", (14, 40), True), path.name
+
+
+# -- each PE file parsed once per process, and once per wheel hash extracted --------------------------------------
+
+
+@pytest.mark.integration
+def test_a_file_is_parsed_once_and_again_only_when_it_changes(capi: Path, tmp_path: Path) -> None:
+    dll = tmp_path / "onnxruntime.dll"
+    dll.write_bytes((capi / "onnxruntime.dll").read_bytes())
+    before = len(pe_module._PARSED)
+    first = inspect_pe(dll, label="payload/gpu/onnxruntime.dll")
+    second = inspect_pe(dll, label="wheel:ort.whl!onnxruntime/capi/onnxruntime.dll")
+    assert len(pe_module._PARSED) == before + 1, "two labels, one file: one parse"
+    assert first == second
+    assert "onnxruntime.dll" not in {n.lower() for n in first.runtime_names}  # its own name, whatever the label
+    data = bytearray(dll.read_bytes())
+    security = data.find(b"PE\0\0") + 24 + 144  # IMAGE_DIRECTORY_ENTRY_SECURITY of a PE32+ optional header
+    data[security:security + 8] = bytes(8)  # the same file without its signature
+    dll.write_bytes(bytes(data))
+    changed = inspect_pe(dll)
+    assert (first.has_signature, changed.has_signature) == (True, False), "a rewritten file is parsed again"
+
+
+@pytest.mark.integration
+def test_wheel_binaries_are_extracted_once_per_wheel_hash_and_checked_before_use(ort_win_wheel: Path,
+                                                                                 tmp_path: Path) -> None:
+    sha = file_sha256(ort_win_wheel)
+    first = wheel_binaries("payload/wheels/ort.whl", ort_win_wheel, sha, store=tmp_path)
+    dll = first["payload/wheels/ort.whl!onnxruntime/capi/onnxruntime.dll"]
+    with zipfile.ZipFile(ort_win_wheel) as archive:
+        assert dll.read_bytes() == archive.read("onnxruntime/capi/onnxruntime.dll")
+    inode = dll.stat().st_ino
+    again = wheel_binaries("payload/wheels/ort.whl", ort_win_wheel, sha, store=tmp_path)
+    assert again == first and dll.stat().st_ino == inode, "a later build reuses the extracted files"
+    data = bytearray(dll.read_bytes())
+    data[1000] ^= 0xFF
+    dll.write_bytes(bytes(data))
+    repaired = wheel_binaries("payload/wheels/ort.whl", ort_win_wheel, sha, store=tmp_path)
+    assert repaired == first
+    with zipfile.ZipFile(ort_win_wheel) as archive:
+        assert file_sha256(dll) == hashlib.sha256(archive.read("onnxruntime/capi/onnxruntime.dll")).hexdigest()
+
+
+@pytest.mark.integration
+def test_pe_facts_are_kept_for_later_builds_by_content_hash(capi: Path, tmp_path: Path) -> None:
+    dll = capi / "onnxruntime_providers_shared.dll"
+    fresh = inspect_pe(dll)
+    pe_module._PARSED.clear()  # as in a new process
+    stored = inspect_pe(dll, store=tmp_path)
+    [entry] = list((tmp_path / pe_module.PE_FACTS).rglob("*.json"))
+    assert entry.name == f"{file_sha256(dll)}.json" and stored == fresh
+    pe_module._PARSED.clear()
+    assert inspect_pe(dll, store=tmp_path) == fresh  # answered from the entry
+    entry.write_text("{ damaged", encoding="utf-8")
+    pe_module._PARSED.clear()
+    assert inspect_pe(dll, store=tmp_path) == fresh  # a damaged entry is parsed again and rewritten
+    assert json.loads(entry.read_text(encoding="utf-8"))["imports"] == list(fresh.imports)

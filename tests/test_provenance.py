@@ -4,26 +4,38 @@ collection from real wheels, and the CycloneDX SBOM validated against its schema
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import logging
 import os
 import pickle
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pefile
 import pytest
 from conftest import MANIFESTS, part_inputs, pip_download
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
+from license_expression import get_spdx_licensing
+from packageurl import PackageURL
 
+from bundler.assembly import licenses as licenses_module
 from bundler.assembly.assembly import Assembly
 from bundler.assembly.facts import Facts, GpuFact
 from bundler.assembly.launch import add_scripts
 from bundler.assembly.licenses import add_licenses
 from bundler.assembly.parts import PARTS, add_all
-from bundler.assembly.sbom import PATH_PROPERTY, SBOM, add_sbom, serial_number
+from bundler.assembly.sbom import (
+    PATH_PROPERTY,
+    SBOM,
+    add_sbom,
+    install_sbom,
+    schema_errors,
+    serial_number,
+)
 from bundler.assembly.signature_policy import (
     ORT_RULE,
     REPORT_RULE,
@@ -32,7 +44,8 @@ from bundler.assembly.signature_policy import (
     signature_problem,
     signing_rule,
 )
-from bundler.errors import BuildError
+from bundler.commands.build import build
+from bundler.errors import BuildError, InputUnavailableError
 from bundler.hashing import file_sha256
 from bundler.manifest import Manifest, load
 from bundler.readers.pe import inspect_pe
@@ -105,7 +118,10 @@ def covered_paths(document: dict) -> list[str]:
 
 
 def assert_valid_cyclonedx(data: bytes) -> None:
+    """Against the official CycloneDX 1.6 schema files, with jsonschema and its full format checker (what
+    cyclonedx-python-lib's strict validator does), and with the build's own quicker check."""
     assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(data.decode("utf-8")) is None
+    assert schema_errors(json.loads(data)) == []
 
 
 # -- the signing policy, decided from the evidence --------------------------------------------------------------
@@ -198,10 +214,10 @@ def test_licences_come_from_dist_info_declared_files_and_package_notices(tmp_pat
     assembly = demo_assembly(tmp_path)
     add_licenses(assembly, part_inputs(write_manifest(tmp_path / "m"), files={}, work=tmp_path / "work"))
     assert list(assembly.facts.licenses) == [
-        {"component": "demo-pkg", "license": "MIT OR Apache-2.0", "files": [
-            "licenses/demo-pkg/AUTHORS", "licenses/demo-pkg/COPYING.legacy", "licenses/demo-pkg/LICENSE",
-            "licenses/demo-pkg/demo_pkg/NOTICE"]},
-        {"component": "onnxruntime-sdk", "license": "MIT", "files": [
+        {"component": "demo-pkg", "license": "MIT OR Apache-2.0", "declared": "MIT OR Apache-2.0", "notes": [],
+         "files": ["licenses/demo-pkg/AUTHORS", "licenses/demo-pkg/COPYING.legacy", "licenses/demo-pkg/LICENSE",
+                   "licenses/demo-pkg/demo_pkg/NOTICE"]},
+        {"component": "onnxruntime-sdk", "license": "MIT", "declared": None, "notes": [], "files": [
             "licenses/onnxruntime-sdk/LICENSE", "licenses/onnxruntime-sdk/ThirdPartyNotices.txt"]},
     ]
     assert assembly.members["licenses/demo-pkg/LICENSE"].data == b"MIT text"
@@ -215,12 +231,13 @@ def test_sbom_validates_and_lists_every_member(tmp_path: Path) -> None:
     manifest = write_manifest(tmp_path / "m")
     assembly = demo_assembly(tmp_path)
     add_licenses(assembly, part_inputs(manifest, files={}, work=tmp_path / "work"))
+    install_sbom(assembly)
     add_sbom(assembly, manifest=manifest)
     data = assembly.members[SBOM].data
     assert_valid_cyclonedx(data)
     document = json.loads(data)
     paths = covered_paths(document)
-    assert sorted(paths) == sorted(set(assembly.members) - {SBOM})
+    assert sorted(paths) == sorted({*assembly.members, "SHA256SUMS"} - {SBOM})
     assert document["specVersion"] == "1.6"
     assert document["metadata"]["timestamp"] == "2026-01-01T00:00:00+00:00"
     assert document["serialNumber"].startswith("urn:uuid:")
@@ -245,8 +262,9 @@ def test_sbom_validates_and_lists_every_member(tmp_path: Path) -> None:
 def test_sbom_is_byte_identical_and_its_serial_follows_the_manifest(tmp_path: Path) -> None:
     manifest = write_manifest(tmp_path / "m")
     first, second = demo_assembly(tmp_path / "a"), demo_assembly(tmp_path / "b")
-    add_sbom(first, manifest=manifest)
-    add_sbom(second, manifest=manifest)
+    for assembly in (first, second):
+        add_licenses(assembly, part_inputs(manifest, files={}, work=tmp_path / "work"))
+        add_sbom(assembly, manifest=manifest)
     assert first.members[SBOM].data == second.members[SBOM].data
     crlf = write_manifest(tmp_path / "m2", extra="# only a comment")
     crlf.path.write_bytes(crlf.path.read_bytes().replace(b"\n", b"\r\n"))
@@ -276,6 +294,7 @@ def win_quickstart(bundler_cache: Path, tmp_path_factory: pytest.TempPathFactory
     manifest, assembly = quickstart_assembly("quickstart-win.toml", bundler_cache, work)
     check_signatures(assembly, part_inputs(manifest, work=work))
     add_licenses(assembly, part_inputs(manifest, files={}, work=work))
+    install_sbom(assembly)
     add_sbom(assembly, manifest=manifest)
     return manifest, assembly
 
@@ -316,7 +335,7 @@ def test_win_quickstart_sbom_validates_and_lists_every_files_component(win_quick
     data = assembly.members[SBOM].data
     assert_valid_cyclonedx(data)
     document = json.loads(data)
-    assert sorted(covered_paths(document)) == sorted(set(assembly.members) - {SBOM})
+    assert sorted(covered_paths(document)) == sorted({*assembly.members, "SHA256SUMS"} - {SBOM})
     wheels = {c["bom-ref"]: c for c in document["components"] if c.get("purl", "").startswith("pkg:pypi/")}
     # The environment's wheels and, as its own component, the pinned pypa installer the install engine uses.
     assert set(wheels) == {p for p in assembly.members if p.startswith(("payload/wheels/", "payload/installer/"))
@@ -325,6 +344,8 @@ def test_win_quickstart_sbom_validates_and_lists_every_files_component(win_quick
     for path, component in wheels.items():
         assert component["hashes"] == [{"alg": "SHA-256", "content": assembly.members[path].sha256}]
     assert wheels[f"payload/wheels/{ORT_WHEEL}"]["licenses"] == [{"license": {"id": "MIT"}}]
+    assert wheels[f"payload/wheels/{ORT_WHEEL}"]["pedigree"]["ancestors"][0]["purl"] == (
+        f"pkg:pypi/onnxruntime@1.23.1?file_name={ORT_WHEEL}")
     model = next(c for c in document["components"] if c["type"] == "machine-learning-model")
     assert model["name"] == "tiny-mlp"
 
@@ -363,7 +384,7 @@ def test_linux_quickstart_has_no_binaries_to_sign_and_a_valid_sbom(bundler_cache
     assert {"numpy", "onnxruntime", "protobuf"} <= {e["component"] for e in assembly.facts.licenses}
     data = assembly.members[SBOM].data
     assert_valid_cyclonedx(data)
-    assert sorted(covered_paths(json.loads(data))) == sorted(set(assembly.members) - {SBOM})
+    assert sorted(covered_paths(json.loads(data))) == sorted({*assembly.members, "SHA256SUMS"} - {SBOM})
 
 
 # -- tampered and unsigned binaries -------------------------------------------------------------------------------
@@ -492,9 +513,11 @@ include = ["nvidia/cuda_runtime/bin/*.dll"]
                                  preload=("gpu/cudart64_110.dll",))
     assembly.facts.runtime = None  # a bundle without [python] runtime: what the runtime part sets then
     add_licenses(assembly, part_inputs(manifest, files={"gpu.sources[0]": wheel}, work=tmp_path / "w"))
-    assert list(assembly.facts.licenses) == [{"component": "nvidia-cuda-runtime-cu11",
-                                            "files": ["licenses/nvidia-cuda-runtime-cu11/License.txt"],
-                                            "license": "NVIDIA Proprietary Software"}]
+    assert list(assembly.facts.licenses) == [{
+        "component": "nvidia-cuda-runtime-cu11", "files": ["licenses/nvidia-cuda-runtime-cu11/License.txt"],
+        "license": None, "declared": "NVIDIA Proprietary Software",
+        "notes": [("licence unknown: 'NVIDIA Proprietary Software' is no SPDX expression and names no single "
+                   "SPDX licence")]}]
     assert b"NVIDIA" in assembly.members["licenses/nvidia-cuda-runtime-cu11/License.txt"].data
     add_sbom(assembly, manifest=manifest)
     data = assembly.members[SBOM].data
@@ -502,7 +525,9 @@ include = ["nvidia/cuda_runtime/bin/*.dll"]
     document = json.loads(data)
     by_name = {c["name"]: c for c in document["components"]}
     source = by_name["nvidia-cuda-runtime-cu11"]
-    assert (source["version"], source["purl"]) == ("11.8.89", "pkg:pypi/nvidia-cuda-runtime-cu11@11.8.89")
+    assert (source["version"], source["purl"]) == (
+        "11.8.89", f"pkg:pypi/nvidia-cuda-runtime-cu11@11.8.89?checksum=sha256:{file_sha256(wheel)}")
+    assert source["licenses"][0]["license"]["name"] == "NVIDIA Proprietary Software"
     assert source["hashes"] == [{"alg": "SHA-256", "content": file_sha256(wheel)}]
     assert [(c["name"], c["version"]) for c in source["components"]] == [("payload/gpu/cudart64_110.dll", version)]
     assert source["properties"] == [{"name": "ort-bundler:source",
@@ -511,3 +536,177 @@ include = ["nvidia/cuda_runtime/bin/*.dll"]
     redist = by_name["VC_redist.x64.exe"]
     assert version is not None and redist["version"] == version
     assert str(wheel.parent) not in data.decode("utf-8")
+
+
+# -- whole builds of the quickstarts, checked with tools that are not ours --------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Built:
+    """A quickstart built for real, unpacked: its SBOM, bundle.json, members and what the build logged."""
+
+    manifest: Manifest
+    sbom: dict
+    bundle: dict
+    members: dict[str, bytes]  # bundle-relative path -> bytes
+    log: list[str]
+
+
+def build_quickstart(name: str, cache_root: Path, out: Path) -> Built:
+    manifest = load(MANIFESTS / name)
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("bundler")
+    logger.addHandler(handler)
+    try:
+        result = build(manifest, cache=Cache(cache_root), out_dir=out)
+    finally:
+        logger.removeHandler(handler)
+    with zipfile.ZipFile(result.zip_path) as archive:
+        members = {n.split("/", 1)[1]: archive.read(n) for n in archive.namelist() if not n.endswith("/")}
+    return Built(manifest=manifest, sbom=json.loads(members[SBOM]), bundle=json.loads(members["bundle.json"]),
+                 members=members, log=[r.getMessage() for r in records])
+
+
+@pytest.fixture(scope="module", params=["quickstart-linux.toml", "quickstart-win.toml"])
+def built(request: pytest.FixtureRequest, bundler_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Built:
+    return build_quickstart(request.param, bundler_cache, tmp_path_factory.mktemp("built"))
+
+
+def ancestors(component: dict) -> list[dict]:
+    return component.get("pedigree", {}).get("ancestors", [])
+
+
+def stated_sha256(component: dict) -> str | None:
+    hashes = [h["content"] for h in component.get("hashes", []) if h["alg"] == "SHA-256"]
+    return hashes[0] if hashes else None
+
+
+@pytest.mark.integration
+def test_built_sbom_is_valid_cyclonedx_with_formats(built: Built) -> None:
+    assert_valid_cyclonedx(built.members[SBOM])
+
+
+@pytest.mark.integration
+def test_every_zip_member_but_the_sbom_is_in_a_component_with_its_hash(built: Built) -> None:
+    files = {p["value"]: c for c in all_components(built.sbom["components"]) for p in c.get("properties", [])
+             if p["name"] == PATH_PROPERTY}
+    assert sorted(files) == sorted(set(built.members) - {SBOM})
+    assert {"SHA256SUMS", "bundle.json", "install-plan.json"} <= set(files)
+    for path, component in files.items():
+        if path == "SHA256SUMS":  # holds the SBOM's hash, so it is written after it: said, not hashed
+            assert "hashes" not in component
+            assert any(p["name"] == "ort-bundler:hash" and p["value"].startswith("not stated")
+                       for p in component["properties"])
+            continue
+        assert stated_sha256(component) == hashlib.sha256(built.members[path]).hexdigest(), path
+
+
+@pytest.mark.integration
+def test_every_purl_resolves_to_a_file_whose_hash_the_sbom_states(built: Built, bundler_cache: Path) -> None:
+    """With packageurl-python: a purl naming a file names one of the bundle's wheels (or, for a rebuilt wheel's
+    ancestor, the upstream file in the input cache) with the component's hash; otherwise it carries that hash."""
+    wheels = {PurePosixPath(p).name: data for p, data in built.members.items() if p.endswith(".whl")}
+    checked = 0
+    for component in [*all_components(built.sbom["components"]),
+                      *(a for c in built.sbom["components"] for a in ancestors(c))]:
+        if "purl" not in component:
+            continue
+        purl = PackageURL.from_string(component["purl"])
+        assert (purl.name, purl.version) == (component["name"], component.get("version")), component["purl"]
+        stated = stated_sha256(component)
+        assert stated is not None, f"{component['purl']}: a purl without a stated hash cannot be checked"
+        if "file_name" in purl.qualifiers:
+            name = purl.qualifiers["file_name"]
+            data = wheels.get(name)
+            if component["bom-ref"].startswith("upstream:"):  # the published file a rebuilt wheel came from
+                data = Cache(bundler_cache).find(stated, name).read_bytes()
+            assert data is not None and hashlib.sha256(data).hexdigest() == stated, component["purl"]
+        else:
+            assert purl.qualifiers.get("checksum") == f"sha256:{stated}", component["purl"]
+        checked += 1
+    assert checked >= 10
+
+
+@pytest.mark.integration
+def test_the_rebuilt_ort_wheel_names_its_upstream_file_only_in_its_pedigree(built: Built, bundler_cache: Path) -> None:
+    [ort] = [c for c in built.sbom["components"] if c["name"] == "onnxruntime"]
+    capi = built.manifest.ort.capi
+    assert capi is not None
+    [ancestor] = ancestors(ort)
+    upstream = Cache(bundler_cache).find(capi.sha256[0])
+    assert upstream is not None and stated_sha256(ancestor) == file_sha256(upstream) == capi.sha256[0]
+    assert ancestor["purl"] == f"pkg:pypi/onnxruntime@1.23.1?file_name={upstream.name}"
+    assert "file_name" not in PackageURL.from_string(ort["purl"]).qualifiers
+    assert stated_sha256(ort) != stated_sha256(ancestor)
+    assert {"name": "ort-bundler:rebuilt-from", "value": upstream.name} in ort["properties"]
+
+
+@pytest.mark.integration
+def test_every_licence_is_spdx_or_explicitly_unknown(built: Built) -> None:
+    """Checked with license-expression's SPDX index; every top-level component states a licence."""
+    licensing = get_spdx_licensing()
+    unknown = {}
+    for component in all_components(built.sbom["components"]):
+        entries = component.get("licenses", [])
+        if component["type"] != "file":
+            assert entries, f"{component['name']}: no licence at all"
+        for entry in entries:
+            if "expression" in entry:
+                assert not licensing.validate(entry["expression"]).errors, entry
+            elif "id" in entry["license"]:
+                assert not licensing.validate(entry["license"]["id"]).errors, entry
+            else:
+                marks = [p["value"] for p in entry["license"].get("properties", []) if p["name"] == "ort-bundler:spdx"]
+                assert len(marks) == 1 and marks[0].startswith("unknown: "), entry
+                unknown[component["name"]] = entry["license"]["name"]
+    by_name = {c["name"]: c for c in built.sbom["components"]}
+    assert by_name["flatbuffers"]["licenses"] == [{"license": {"id": "Apache-2.0"}}]
+    assert by_name["protobuf"]["licenses"] == [{"license": {"id": "BSD-3-Clause"}}]
+    assert {unknown[n] for n in ("mpmath", "sympy")} == {"BSD"}  # "BSD" alone names no single SPDX licence
+
+
+@pytest.mark.integration
+def test_unmapped_licences_and_missing_licence_files_are_said_in_the_build_output(built: Built) -> None:
+    index = {e["component"]: e for e in built.bundle["licenses"]}
+    assert index["flatbuffers"]["files"] == [] and index["flatbuffers"]["notes"] == ["ships no licence file"]
+    assert (index["sympy"]["license"], index["sympy"]["declared"]) == (None, "BSD")
+    assert "licences: flatbuffers: ships no licence file" in built.log
+    assert ("licences: sympy: licence unknown: 'BSD' is no SPDX expression and names no single SPDX licence"
+            in built.log)
+    flatbuffers = next(c for c in built.sbom["components"] if c["name"] == "flatbuffers")
+    assert {"name": "ort-bundler:license-files", "value": "none: the package ships no licence file"} in (
+        flatbuffers["properties"])
+
+
+def test_build_time_schema_check_catches_what_the_full_validator_catches(tmp_path: Path) -> None:
+    manifest = write_manifest(tmp_path / "m")
+    assembly = demo_assembly(tmp_path)
+    add_licenses(assembly, part_inputs(manifest, files={}, work=tmp_path / "work"))
+    add_sbom(assembly, manifest=manifest)
+    document = json.loads(assembly.members[SBOM].data)
+    full = JsonStrictValidator(SchemaVersion.V1_6)
+    for change in (lambda d: d["metadata"].__setitem__("timestamp", "yesterday"),  # a format error
+                   lambda d: d["components"][0].__setitem__("type", "thing"),  # not in the enum
+                   lambda d: d.__setitem__("extra", 1)):  # additional properties are not allowed
+        broken = json.loads(json.dumps(document))
+        change(broken)
+        assert schema_errors(broken), broken
+        assert full.validate_str(json.dumps(broken)) is not None
+
+
+def test_wheel_facts_are_kept_for_later_builds_and_a_damaged_entry_is_read_again(tmp_path: Path) -> None:
+    wheel = demo_wheel(tmp_path / "wheels")
+    sha = file_sha256(wheel)
+    licenses_module._FACTS.clear()  # earlier tests read the same demo wheel in this process
+    read = licenses_module.wheel_facts(wheel, sha, label="w", store=tmp_path / "derived")
+    [entry] = list((tmp_path / "derived" / licenses_module.WHEEL_FACTS).rglob(f"{sha}.json"))
+    licenses_module._FACTS.clear()  # as in a new process
+    wheel.unlink()  # a later build answers from the entry, without opening the wheel
+    assert licenses_module.wheel_facts(wheel, sha, label="w", store=tmp_path / "derived") == read
+    assert dict(read.texts)["LICENSE"] == b"MIT text"
+    entry.write_text("[]", encoding="utf-8")
+    licenses_module._FACTS.clear()
+    with pytest.raises(InputUnavailableError):  # a damaged entry is not trusted: the wheel is read again
+        licenses_module.wheel_facts(wheel, sha, label="w", store=tmp_path / "derived")

@@ -34,7 +34,8 @@ from bundler.target.synth import (
     synthesize_inputs,
 )
 
-ALL_CHECKS = {"path", "python", "interpreter", "onnxruntime", "providers", "identity", "model:mm", "libraries", "cpu", "cache", "files"}
+ALL_CHECKS = {"path", "python", "interpreter", "onnxruntime", "providers", "identity", "model:mm", "libraries", "cpu",
+              "cache", "files", "native_runtime"}
 
 
 # ---------------------------------------------------------------- synthesis and comparison

@@ -11,7 +11,8 @@ from asn1crypto import cms
 from conftest import pip_download
 
 from bundler.errors import BuildError
-from bundler.readers.signatures import NOT_CHECKED, signature_evidence
+from bundler.hashing import file_sha256
+from bundler.readers.signatures import NOT_CHECKED, SIGNATURE_FACTS, signature_evidence
 
 
 @pytest.fixture(scope="module")
@@ -139,3 +140,18 @@ def test_only_a_certificate_authority_may_vouch_for_another_certificate() -> Non
     assert _is_ca(_certificate("Some CA", ca=True))
     assert not _is_ca(_certificate("Some Code Signer", ca=False))
     assert not _is_ca(_certificate("CA without keyCertSign", ca=True, key_cert_sign=False))
+
+
+@pytest.mark.integration
+def test_evidence_is_kept_for_later_builds_by_content_and_never_shared_with_a_changed_file(ort_dll, tmp_path):
+    store = tmp_path / "derived"
+    fresh = signature_evidence(ort_dll, label="first")
+    assert signature_evidence(ort_dll, label="first", store=store) == fresh
+    [entry] = list((store / SIGNATURE_FACTS).rglob("*.json"))
+    assert entry.name == f"{file_sha256(ort_dll)}.json"
+    again = signature_evidence(ort_dll, label="second", store=store)
+    assert (again.path, again.verified, again.signer) == ("second", True, "Microsoft Corporation")
+    tampered = tampered_copy(ort_dll, tmp_path / "tampered.dll", 5_000_000)
+    evidence = signature_evidence(tampered, store=store)
+    assert (evidence.signed, evidence.verified) == (True, False)  # another hash: checked, not answered from the store
+    assert len(list((store / SIGNATURE_FACTS).rglob("*.json"))) == 2

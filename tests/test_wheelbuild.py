@@ -20,12 +20,21 @@ from pathlib import Path
 import pytest
 from conftest import make_identity_model
 from installer.sources import WheelFile as InstallerWheelFile
+from packaging.metadata import Metadata, parse_email
 from wheel.wheelfile import WheelFile
 
-from bundler.assembly.wheelbuild import build_wheel
+from bundler.assembly.wheelbuild import (
+    MARKER_FIELD,
+    build_wheel,
+    capi_wheel,
+    requires_python,
+)
 from bundler.errors import BuildError, UnsafeArchiveError
+from bundler.hashing import file_sha256
 from bundler.readers.capi import CapiTree, derive_tag, read_capi
+from bundler.readers.wheel_binaries import wheel_binaries
 from bundler.readers.wheels import verify_official_wheel
+from bundler.sources.derived import Derived, DerivedCache
 
 REPO = Path(__file__).resolve().parents[1]
 EPOCH = 1700000000
@@ -102,7 +111,7 @@ def unpack(wheel: Path, dest: Path) -> Path:
 def test_folder_source_without_dist_info_gets_plain_linux_tag(tmp_path: Path, host_extension: Path) -> None:
     root = host_tree(tmp_path / "src", host_extension)
     tree = read_capi(root, work_dir=tmp_path / "work", platform="linux_x86_64", label="ort.capi")
-    assert tree == CapiTree(root=root, package="onnxruntime", version="1.23.1", requires=(),
+    assert tree == CapiTree(root=root, package="onnxruntime", version="1.23.1", requires=(), dist_info=None,
                             tag=f"{HOST_TAG}-{HOST_TAG}-linux_x86_64")
 
 
@@ -326,6 +335,114 @@ def test_linux_built_wheel_installs_and_runs_a_model(ort_linux_wheel: Path, tmp_
     done = subprocess.run([sys.executable, "-c", script, str(model), str(target)], env=env,
                           capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "1.23.1 [[0.0, 1.0, 2.0, 3.0]]"
+    assert (target / "bin" / "onnxruntime_test").is_file(), "the upstream console script must survive the rebuild"
+
+
+# --- the rebuilt wheel's metadata against upstream's, and the derived-artifact cache ----------------
+
+
+def dist_info_files(wheel: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(wheel) as archive:
+        return {n.split("/", 1)[1]: archive.read(n) for n in archive.namelist()
+                if n.split("/")[0].endswith(".dist-info") and not n.endswith("/")}
+
+
+def rebuilt(upstream: Path, platform: str, work: Path, *, cache: DerivedCache | None = None) -> Derived:
+    return capi_wheel(upstream, source_sha256=file_sha256(upstream), platform=platform, target_python="3.11",
+                      expected_version="1.23.1", requires=None, source_date_epoch=EPOCH, work=work, cache=cache)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("fixture", "platform"), [("ort_win_wheel", "win_amd64"), ("ort_linux_wheel", "linux_x86_64")])
+def test_rebuilt_wheel_keeps_upstream_metadata_except_the_rebuilt_marker(fixture: str, platform: str, tmp_path: Path,
+                                                                        request: pytest.FixtureRequest) -> None:
+    upstream: Path = request.getfixturevalue(fixture)
+    built = rebuilt(upstream, platform, tmp_path)
+    ours, theirs = dist_info_files(built.path), dist_info_files(upstream)
+    assert set(ours) == set(theirs), "every dist-info file is kept; RECORD and WHEEL are written anew"
+    for name in set(theirs) - {"RECORD", "WHEEL", "METADATA"}:
+        assert ours[name] == theirs[name], name
+    assert b"[console_scripts]\r\nonnxruntime_test = " in ours["entry_points.txt"] or \
+        b"[console_scripts]\nonnxruntime_test = " in ours["entry_points.txt"]
+    marker = f"{MARKER_FIELD}: ort-bundler from {upstream.name} sha256:{file_sha256(upstream)}".encode()
+    lines = ours["METADATA"].splitlines(keepends=True)
+    assert [line.rstrip(b"\r\n") for line in lines].count(marker) == 1
+    assert b"".join(line for line in lines if line.rstrip(b"\r\n") != marker) == theirs["METADATA"]
+    # packaging's strict reader accepts everything upstream wrote and names our one added field, nothing else.
+    with pytest.raises(ExceptionGroup) as caught:
+        Metadata.from_email(ours["METADATA"], validate=True)
+    assert [str(e) for e in caught.value.exceptions] == ["unrecognized field: 'rebuilt-by'"]
+    metadata = Metadata.from_email(theirs["METADATA"], validate=True)
+    assert (metadata.metadata_version, str(metadata.requires_python), metadata.license) == ("2.4", ">=3.10", "MIT License")
+
+
+@pytest.mark.integration
+def test_check_wheel_contents_finds_nothing_new_in_the_rebuilt_wheel(ort_win_wheel: Path, tmp_path: Path) -> None:
+    """check-wheel-contents flags upstream's own duplicate __init__.py files (W002); the rebuild adds nothing."""
+    built = rebuilt(ort_win_wheel, "win_amd64", tmp_path)
+    reports = []
+    for wheel in (built.path, ort_win_wheel):
+        done = subprocess.run([sys.executable, "-m", "check_wheel_contents", str(wheel)], check=False,
+                              capture_output=True, text=True)  # exits 1 on findings, which upstream has
+        reports.append(done.stdout.replace(str(wheel), "WHEEL"))
+    assert reports[0] == reports[1]
+    assert "W002" in reports[1]  # the check ran and found upstream's duplicates: the comparison is not vacuous
+
+
+def test_tree_without_dist_info_gets_metadata_2_4(tmp_path: Path, host_extension: Path) -> None:
+    tree = read_capi(host_tree(tmp_path / "src", host_extension), work_dir=tmp_path, platform="linux_x86_64",
+                     label="ort.capi")
+    wheel = build_wheel(tree, expected_version="1.23.1", requires=ORT_REQUIRES, out_dir=tmp_path / "out",
+                        source_date_epoch=EPOCH, target_python="3.11", source_label="build.zip sha256:" + "a" * 64)
+    text = dist_info_files(wheel)["METADATA"]
+    parsed = Metadata.from_raw(parse_email(text)[0], validate=False)
+    assert (parsed.metadata_version, str(parsed.requires_python), parsed.license_expression) == ("2.4", ">=3.10", "MIT")
+    assert f"{MARKER_FIELD}: ort-bundler from build.zip sha256:{'a' * 64}".encode() in text
+    assert requires_python("1.25.0", target_python="3.12", tag="cp312-cp312-linux_x86_64") == ">=3.11"
+    assert requires_python("1.16.3", target_python="3.11", tag="cp311-cp311-linux_x86_64") == ">=3.11"
+    assert requires_python("1.16.3", target_python=None, tag="cp39-abi3-linux_x86_64") == ">=3.9"
+
+
+def test_manifest_dependencies_replace_requires_dist_in_place(tmp_path: Path, host_extension: Path) -> None:
+    root = host_tree(tmp_path / "src", host_extension)
+    dist_info = root / "onnxruntime-1.23.1.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_bytes(b"Metadata-Version: 2.1\nName: onnxruntime\nVersion: 1.23.1\n"
+                                         b"Requires-Dist: numpy\nRequires-Dist: sympy\nAuthor: someone\n"
+                                         b"Rebuilt-By: ort-bundler from an older build\n\nThe description.\n")
+    for name in ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json"):  # an installed tree's files
+        (dist_info / name).write_text("installed\n", encoding="utf-8")
+    (dist_info / "entry_points.txt").write_text("[console_scripts]\nx = onnxruntime:main\n", encoding="utf-8")
+    tree = read_capi(root, work_dir=tmp_path, platform="linux_x86_64", label="ort.capi")
+    wheel = build_wheel(tree, expected_version="1.23.1", requires=("numpy>=2", "packaging"), out_dir=tmp_path / "out",
+                        source_date_epoch=EPOCH, source_label="tree.zip")
+    files = dist_info_files(wheel)
+    assert files["METADATA"] == (b"Metadata-Version: 2.1\nName: onnxruntime\nVersion: 1.23.1\n"
+                                 b"Requires-Dist: numpy>=2\nRequires-Dist: packaging\nAuthor: someone\n"
+                                 b"Rebuilt-By: ort-bundler from tree.zip\n\nThe description.\n")
+    assert sorted(files) == ["METADATA", "RECORD", "WHEEL", "entry_points.txt"]
+    assert files["RECORD"] != b"installed\n"
+
+
+@pytest.mark.integration
+def test_the_built_wheel_is_cached_by_its_inputs_and_a_damaged_entry_is_rebuilt(ort_linux_wheel: Path,
+                                                                                tmp_path: Path) -> None:
+    cache = DerivedCache(tmp_path / "derived")
+    first = rebuilt(ort_linux_wheel, "linux_x86_64", tmp_path / "w1", cache=cache)
+    assert first.path.is_relative_to(cache.root) and first.sha256 == file_sha256(first.path)
+    again = rebuilt(ort_linux_wheel, "linux_x86_64", tmp_path / "w2", cache=cache)
+    assert again == first
+    assert not (tmp_path / "w2" / "capi").exists(), "a hit must not extract the source again"
+    other_epoch = capi_wheel(ort_linux_wheel, source_sha256=file_sha256(ort_linux_wheel),
+                             platform="linux_x86_64", target_python="3.11", expected_version="1.23.1", requires=None,
+                             source_date_epoch=EPOCH + 1, work=tmp_path / "w3", cache=cache)
+    assert other_epoch.path != first.path
+    data = bytearray(first.path.read_bytes())
+    data[1000] ^= 0xFF
+    first.path.write_bytes(bytes(data))
+    repaired = rebuilt(ort_linux_wheel, "linux_x86_64", tmp_path / "w4", cache=cache)
+    assert (tmp_path / "w4" / "capi").exists(), "a damaged entry is built again, not shipped"
+    assert repaired.sha256 == first.sha256 == file_sha256(repaired.path)
 
 
 @pytest.mark.integration
@@ -366,3 +483,45 @@ def test_tampered_official_wheel_names_the_changed_file(ort_win_wheel: Path, tmp
         verify_official_wheel(tampered, expected_name="onnxruntime", expected_version="1.23.1",
                               target_platform="win_amd64", target_python="3.11", label="ort.wheel")
 
+
+
+def test_a_zip_source_lends_its_compressed_members_unchanged(tmp_path: Path, host_extension: Path) -> None:
+    """Members are copied as the source zip compressed them (here: stored), not inflated and deflated again;
+    RECORD still hashes their content, and a folder source of the same tree is deflated."""
+    root = host_tree(tmp_path / "src", host_extension, capi_files={"big.py": "x = 1\n" * 5000})
+    source = tmp_path / "build.zip"
+    with zipfile.ZipFile(source, "w", zipfile.ZIP_STORED) as archive:
+        for path in sorted(root.rglob("*")):
+            if path.is_file():
+                archive.write(path, "build/Release/" + path.relative_to(root).as_posix())
+    tree = read_capi(source, work_dir=tmp_path / "work", platform="linux_x86_64", label="ort.capi")
+    assert (tree.archive, tree.archive_root) == (source, "build/Release")
+    wheel = build_wheel(tree, expected_version="1.23.1", requires=ORT_REQUIRES, out_dir=tmp_path / "out",
+                        source_date_epoch=EPOCH)
+    with zipfile.ZipFile(wheel) as archive:
+        methods = {i.filename: i.compress_type for i in archive.infolist()}
+    assert methods["onnxruntime/capi/big.py"] == zipfile.ZIP_STORED
+    assert methods["onnxruntime-1.23.1.dist-info/METADATA"] == zipfile.ZIP_DEFLATED
+    with InstallerWheelFile.open(wheel) as checked:
+        checked.validate_record()  # every copied member hashes to what RECORD says
+    folder = build_wheel(read_capi(root, work_dir=tmp_path / "w2", platform="linux_x86_64", label="ort.capi"),
+                         expected_version="1.23.1", requires=ORT_REQUIRES, out_dir=tmp_path / "out2",
+                         source_date_epoch=EPOCH)
+    with zipfile.ZipFile(folder) as archive:
+        assert archive.getinfo("onnxruntime/capi/big.py").compress_type == zipfile.ZIP_DEFLATED
+
+
+@pytest.mark.integration
+def test_the_built_wheels_binaries_are_recorded_from_the_tree_not_inflated_again(ort_win_wheel: Path,
+                                                                                 tmp_path: Path) -> None:
+    cache = DerivedCache(tmp_path / "derived")
+    built = rebuilt(ort_win_wheel, "win_amd64", tmp_path / "w", cache=cache)
+    index = tmp_path / "derived" / "wheel-binaries" / built.sha256 / "INDEX.json"
+    assert index.is_file(), "the capi build records the wheel's DLLs and PYDs for the DLL closure"
+    found = wheel_binaries("payload/wheels/ort.whl", built.path, built.sha256, store=cache.root)
+    tree_dll = tmp_path / "w" / "capi" / f"{ort_win_wheel.name}.capi" / "onnxruntime" / "capi" / "onnxruntime.dll"
+    dll = found["payload/wheels/ort.whl!onnxruntime/capi/onnxruntime.dll"]
+    assert dll.stat().st_ino == tree_dll.stat().st_ino  # a hard link to the extracted tree's file
+    with zipfile.ZipFile(built.path) as archive:
+        for label, path in found.items():
+            assert path.read_bytes() == archive.read(label.split("!", 1)[1]), label

@@ -54,7 +54,7 @@ def add_app_local_runtime(assembly: Assembly, build: BuildInputs) -> None:
 def _from_wheel(assembly: Assembly, build: BuildInputs, wheel: str, wanted: set[str]) -> dict[str, str]:
     """The ORT DLLs of the wheel, shipped once as their own members (a wheel member cannot be copied by name)."""
     found: dict[str, str] = {}
-    for label, path in payload_binaries(assembly, build.work).items():
+    for label, path in payload_binaries(assembly, build.work, store=build.cache.work_dir("derived")).items():
         container, _, member = label.partition("!")
         name = PurePosixPath(member).name
         if container == wheel and name.lower() in wanted:

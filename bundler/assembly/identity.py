@@ -26,7 +26,7 @@ def source_identity(source: Input) -> SourceIdentity:
     if source.kind == "requirement":
         name, _, version = source.location.partition("==")
         name = canonicalize_name(name)
-    elif (source.filename or "").endswith(".whl"):
+    elif source.filename is not None and source.filename.endswith(".whl"):
         parsed = parse_wheel_filename(source.filename)
         name, version = str(parsed[0]), str(parsed[1])
     else:

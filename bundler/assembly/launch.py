@@ -76,7 +76,7 @@ if __name__ == "__main__":
     sys.exit(main())
 '''
 #: The target modules that make up the engine, shipped as the `ortengine` package.
-ENGINE_MODULES = ("engine.py", "engine_fs.py", "engine_env.py", "installed.py", "records.py")
+ENGINE_MODULES = ("engine.py", "engine_fs.py", "engine_env.py", "installed.py", "records.py", "trust.py")
 
 
 def engine_files() -> dict[str, tuple[bytes, str]]:

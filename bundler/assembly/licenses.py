@@ -2,24 +2,31 @@
 
 from __future__ import annotations
 
+import base64
+import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from email.message import Message
+from email.parser import Parser
 from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
 from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.identity import source_identity
-from bundler.assembly.runtime import LICENSE_COMPONENT, PSF_LICENSE
+from bundler.assembly.runtime import LICENSE_COMPONENT, PSF_FINDING
 from bundler.errors import BuildError
 from bundler.manifest import Input
 from bundler.readers.archives import SafeArchive, is_archive
 from bundler.readers.wheels import wheel_metadata
+from bundler.sources.derived import code_digest, read_entry, write_entry
+from bundler.spdx import LicenseFinding, metadata_license
 from bundler.writer.zipwriter import Member
 
 LICENSES = "licenses/"
+WHEEL_FACTS = "wheel-facts"
+_FACTS_MAX = 256
 
 
 _LICENSE_NAME = re.compile(r"(LICEN[CS]E|COPYING|NOTICE|THIRDPARTYNOTICES|EULA)([._-][^/]*)?", re.IGNORECASE)
@@ -29,6 +36,8 @@ _CODE_SUFFIXES = (".py", ".pyc", ".pyi", ".h", ".c", ".cpp")
 
 WHEELS = "payload/wheels/"
 ORT_LICENSE = "MIT"
+NO_LICENSE_FILE = "ships no licence file"
+log = logging.getLogger(__name__)
 
 
 def bundled_wheels(assembly: Assembly) -> list[tuple[str, Path]]:
@@ -48,26 +57,17 @@ def _member_file(member: Member) -> Path:
     return member.source
 
 
-def declared_license(metadata: Message) -> str | None:
-    """License-Expression (SPDX, PEP 639) if present, else a one-line License field; a full licence text
-    pasted into License (older wheels do that) is not a name and is left to the licence files."""
-    expression = metadata.get("License-Expression")
-    if expression and expression.strip():
-        return expression.strip()
-    value = (metadata.get("License") or "").strip()
-    if value and "\n" not in value and len(value) <= 100 and value.upper() != "UNKNOWN":
-        return value
-    return None
-
-
 def is_license_text(filename: str) -> bool:
     """LICENSE, COPYING, NOTICE, ThirdPartyNotices, EULA and their variants; never a module named license.py."""
     return bool(_LICENSE_NAME.fullmatch(filename)) and not filename.lower().endswith(_CODE_SUFFIXES)
 
 
-def wheel_license(name: str, metadata: Message) -> str | None:
-    """What the wheel declares; an ORT wheel rebuilt from a capi tree declares nothing, but ORT is MIT."""
-    return declared_license(metadata) or (ORT_LICENSE if name.startswith("onnxruntime") else None)
+def wheel_license(name: str, metadata: Message) -> LicenseFinding | None:
+    """What the wheel declares, as SPDX where certain; ORT is MIT even when a capi tree declares nothing."""
+    found = metadata_license(metadata)
+    if (found is None or found.expression is None) and name.startswith("onnxruntime"):
+        return LicenseFinding(expression=ORT_LICENSE, declared=found.declared if found else None, source="ort-bundler")
+    return found
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,8 +75,22 @@ class LicenseSet:
     """The licence texts of one component: bundle path under licenses/ → where the text comes from."""
 
     component: str
-    license: str | None
+    license: LicenseFinding | None
     texts: Mapping[str, Member]
+
+    def notes(self) -> list[str]:
+        """What a reader of the licence index must know: no certain SPDX licence, no licence file."""
+        notes = []
+        if self.license is None or self.license.expression is None:
+            notes.append(f"licence {self.license.text if self.license else 'unknown: nothing declared'}")
+        if not self.texts:
+            notes.append(NO_LICENSE_FILE)
+        return notes
+
+    def to_json(self) -> dict[str, object]:
+        return {"component": self.component, "files": sorted(self.texts),
+                "license": self.license.expression if self.license else None,
+                "declared": self.license.declared if self.license else None, "notes": self.notes()}
 
 
 def add_licenses(assembly: Assembly, build: BuildInputs) -> None:
@@ -86,11 +100,13 @@ def add_licenses(assembly: Assembly, build: BuildInputs) -> None:
     Every text is small and read from its archive into memory.
     """
     manifest, files = build.manifest, build.files
-    sets = [wheel_licenses(path, wheel) for path, wheel in bundled_wheels(assembly)]
+    store = build.cache.work_dir("derived")
+    sets = [wheel_licenses(path, wheel, assembly.members[path].digest, store=store)
+            for path, wheel in bundled_wheels(assembly)]
     sets.append(sdk_licenses(assembly))
     runtime = assembly.facts.runtime
     if runtime is not None:  # the bundled interpreter's PSF licence and notices (bundler.assembly.runtime)
-        sets.append(LicenseSet(component=LICENSE_COMPONENT, license=PSF_LICENSE, texts=runtime.licenses))
+        sets.append(LicenseSet(component=LICENSE_COMPONENT, license=PSF_FINDING, texts=runtime.licenses))
     if manifest.gpu is not None:
         sets.extend(archive_licenses(gpu.source, files[gpu.source.key]) for gpu in manifest.gpu.sources)
     index = []
@@ -98,7 +114,9 @@ def add_licenses(assembly: Assembly, build: BuildInputs) -> None:
         for path, member in sorted(found.texts.items()):
             _add_member_copy(assembly, path, member)
             assembly.install(path, path)
-        index.append({"component": found.component, "files": sorted(found.texts), "license": found.license})
+        index.append(found.to_json())
+        for note in found.notes():
+            log.warning("licences: %s: %s", found.component, note)
     assembly.facts.licenses = tuple(index)
 
 
@@ -110,23 +128,69 @@ def _add_member_copy(assembly: Assembly, path: str, member: Member) -> None:
         assembly.add_bytes(path, member.data)
 
 
-def wheel_licenses(bundle_path: str, wheel: Path) -> LicenseSet:
+_FACTS: dict[str, WheelFacts] = {}  # by wheel sha256: read once per process (wheel_facts)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelFacts:
+    """What the licence and SBOM parts read from a wheel: its METADATA and its licence texts."""
+
+    metadata: str
+    texts: tuple[tuple[str, bytes], ...]  # (target under licenses/<dist>/, bytes)
+
+    def parsed(self) -> Message:
+        return Parser().parsestr(self.metadata)
+
+
+def wheel_facts(wheel: Path, sha256: str, *, label: str, store: Path | None = None) -> WheelFacts:
+    """Read once per build for both parts (opening a wheel safely checks every entry name), and with a
+    `store` (the cache's derived folder) once per wheel hash for later builds; keyed by the wheel's hash,
+    so a changed file is never answered from memory."""
+    if sha256 in _FACTS:
+        return _FACTS[sha256]
+    facts = _stored_wheel_facts(wheel, sha256, label=label, store=store)
+    if len(_FACTS) >= _FACTS_MAX:
+        _FACTS.clear()
+    _FACTS[sha256] = facts
+    return facts
+
+
+def _stored_wheel_facts(wheel: Path, sha256: str, *, label: str, store: Path | None) -> WheelFacts:
+    entry = store / WHEEL_FACTS / code_digest(("bundler.assembly.licenses",))[:16] / f"{sha256}.json" if store else None
+    found = read_entry(entry) if entry is not None else None
+    if isinstance(found, dict) and isinstance(found.get("metadata"), str) and isinstance(found.get("texts"), list):
+        return WheelFacts(metadata=found["metadata"],
+                          texts=tuple((target, base64.b64decode(data)) for target, data in found["texts"]))
+    facts = _read_wheel_facts(wheel, label=label)
+    if entry is not None:
+        write_entry(entry, {"metadata": facts.metadata,
+                            "texts": [[t, base64.b64encode(d).decode("ascii")] for t, d in facts.texts]})
+    return facts
+
+
+def _read_wheel_facts(wheel: Path, *, label: str) -> WheelFacts:
+    with SafeArchive.open(wheel, label=label) as archive:
+        dist_info, metadata = wheel_metadata(archive, label=label)
+        names = [e.name for e in archive.entries if not e.is_dir]
+        chosen = _wheel_license_members(names, dist_info, metadata.get_all("License-File") or ())
+        texts = tuple((target, archive.read(member)) for target, member in sorted(chosen.items()))
+        text = archive.read(f"{dist_info}/METADATA").decode("utf-8", "replace")
+    return WheelFacts(metadata=text, texts=texts)
+
+
+def wheel_licenses(bundle_path: str, wheel: Path, sha256: str, *, store: Path | None = None) -> LicenseSet:
     """Licence files a wheel declares (License-File) or keeps in its .dist-info, plus notices in a package's
     top folder: ORT ships LICENSE and ThirdPartyNotices.txt in onnxruntime/, not in its .dist-info."""
     name = str(parse_wheel_filename(wheel.name)[0])
-    with SafeArchive.open(wheel, label=bundle_path) as archive:
-        dist_info, metadata = wheel_metadata(archive, label=bundle_path)
-        names = [e.name for e in archive.entries if not e.is_dir]
-        chosen = _wheel_license_members(names, dist_info, metadata.get_all("License-File") or ())
-        texts = {f"{LICENSES}{name}/{target}": Member(name=target, data=archive.read(member))
-                 for target, member in chosen.items()}
-    return LicenseSet(component=name, license=wheel_license(name, metadata), texts=texts)
+    facts = wheel_facts(wheel, sha256, label=bundle_path, store=store)
+    texts = {f"{LICENSES}{name}/{target}": Member(name=target, data=data) for target, data in facts.texts}
+    return LicenseSet(component=name, license=wheel_license(name, facts.parsed()), texts=texts)
 
 
-def _wheel_license_members(names: list[str], dist_info: str, declared: list[str]) -> dict[str, str]:
+def _wheel_license_members(names: list[str], dist_info: str, declared: Sequence[str]) -> dict[str, str]:
     """Target path (relative to licenses/<dist>/) → member, dist-info files first so they win a clash."""
     present = set(names)
-    members = []
+    members: list[str] = []
     for value in declared:
         members.extend(c for c in (f"{dist_info}/licenses/{value}", f"{dist_info}/{value}") if c in present)
     for name in sorted(names):
@@ -148,7 +212,8 @@ def sdk_licenses(assembly: Assembly) -> LicenseSet:
     for path in sorted(assembly.members):
         if path.startswith("payload/sdk/") and path.count("/") == 2 and is_license_text(path.rsplit("/", 1)[1]):
             texts[f"{LICENSES}onnxruntime-sdk/{path.rsplit('/', 1)[1]}"] = assembly.members[path]
-    return LicenseSet(component="onnxruntime-sdk", license=ORT_LICENSE if texts else None, texts=texts)
+    found = LicenseFinding(expression=ORT_LICENSE, declared=None, source="ort-bundler") if texts else None
+    return LicenseSet(component="onnxruntime-sdk", license=found, texts=texts)
 
 
 def archive_licenses(source: Input, path: Path) -> LicenseSet:
@@ -159,7 +224,7 @@ def archive_licenses(source: Input, path: Path) -> LicenseSet:
         return LicenseSet(component=component, license=None, texts={})
     is_wheel = path.name.endswith(".whl")
     with SafeArchive.open(path, label=source.key) as archive:
-        declared = declared_license(wheel_metadata(archive, label=source.key)[1]) if is_wheel else None
+        declared = metadata_license(wheel_metadata(archive, label=source.key)[1]) if is_wheel else None
         texts: dict[str, Member] = {}
         for name in sorted(e.name for e in archive.entries if not e.is_dir):
             target = _archive_license_target(name, is_wheel=is_wheel)

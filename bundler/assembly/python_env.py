@@ -11,15 +11,15 @@ from packaging.utils import parse_wheel_filename
 from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.facts import OrtFact, PythonEnvFact
 from bundler.assembly.runtime import runtime_site_packages
-from bundler.assembly.wheelbuild import build_wheel
+from bundler.assembly.wheelbuild import capi_wheel
 from bundler.errors import ManifestError
 from bundler.hashing import file_sha256
 from bundler.manifest import Manifest
 from bundler.platforms import target_platform
 from bundler.readers.archives import SafeArchive
-from bundler.readers.capi import read_capi
 from bundler.readers.wheels import verify_official_wheel, wheel_metadata
-from bundler.sources.cache import cached_sha256
+from bundler.sources.cache import Cache, cached_sha256
+from bundler.sources.derived import DerivedCache
 from bundler.sources.lock import LockedWheel, requirements_txt
 
 
@@ -32,7 +32,8 @@ def site_packages(manifest: Manifest) -> str:
     return target.site_packages(manifest.bundle.python)
 
 
-def ort_wheel(manifest: Manifest, files: Mapping[str, Path], work: Path) -> tuple[Path, tuple[str, ...]]:
+def ort_wheel(manifest: Manifest, files: Mapping[str, Path], work: Path,
+              cache: Cache | None = None) -> tuple[Path, tuple[str, ...]]:
     """The ORT wheel for the bundle and its Requires-Dist: an official wheel as is, or one built from capi."""
     ort, bundle = manifest.ort, manifest.bundle
     if ort.wheel is not None:
@@ -42,10 +43,12 @@ def ort_wheel(manifest: Manifest, files: Mapping[str, Path], work: Path) -> tupl
                               target_python=bundle.python, label="ort.wheel")
         return path, ort.dependencies if ort.dependencies is not None else wheel_requires(path)
     assert ort.capi is not None
-    tree = read_capi(files[ort.capi.key], work_dir=work / "capi", platform=bundle.platform, label="ort.capi")
-    built = build_wheel(tree, expected_version=ort.version, requires=ort.dependencies, out_dir=work / "wheel",
-                        source_date_epoch=bundle.source_date_epoch)
-    return built, wheel_requires(built)
+    source = files[ort.capi.key]
+    built = capi_wheel(source, source_sha256=file_sha256(source), platform=bundle.platform,
+                       target_python=bundle.python, expected_version=ort.version, requires=ort.dependencies,
+                       source_date_epoch=bundle.source_date_epoch, work=work,
+                       cache=DerivedCache(cache.work_dir("derived")) if cache is not None else None)
+    return built.path, wheel_requires(built.path)
 
 
 def wheel_requires(path: Path) -> tuple[str, ...]:
@@ -79,7 +82,7 @@ def add_python(assembly: Assembly, build: BuildInputs) -> None:
         msg = (f"{manifest.path.name}: python.lock: missing; the ORT wheel's dependencies must be locked for the "
                f"target: run `ort-bundler lock {manifest.path.name}` and add `lock = \"<file>\"` under [python]")
         raise ManifestError(msg)
-    wheel, requires = ort_wheel(manifest, files, build.work)
+    wheel, requires = ort_wheel(manifest, files, build.work, build.cache)
     expected = lock_requirements(manifest, requires)
     if tuple(sorted(lock.requirements)) != expected:
         msg = (f"{lock_name(manifest)}: locked requirements {list(lock.requirements)} differ from what the "

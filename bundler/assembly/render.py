@@ -39,6 +39,8 @@ MAX_INSTALL_DIR_LENGTH = 100
 #: install and uninstall script runs, and the package folder it imports the engine from.
 ENGINE_HELPER = "payload/installer/engine.py"
 ENGINE_PACKAGE = "payload/installer/ortengine"
+#: The signed-bundle check install.sh --trust runs before the engine (bundler/target/trust.py, issue 14).
+TRUST_CHECK = f"{ENGINE_PACKAGE}/trust.py"
 
 #: What the staging folder beside the install adds to the install folder's length: "." before the leaf,
 #: the engine's ".staging-" after it and tempfile.mkdtemp's 8 random characters.
@@ -225,6 +227,7 @@ def _template_values(ctx: ScriptContext) -> dict[str, object]:
         "cache_min_free_mb": CACHE_MIN_FREE_MB,
         "max_install_dir_length": MAX_INSTALL_DIR_LENGTH,
         "engine": ENGINE_HELPER,
+        "trust_check": TRUST_CHECK,
         "staging_extra": STAGING_EXTRA,
         "publisher": "ort-bundler",
     }

@@ -19,6 +19,7 @@ from bundler.assembly.facts import RuntimeFact
 from bundler.hashing import file_sha256
 from bundler.platforms import LINUX, TargetPlatform
 from bundler.readers.pyruntime import PythonRuntime, read_runtime
+from bundler.spdx import LicenseFinding
 from bundler.writer.zipwriter import Member
 
 RUNTIME_BUNDLE_DIR = "payload/python"
@@ -29,6 +30,7 @@ PTH_BUNDLE_DIR = "payload/python-pth"
 APP_DIR = "app"
 APP_PTH = "ort_bundle_app.pth"
 PSF_LICENSE = "PSF-2.0"
+PSF_FINDING = LicenseFinding(expression=PSF_LICENSE, declared=None, source="ort-bundler")
 LICENSE_COMPONENT = "cpython"
 
 

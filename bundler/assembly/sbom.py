@@ -8,22 +8,30 @@ archives only through `SafeArchive`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from email.message import Message
+from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from cyclonedx import spdx
 from cyclonedx.model import HashAlgorithm, HashType, Property
 from cyclonedx.model.bom import Bom
-from cyclonedx.model.component import Component, ComponentType
-from cyclonedx.model.license import DisjunctiveLicense, License, LicenseExpression
+from cyclonedx.model.component import Component, ComponentType, Pedigree
+from cyclonedx.model.license import (
+    DisjunctiveLicense,
+    License,
+    LicenseAcknowledgement,
+    LicenseExpression,
+)
 from cyclonedx.output.json import JsonV1Dot6
 from cyclonedx.schema import SchemaVersion
-from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 from packaging.utils import parse_wheel_filename
 
@@ -32,92 +40,43 @@ from bundler.assembly.assembly import Assembly
 from bundler.assembly.identity import source_identity
 from bundler.assembly.licenses import (
     LICENSES,
+    NO_LICENSE_FILE,
     ORT_LICENSE,
     WHEELS,
     _member_file,
+    wheel_facts,
     wheel_license,
 )
-from bundler.assembly.runtime import LICENSE_COMPONENT, PSF_LICENSE, RUNTIME_BUNDLE_DIR
+from bundler.assembly.runtime import LICENSE_COMPONENT, PSF_FINDING, RUNTIME_BUNDLE_DIR
+from bundler.assembly.wheelbuild import MARKER_FIELD
 from bundler.errors import BuildError
 from bundler.manifest import Input, Manifest
-from bundler.readers.archives import SafeArchive
 from bundler.readers.pe import inspect_pe
-from bundler.readers.wheels import wheel_metadata
+from bundler.readers.wheels import wheel_metadata  # noqa: F401  (re-exported: python_env, commands/inspect)
+from bundler.spdx import LicenseFinding, checked
 from bundler.writer.zipwriter import Member
 
 SBOM = "sbom.cdx.json"
-# ORT's own SPDX licence: the project is MIT (its LICENSE file); the archive carries no metadata saying so.
-
+SUMS = "SHA256SUMS"
+RECORDS = ("bundle.json", "install-plan.json", SUMS)  # describe the bundle; written after every part
 _SCHEMA = SchemaVersion.V1_6
-
-
-# -- shared: the wheels in the bundle -------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-# -- §5 signature evidence -----------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-# -- §4 licence and notice files ---------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
+# The official CycloneDX 1.6 JSON schema and the schemas it refers to, as cyclonedx-python-lib ships them.
+_SCHEMA_PACKAGE = "cyclonedx.schema._res"
+_SCHEMA_FILE = "bom-1.6.SNAPSHOT.schema.json"
+_SCHEMA_REFS = ("spdx.SNAPSHOT.schema.json", "jsf-0.82.SNAPSHOT.schema.json", "cryptography-defs.SNAPSHOT.schema.json")
+_SCHEMA_BASE = "http://cyclonedx.org/schema/"
+OWN_LICENSE = "MIT"  # ort-bundler's own files (installer, self-check): pyproject.toml's licence
+REBUILT_RE = re.compile(r"^ort-bundler from (?P<name>\S+)(?: sha256:(?P<sha256>[0-9a-f]{64}))?$")
 
 
 # -- §3 the SBOM -----------------------------------------------------------------------------------------------
 
 PATH_PROPERTY = "ort-bundler:bundle-path"
 SOURCE_PROPERTY = "ort-bundler:source"
+SPDX_PROPERTY = "ort-bundler:spdx"  # on a licence without an SPDX expression: why
+HASH_PROPERTY = "ort-bundler:hash"  # on a file whose hash the SBOM cannot state: why
+REBUILT_PROPERTY = "ort-bundler:rebuilt-from"
+LICENSE_FILES_PROPERTY = "ort-bundler:license-files"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,23 +86,52 @@ class Group:
     name: str
     type: ComponentType
     version: str | None
-    license: str | None = None
+    license: LicenseFinding | None = None
     purl: PackageURL | None = None
     sha256: str | None = None
     sources: tuple[str, ...] = ()
 
 
+def install_sbom(assembly: Assembly) -> None:
+    """Plan the SBOM's install now: install-plan.json is written before the SBOM, which describes it."""
+    assembly.install(SBOM, SBOM)
+
+
 def add_sbom(assembly: Assembly, *, manifest: Manifest) -> None:
-    """sbom.cdx.json: every member of the bundle, as a component or a file inside one, validated against
-    the CycloneDX 1.6 schema. Reproducible: the serial number follows from the bundle's name and manifest,
-    the timestamp from source_date_epoch, and the library sorts components."""
+    """sbom.cdx.json: every member of the bundle but itself, as a component or a file inside one, validated
+    against the CycloneDX 1.6 schema. Runs after bundle.json and install-plan.json so that they are in it;
+    SHA256SUMS, written after it, is listed without a hash. Reproducible: the serial number follows from
+    the bundle's name, manifest and members, the timestamp from source_date_epoch, and the library sorts
+    components."""
     text = JsonV1Dot6(sbom(assembly, manifest=manifest)).output_as_string(indent=2)
-    error = JsonStrictValidator(_SCHEMA).validate_str(text)
-    if error is not None:
-        msg = f"{SBOM}: the generated SBOM is not valid CycloneDX {_SCHEMA.to_version()}: {error}"
+    errors = schema_errors(json.loads(text))
+    if errors:
+        msg = f"{SBOM}: the generated SBOM is not valid CycloneDX {_SCHEMA.to_version()}: {errors[0]}"
         raise BuildError(msg)
     assembly.add_bytes(SBOM, (text + "\n").encode("utf-8"))
-    assembly.install(SBOM, SBOM)
+
+
+def schema_errors(document: object) -> list[str]:
+    """What the official CycloneDX 1.6 JSON schema finds wrong, formats included.
+
+    Checked with jsonschema-rs, which loads in milliseconds: the pure-Python jsonschema the cyclonedx
+    library uses costs seconds to import (its format checker compiles 38 grammars). The tests validate
+    the same files again with jsonschema and its full format checker.
+    """
+    return [f"{error.message} (at /{'/'.join(map(str, error.instance_path))})"
+            for error in _validator().iter_errors(document)]
+
+
+@functools.cache
+def _validator() -> Any:
+    import jsonschema_rs
+
+    registry = jsonschema_rs.Registry([(f"{_SCHEMA_BASE}{name}", _schema(name)) for name in _SCHEMA_REFS])
+    return jsonschema_rs.Draft7Validator(_schema(_SCHEMA_FILE), registry=registry, validate_formats=True)
+
+
+def _schema(name: str) -> Any:
+    return json.loads(resources.files(_SCHEMA_PACKAGE).joinpath(name).read_text(encoding="utf-8"))
 
 
 def sbom(assembly: Assembly, *, manifest: Manifest) -> Bom:
@@ -180,17 +168,24 @@ def serial_number(manifest: Manifest, assembly: Assembly) -> uuid.UUID:
 def member_components(assembly: Assembly, *, manifest: Manifest) -> list[Component]:
     """One component per wheel, model and VC redistributable; the other members as files of a group."""
     gpu_files = gpu_origins(assembly)
-    singles, grouped = [], {}
+    singles: list[Component] = []
+    grouped: dict[str, list[Component]] = {}
     for path in sorted(assembly.members):
+        if path == SBOM:
+            continue
         member = assembly.members[path]
-        single = _single_component(path, member)
+        single = _single_component(path, member, manifest=manifest)
         if single is not None:
             singles.append(single)
             continue
         origin = gpu_files.get(path, {})
         key = f"gpu:{origin['source']}" if origin else _group_key(path)
         grouped.setdefault(key, []).append(_file_component(path, member, version=origin.get("version")))
-    groups = _groups(manifest) | _runtime_group(assembly, manifest)
+    grouped.setdefault("records", []).append(_sums_component())
+    for component in singles:
+        if component.name in _without_license_files(assembly):
+            component.properties.add(Property(name=LICENSE_FILES_PROPERTY, value=f"none: the package {NO_LICENSE_FILE}"))
+    groups = _groups(manifest, _license_index(assembly)) | _runtime_group(assembly, manifest)
     return singles + [_group_component(key, groups[key], files) for key, files in sorted(grouped.items())]
 
 
@@ -200,45 +195,86 @@ def gpu_origins(assembly: Assembly) -> dict[str, dict[str, Any]]:
     return gpu.origins if gpu else {}
 
 
-def _single_component(path: str, member: Member) -> Component | None:
+def _single_component(path: str, member: Member, *, manifest: Manifest) -> Component | None:
     top = path.rsplit("/", 1)[0] + "/"
     if top in (WHEELS, "payload/installer/") and path.endswith(".whl"):  # the environment's and the engine's
         return wheel_component(path, _member_file(member), member.digest)
     if path.startswith("payload/models/"):
-        return model_component(path, member.digest)
+        return model_component(path, member.digest, manifest=manifest)
     if path.startswith("payload/vc_redist/") and path.lower().endswith(".exe"):
         return vc_redist_component(path, _member_file(member), member.digest)
     return None
 
 
 def wheel_component(path: str, wheel: Path, sha256: str) -> Component:
+    """A wheel as published is named by its purl's file_name; one ort-bundler rebuilt (from a capi source)
+    is not that file: its purl carries its own checksum instead, and its pedigree names the upstream file
+    with that file's own hash and purl, as the wheel's METADATA records it (the Rebuilt-By field)."""
     name, version, _, _ = parse_wheel_filename(wheel.name)
-    with SafeArchive.open(wheel, label=path) as archive:
-        license_ = wheel_license(str(name), wheel_metadata(archive, label=path)[1])
-    purl = PackageURL(type="pypi", name=str(name), version=str(version), qualifiers={"file_name": wheel.name})
+    metadata = wheel_facts(wheel, sha256, label=path).parsed()
+    finding = wheel_license(str(name), metadata)
+    rebuilt = _rebuilt_from(metadata)
+    qualifiers = {"checksum": f"sha256:{sha256}"} if rebuilt else {"file_name": wheel.name}
+    purl = PackageURL(type="pypi", name=str(name), version=str(version), qualifiers=qualifiers)
+    properties = _path_property(path)
+    pedigree = None
+    if rebuilt:
+        properties.append(Property(name=REBUILT_PROPERTY, value=rebuilt[0]))
+        pedigree = Pedigree(ancestors=[_upstream_component(path, str(name), str(version), *rebuilt)],
+                            notes=f"Rebuilt by ort-bundler from {rebuilt[0]}: the package tree and dist-info "
+                                  f"as published, a new WHEEL and RECORD, and METADATA with one added field, "
+                                  f"{MARKER_FIELD}.")
     return Component(type=ComponentType.LIBRARY, name=str(name), version=str(version), bom_ref=path, purl=purl,
-                     hashes=[_sha256(sha256)], licenses=_licenses(license_), properties=_path_property(path))
+                     hashes=[_sha256(sha256)], licenses=_licenses(finding), properties=properties, pedigree=pedigree)
 
 
-def model_component(path: str, sha256: str) -> Component:
+def _rebuilt_from(metadata: Message) -> tuple[str, str | None] | None:
+    """(upstream file name, its sha256 if known) from the Rebuilt-By field of a wheel ort-bundler built."""
+    match = REBUILT_RE.match((metadata.get(MARKER_FIELD) or "").strip())
+    return (match["name"], match["sha256"]) if match else None
+
+
+def _upstream_component(path: str, name: str, version: str, filename: str, sha256: str | None) -> Component:
+    """The published file a rebuilt wheel came from: a wheel by its PyPI purl, any other archive as generic."""
+    qualifiers = {"file_name": filename} if filename.endswith(".whl") else {}
+    if sha256 is not None and not filename.endswith(".whl"):
+        qualifiers["checksum"] = f"sha256:{sha256}"
+    purl = PackageURL(type="pypi" if filename.endswith(".whl") else "generic", name=name, version=version,
+                      qualifiers=qualifiers)
+    return Component(type=ComponentType.LIBRARY, name=name, version=version, bom_ref=f"upstream:{path}", purl=purl,
+                     hashes=[_sha256(sha256)] if sha256 else [])
+
+
+def model_component(path: str, sha256: str, *, manifest: Manifest | None = None) -> Component:
+    """Licensed as `[[models]] license` says (SPDX, checked when the manifest is read), else explicitly unknown."""
     name = PurePosixPath(path).stem
+    declared = next((m.license for m in manifest.models if m.name == name), None) if manifest else None
+    finding = checked(declared, source="manifest") if declared else _unknown("the manifest gives no [[models]] license")
     purl = PackageURL(type="generic", name=name, version=sha256[:12], qualifiers={"checksum": f"sha256:{sha256}"})
     return Component(type=ComponentType.MACHINE_LEARNING_MODEL, name=name, version=sha256[:12], bom_ref=path,
-                     purl=purl, hashes=[_sha256(sha256)], properties=_path_property(path))
+                     purl=purl, hashes=[_sha256(sha256)], licenses=_licenses(finding), properties=_path_property(path))
 
 
 def vc_redist_component(path: str, file: Path, sha256: str) -> Component:
     """The version is the one the installer's own version resource states."""
     name = PurePosixPath(path).name
     version = inspect_pe(file, label=path).file_version
-    purl = PackageURL(type="generic", name=name, version=version)
+    purl = PackageURL(type="generic", name=name, version=version, qualifiers={"checksum": f"sha256:{sha256}"})
+    finding = _unknown("Microsoft's redistributable states its licence terms in no machine-readable form")
     return Component(type=ComponentType.APPLICATION, name=name, version=version, bom_ref=path, purl=purl,
-                     hashes=[_sha256(sha256)], properties=_path_property(path))
+                     hashes=[_sha256(sha256)], licenses=_licenses(finding), properties=_path_property(path))
 
 
 def _file_component(path: str, member: Member, *, version: str | None) -> Component:
     return Component(type=ComponentType.FILE, name=path, version=version, bom_ref=path,
                      hashes=[_sha256(member.digest)], properties=_path_property(path))
+
+
+def _sums_component() -> Component:
+    """SHA256SUMS lists the SBOM's own hash, so it is written after the SBOM and its hash cannot be stated here."""
+    why = f"not stated: {SUMS} holds the hash of {SBOM} and is written after it"
+    return Component(type=ComponentType.FILE, name=SUMS, bom_ref=SUMS,
+                     properties=[*_path_property(SUMS), Property(name=HASH_PROPERTY, value=why)])
 
 
 GROUP_PREFIXES = (
@@ -248,6 +284,7 @@ GROUP_PREFIXES = (
     ("payload/app/", "app"),
     (RUNTIME_BUNDLE_DIR + "/", "python-runtime"),
     (LICENSES, "licenses"),
+    *((record, "records") for record in RECORDS),
 )
 
 
@@ -257,22 +294,30 @@ def _group_key(path: str) -> str:
     return next((key for prefix, key in GROUP_PREFIXES if path.startswith(prefix)), "installer")
 
 
-def _groups(manifest: Manifest) -> dict[str, Group]:
+def _groups(manifest: Manifest, licenses: dict[str, LicenseFinding]) -> dict[str, Group]:
     bundle, ort = manifest.bundle, manifest.ort
     archive = ort.archive
     gpu = manifest.gpu
-    by_source = {f"gpu:{s.source.key}": _gpu_source_group(s.source) for s in (gpu.sources if gpu else ())}
+    own = LicenseFinding(expression=OWN_LICENSE, declared=None, source="ort-bundler")
+    by_source = {f"gpu:{s.source.key}": _gpu_source_group(s.source, licenses) for s in (gpu.sources if gpu else ())}
     return by_source | {
-        "sdk": Group(name="onnxruntime-sdk", type=ComponentType.LIBRARY, version=ort.version, license=ORT_LICENSE,
-                     purl=PackageURL(type="generic", name="onnxruntime", version=ort.version),
+        "sdk": Group(name="onnxruntime-sdk", type=ComponentType.LIBRARY, version=ort.version,
+                     license=LicenseFinding(expression=ORT_LICENSE, declared=None, source="ort-bundler"),
+                     purl=_archive_purl("onnxruntime", ort.version, archive),
                      sha256=archive.sha256[0] if archive else None, sources=_source_names([archive] if archive else [])),
         "gpu": Group(name="gpu-runtime", type=ComponentType.LIBRARY,
                      version=f"cuda-{gpu.cuda}+cudnn-{gpu.cudnn}" if gpu else None,
+                     license=_unknown("DLLs placed without a source the manifest names"),
                      sources=_source_names([s.source for s in gpu.sources] if gpu else [])),
-        "selfcheck": Group(name="ort-bundler-selfcheck", type=ComponentType.APPLICATION, version=__version__),
-        "app": Group(name=f"{bundle.name}-app", type=ComponentType.APPLICATION, version=bundle.version),
-        "licenses": Group(name="licenses", type=ComponentType.DATA, version=None),
-        "installer": Group(name="ort-bundler-installer", type=ComponentType.APPLICATION, version=__version__),
+        "selfcheck": Group(name="ort-bundler-selfcheck", type=ComponentType.APPLICATION, version=__version__,
+                           license=own),
+        "app": Group(name=f"{bundle.name}-app", type=ComponentType.APPLICATION, version=bundle.version,
+                     license=_unknown("the manifest states no licence for the entry point")),
+        "licenses": Group(name="licenses", type=ComponentType.DATA, version=None,
+                          license=_unknown("the licence and notice texts of the other components")),
+        "installer": Group(name="ort-bundler-installer", type=ComponentType.APPLICATION, version=__version__,
+                           license=own),
+        "records": Group(name="bundle-records", type=ComponentType.DATA, version=bundle.version, license=own),
     }
 
 
@@ -285,15 +330,40 @@ def _runtime_group(assembly: Assembly, manifest: Manifest) -> dict[str, Group]:
     purl = PackageURL(type="generic", name=LICENSE_COMPONENT, version=runtime.version,
                       qualifiers={"checksum": f"sha256:{runtime.sha256}"})
     return {"python-runtime": Group(name=LICENSE_COMPONENT, type=ComponentType.APPLICATION, version=runtime.version,
-                                    license=PSF_LICENSE, purl=purl, sha256=runtime.sha256,
+                                    license=PSF_FINDING, purl=purl, sha256=runtime.sha256,
                                     sources=_source_names([source]))}
 
 
-def _gpu_source_group(source: Input) -> Group:
+def _archive_purl(name: str, version: str, archive: Input | None) -> PackageURL:
+    qualifiers = {"checksum": f"sha256:{archive.sha256[0]}"} if archive and len(archive.sha256) == 1 else {}
+    return PackageURL(type="generic", name=name, version=version, qualifiers=qualifiers)
+
+
+def _gpu_source_group(source: Input, licenses: dict[str, LicenseFinding]) -> Group:
     """A requirement pins one hash per candidate wheel: only a single hash identifies the file used."""
     identity = source_identity(source)
-    return Group(name=identity.name, type=ComponentType.LIBRARY, version=identity.version, purl=identity.purl,
-                 sha256=source.sha256[0] if len(source.sha256) == 1 else None, sources=_source_names([source]))
+    single = source.sha256[0] if len(source.sha256) == 1 else None
+    purl = identity.purl
+    if single:
+        purl = PackageURL(type=purl.type, name=purl.name, version=purl.version, qualifiers={"checksum": f"sha256:{single}"})
+    found = licenses.get(identity.name) or _unknown("the source declares no licence")
+    return Group(name=identity.name, type=ComponentType.LIBRARY, version=identity.version, purl=purl,
+                 license=found, sha256=single, sources=_source_names([source]))
+
+
+def _without_license_files(assembly: Assembly) -> set[str]:
+    return {e["component"] for e in assembly.facts.licenses if NO_LICENSE_FILE in e.get("notes", [])}
+
+
+def _license_index(assembly: Assembly) -> dict[str, LicenseFinding]:
+    """The licence part's findings by component name (bundle.json's licence index)."""
+    found = {}
+    for entry in assembly.facts.licenses:
+        expression, declared = entry.get("license"), entry.get("declared")
+        reason = None if expression else "; ".join(entry.get("notes", [])) or "nothing declared"
+        found[entry["component"]] = LicenseFinding(expression=expression, declared=declared, source="index",
+                                                   reason=reason)
+    return found
 
 
 def _source_names(sources: list[Input]) -> tuple[str, ...]:
@@ -313,16 +383,20 @@ def _group_component(key: str, group: Group, files: list[Component]) -> Componen
                      licenses=_licenses(group.license), properties=properties, components=files)
 
 
-def _licenses(value: str | None) -> list[License]:
-    """An SPDX id or expression when it is one; otherwise the name as the package states it."""
-    if value is None:
-        return []
-    spdx_id = spdx.fixup_id(value)
-    if spdx_id is not None:
-        return [DisjunctiveLicense(id=spdx_id)]
-    if spdx.is_expression(value):
-        return [LicenseExpression(value)]
-    return [DisjunctiveLicense(name=value)]
+def _unknown(reason: str) -> LicenseFinding:
+    return LicenseFinding(expression=None, declared=None, source="ort-bundler", reason=reason)
+
+
+def _licenses(finding: LicenseFinding | None) -> list[License]:
+    """An SPDX id or expression when certain; otherwise the declared text (or "unknown") marked as such."""
+    finding = finding or _unknown("nothing declared")
+    if finding.expression is not None:
+        if spdx.is_supported_id(finding.expression):
+            return [DisjunctiveLicense(id=finding.expression)]
+        return [LicenseExpression(finding.expression)]
+    why = Property(name=SPDX_PROPERTY, value=f"unknown: {finding.reason}")
+    return [DisjunctiveLicense(name=finding.declared or "unknown", acknowledgement=LicenseAcknowledgement.DECLARED,
+                               properties=[why])]
 
 
 def _sha256(digest: str) -> HashType:

@@ -88,8 +88,9 @@ def check_signatures(assembly: Assembly, build: BuildInputs) -> None:
     allowed_vc = bool(manifest.vc_redist and manifest.vc_redist.allow_unsigned)
     installed = _install_paths(assembly)
     records, problems, failed = [], [], set()
-    for pe in _pe_files(assembly, work=work):
-        evidence = signature_evidence(pe.file, label=pe.label)
+    store = build.cache.work_dir("derived")
+    for pe in _pe_files(assembly, work=work, store=store):
+        evidence = signature_evidence(pe.file, label=pe.label, store=store)
         rule = signing_rule(pe.label)
         problem = signature_problem(evidence, rule)
         relaxed = allowed_vc if rule is VC_REDIST_RULE else rule.relaxable and allowed_ort
@@ -133,9 +134,9 @@ def _install_paths(assembly: Assembly) -> dict[str, str]:
     return found
 
 
-def _pe_files(assembly: Assembly, *, work: Path) -> Iterator[PeFile]:
+def _pe_files(assembly: Assembly, *, work: Path, store: Path | None = None) -> Iterator[PeFile]:
     """DLLs and PYDs as the DLL closure extracted them (once), then the executables."""
-    for label, file in payload_binaries(assembly, work).items():
+    for label, file in payload_binaries(assembly, work, store=store).items():
         bundle_path, _, member = label.partition("!")
         name = f"wheel:{PurePosixPath(bundle_path).name}!{member}" if member else label
         yield PeFile(label=name, bundle_path=bundle_path, file=file)

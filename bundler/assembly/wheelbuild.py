@@ -14,21 +14,31 @@ import hashlib
 import os
 import re
 import shutil
+import struct
 import tempfile
 import time
 import zipfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import parse_tag
+from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
 from bundler.errors import BuildError
-from bundler.readers.capi import PACKAGE, CapiTree, _files, _version
+from bundler.hashing import file_sha256
+from bundler.readers.capi import PACKAGE, CapiTree, _files, _version, read_capi
+from bundler.readers.wheel_binaries import seed_wheel_binaries
+from bundler.sources.derived import Derived, DerivedCache, code_digest, derived_key
 
 GENERATOR = "ort-bundler"
 CHUNK = 1 << 20
+LOCAL_HEADER_SIZE = 30
+RAW_METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
+ENCRYPTED = 0x1
 # Zip timestamps cannot express times before 1980 or after 2107.
 ZIP_MIN_EPOCH = 315532800
 ZIP_MAX_EPOCH = 4354819199
@@ -37,35 +47,52 @@ ZIP_MAX_EPOCH = 4354819199
 BINARY_RE = re.compile(r"\.(pyd|dll|dylib|so)(\.\d+)*$", re.IGNORECASE)
 BINARY_MODE = 0o755
 FILE_MODE = 0o644
-
-
-
-
-
-
-
-
+# The one field a rebuilt wheel's METADATA gains: who rebuilt it, from which file. Not a core-metadata
+# field (none says "rebuilt"), so strict validators list it as unrecognised; pip and installer ignore it.
+MARKER_FIELD = "Rebuilt-By"
+# Dist-info files the wheel's writer (RECORD, WHEEL) or an installer (INSTALLER, REQUESTED,
+# direct_url.json) makes: never copied from a source, which may be an installed tree.
+NOT_COPIED = frozenset({"RECORD", "RECORD.jws", "RECORD.p7s", "WHEEL", "INSTALLER", "REQUESTED", "direct_url.json"})
+ORT_LICENSE_EXPRESSION = "MIT"  # ONNX Runtime's LICENSE, every release
+# Requires-Python of the official onnxruntime wheels by release, from the package index's data (looked up
+# 2026-12-01): 1.21.0 to 1.24.3 say >=3.10, 1.24.4 to 1.32.0 >=3.11; earlier releases state none there.
+REQUIRES_PYTHON = (
+    (Version("1.21.0"), Version("1.24.3"), ">=3.10"),
+    (Version("1.24.4"), Version("1.32.0"), ">=3.11"),
+)
+WHEEL_KIND = "capi-wheel"
+# What the built wheel's bytes depend on besides its inputs: part of the derived-cache key.
+WHEEL_CODE = ("bundler.assembly.wheelbuild", "bundler.readers.capi", "bundler.readers.pe", "wheel.wheelfile")
 
 
 def build_wheel(tree: CapiTree, *, expected_version: str, requires: Sequence[str] | None = None,
-                out_dir: Path, source_date_epoch: int) -> Path:
+                out_dir: Path, source_date_epoch: int, target_python: str | None = None,
+                source_label: str | None = None) -> Path:
     """Write `<dist>-<version>-<tag>.whl` whose bytes depend only on the tree's content and arguments.
 
     Independent of umask, time zone, file mtimes and directory listing order; the tree is only read.
+    A source dist-info (an official wheel, an installed tree) is kept, every field and file of it, except
+    what the wheel's writer or an installer makes (RECORD, WHEEL, INSTALLER, ...); its METADATA gains one
+    field, `Rebuilt-By`, naming ort-bundler and `source_label`. Without a dist-info the METADATA is written
+    new (2.4, with Requires-Python and License-Expression).
     """
     version = _checked_version(tree, expected_version)
-    dependencies = _dependencies(tree, requires)
     name = f"{tree.package}-{version}-{tree.tag}.whl"
+    dist_info = f"{tree.package}-{version}.dist-info"
+    metadata = _metadata(tree, version, requires=requires, target_python=target_python,
+                         marker=_marker(source_label))
     date_time = _zip_date_time(source_date_epoch)
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".wheelbuild-", dir=out_dir))
     try:
-        with _FixedTimeWheelFile(staging / name, "w", date_time=date_time) as wheel:
+        with _FixedTimeWheelFile(staging / name, "w", date_time=date_time) as wheel, _RawSource(tree) as raw:
             for arcname, path in _package_files(tree.root):
-                wheel.write_file(arcname, path, mode=_mode(arcname))
-            dist_info = f"{tree.package}-{version}.dist-info"
-            wheel.write_member(f"{dist_info}/METADATA", _metadata_text(tree.package, version, dependencies))
-            wheel.write_member(f"{dist_info}/WHEEL", _wheel_text(tree.tag))
+                wheel.add_file(arcname, path, mode=_mode(arcname), raw=raw.member(path))
+            generated = {"METADATA": metadata, "WHEEL": _wheel_text(tree.tag)}
+            for arcname, path in _dist_info_files(tree.dist_info, dist_info):
+                wheel.add_file(arcname, path, mode=FILE_MODE, raw=raw.member(path))
+            for member, text in sorted(generated.items()):
+                wheel.write_member(f"{dist_info}/{member}", text)
         target = out_dir / name
         os.replace(staging / name, target)
     finally:
@@ -73,54 +100,36 @@ def build_wheel(tree: CapiTree, *, expected_version: str, requires: Sequence[str
     return target
 
 
-
-
-
-
-# --- reading a capi source -------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-# --- the tag from the binaries ---------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-
+def capi_wheel(source: Path, *, source_sha256: str, platform: str, target_python: str, expected_version: str,
+               requires: Sequence[str] | None, source_date_epoch: int, work: Path,
+               cache: DerivedCache | None) -> Derived:
+    """The wheel built from a capi source, taken from the derived-artifact cache when the same inputs built
+    it before: building means extracting and deflating 30-40 MB, a cache hit only hashing the result."""
+    key = derived_key({
+        "source_sha256": source_sha256, "source_name": source.name, "platform": platform,
+        "target_python": target_python, "version": expected_version,
+        "requires": list(requires) if requires is not None else None, "source_date_epoch": source_date_epoch,
+        "code": code_digest(WHEEL_CODE),
+    })
+    found = cache.find(WHEEL_KIND, key) if cache is not None else None
+    if found is not None:
+        return found
+    tree = read_capi(source, work_dir=work / "capi", platform=platform, label="ort.capi")
+    built = build_wheel(tree, expected_version=expected_version, requires=requires, out_dir=work / "wheel",
+                        source_date_epoch=source_date_epoch, target_python=target_python,
+                        source_label=f"{source.name} sha256:{source_sha256}")
+    if cache is None:
+        return Derived(path=built, sha256=file_sha256(built))
+    stored = cache.store(WHEEL_KIND, key, built)
+    # The DLL closure and the signature check read the wheel's binaries: they are the tree's files.
+    seed_wheel_binaries(stored.sha256, dict(_package_files(tree.root)), store=cache.root)
+    return stored
 
 
 # --- writing the wheel -----------------------------------------------------------------------------
 
 
-class _FixedTimeWheelFile(WheelFile):
+class _FixedTimeWheelFile(WheelFile):  # type: ignore[misc]  # wheel publishes no types
     """WheelFile whose every entry, RECORD included, gets our timestamp and mode, never the clock's.
 
     `WheelFile.close` writes RECORD through `writestr` with a plain name, which would stamp it with the
@@ -130,6 +139,32 @@ class _FixedTimeWheelFile(WheelFile):
     def __init__(self, path: Path, mode: str, *, date_time: tuple[int, int, int, int, int, int]) -> None:
         super().__init__(path, mode, compression=zipfile.ZIP_DEFLATED)
         self._date_time = date_time
+
+    def add_file(self, arcname: str, path: Path, *, mode: int, raw: _RawMember | None) -> None:
+        """Reuse the source zip's compressed bytes when the file came from one, else deflate it."""
+        if raw is not None:
+            self.copy_raw(arcname, path, raw, mode=mode)
+        else:
+            self.write_file(arcname, path, mode=mode)
+
+    def copy_raw(self, arcname: str, path: Path, raw: _RawMember, *, mode: int) -> None:
+        """Lay down a member compressed by the source zip, unchanged: deflating 35 MB of ORT binaries again
+        costs seconds and gives nothing, and the bytes then depend only on the pinned source, not on the
+        local zlib. CRC and sizes are the source's (checked when the tree was extracted from it); RECORD's
+        hash is taken from the extracted file, which holds the same bytes."""
+        info = self._zipinfo(arcname, mode)
+        info.compress_type = raw.info.compress_type
+        info.CRC, info.compress_size, info.file_size = raw.info.CRC, raw.info.compress_size, raw.info.file_size
+        self._writecheck(info)
+        self._didModify = True
+        info.header_offset = self.fp.tell()
+        self.fp.write(info.FileHeader())
+        raw.copy_to(self.fp)
+        self.filelist.append(info)
+        self.NameToInfo[arcname] = info
+        self.start_dir = self.fp.tell()
+        self._file_hashes[arcname] = ("sha256", _record_digest(path))
+        self._file_sizes[arcname] = info.file_size
 
     def write_member(self, arcname: str, data: bytes | str, *, mode: int = FILE_MODE) -> None:
         self.writestr(self._zipinfo(arcname, mode), data)
@@ -162,6 +197,66 @@ class _FixedTimeWheelFile(WheelFile):
         return info
 
 
+@dataclass(frozen=True, kw_only=True)
+class _RawMember:
+    """One member of the source zip, by its entry and the file the tree holds it as."""
+
+    info: zipfile.ZipInfo
+    source: BinaryIO
+
+    def copy_to(self, out: BinaryIO) -> None:
+        """The compressed bytes after the member's local header (whose name and extra lengths may differ
+        from the central directory's)."""
+        self.source.seek(self.info.header_offset)
+        header = self.source.read(LOCAL_HEADER_SIZE)
+        name_length, extra_length = struct.unpack("<HH", header[26:30])
+        self.source.seek(self.info.header_offset + LOCAL_HEADER_SIZE + name_length + extra_length)
+        remaining = self.info.compress_size
+        while remaining:
+            chunk = self.source.read(min(CHUNK, remaining))
+            if not chunk:
+                msg = f"{self.info.filename}: the source zip ends inside this member, expected {self.info.compress_size} bytes"
+                raise BuildError(msg)
+            out.write(chunk)
+            remaining -= len(chunk)
+
+
+class _RawSource:
+    """The zip a capi tree was extracted from, if any: which of its members hold which extracted file."""
+
+    def __init__(self, tree: CapiTree) -> None:
+        self._root, self._prefix = tree.root, f"{tree.archive_root}/" if tree.archive_root else ""
+        self._file = tree.archive.open("rb") if tree.archive is not None else None
+        self._zip = zipfile.ZipFile(self._file) if self._file is not None else None
+
+    def __enter__(self) -> _RawSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._zip is not None and self._file is not None:
+            self._zip.close()
+            self._file.close()
+
+    def member(self, path: Path) -> _RawMember | None:
+        """The entry whose bytes `path` was extracted from, when it can be copied as it is (stored or
+        deflated, not encrypted, same size)."""
+        if self._zip is None or self._file is None:
+            return None
+        info = self._zip.NameToInfo.get(self._prefix + path.relative_to(self._root).as_posix())
+        if (info is None or info.compress_type not in RAW_METHODS or info.flag_bits & ENCRYPTED
+                or info.file_size != path.stat().st_size):
+            return None
+        return _RawMember(info=info, source=self._file)
+
+
+def _record_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(CHUNK):
+            digest.update(chunk)
+    return base64.urlsafe_b64encode(digest.digest()).decode("ascii").rstrip("=")
+
+
 def _checked_version(tree: CapiTree, expected_version: str) -> str:
     found = _version(tree.version, where=f"{tree.root / PACKAGE}")
     expected = _version(expected_version, where="[ort] version")
@@ -170,6 +265,17 @@ def _checked_version(tree: CapiTree, expected_version: str) -> str:
                f"as pinned by [ort] version")
         raise BuildError(msg)
     return str(found)
+
+
+def _metadata(tree: CapiTree, version: str, *, requires: Sequence[str] | None, target_python: str | None,
+              marker: str) -> str:
+    """The source's METADATA with the marker added (and the manifest's dependencies, when it gives them), or
+    a new one for a tree without dist-info."""
+    if tree.dist_info is not None:
+        text = (tree.dist_info / "METADATA").read_bytes().decode("utf-8")  # as written: no newline translation
+        return _rebuilt_metadata(text, marker=marker, requires=_dependencies(tree, requires) if requires is not None else None)
+    return _new_metadata(tree, version, _dependencies(tree, requires), marker=marker,
+                         requires_python=requires_python(version, target_python=target_python, tag=tree.tag))
 
 
 def _dependencies(tree: CapiTree, requires: Sequence[str] | None) -> tuple[str, ...]:
@@ -188,17 +294,101 @@ def _dependencies(tree: CapiTree, requires: Sequence[str] | None) -> tuple[str, 
     return dependencies
 
 
+def _marker(source_label: str | None) -> str:
+    """Never the tree's folder name: the wheel's bytes must not depend on where the source was unpacked."""
+    return f"ort-bundler from {source_label or 'a capi package tree'}"
+
+
+def _rebuilt_metadata(text: str, *, marker: str, requires: Sequence[str] | None) -> str:
+    """Every header field and the description body kept as written, line endings included (the Windows
+    wheels' METADATA has CRLF); Requires-Dist replaced only when the manifest lists the dependencies; one
+    marker field appended (an older marker is dropped)."""
+    newline = "\r\n" if "\r\n" in text else "\n"
+    head, separator, body = text.partition(newline * 2)
+    fields = [f for f in _header_fields(head, newline) if _field_name(f) != MARKER_FIELD.lower()]
+    if requires is not None:
+        names = [_field_name(f) for f in fields]
+        at = names.index("requires-dist") if "requires-dist" in names else len(fields)
+        kept_before = sum(1 for name in names[:at] if name != "requires-dist")
+        fields = [f for f in fields if _field_name(f) != "requires-dist"]
+        fields[kept_before:kept_before] = [[f"Requires-Dist: {r}"] for r in requires]
+    fields.append([f"{MARKER_FIELD}: {marker}"])
+    lines = newline.join(line for field in fields for line in field) + newline
+    return lines + newline + body if separator else lines
+
+
+def _header_fields(head: str, newline: str) -> list[list[str]]:
+    """Header lines grouped by field: a line starting with white space continues the field before it."""
+    fields: list[list[str]] = []
+    for line in head.split(newline):
+        if not line:
+            continue
+        if line[0] in " \t" and fields:
+            fields[-1].append(line)
+        else:
+            fields.append([line])
+    return fields
+
+
+def _field_name(field: list[str]) -> str:
+    return field[0].partition(":")[0].strip().lower()
+
+
+def requires_python(version: str, *, target_python: str | None, tag: str) -> str:
+    """What the official wheels of this ORT release say, else the manifest's target Python (or, without
+    one, the Python the binaries were built for) as the lowest."""
+    release = Version(version)
+    for low, high, specifier in REQUIRES_PYTHON:
+        if low <= release <= high:
+            return specifier
+    if target_python is not None:
+        return f">={target_python}"
+    interpreter = tag.split("-")[0]
+    return f">=3.{interpreter[3:]}"
+
+
+def _new_metadata(tree: CapiTree, version: str, dependencies: Sequence[str], *, marker: str,
+                  requires_python: str) -> str:
+    lines = [
+        "Metadata-Version: 2.4",
+        f"Name: {tree.package}",
+        f"Version: {version}",
+        "Summary: ONNX Runtime, packaged by ort-bundler from a capi package tree",
+        f"License-Expression: {ORT_LICENSE_EXPRESSION}",
+        f"Requires-Python: {requires_python}",
+        *(f"Requires-Dist: {dependency}" for dependency in dependencies),
+        f"{MARKER_FIELD}: {marker}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _dist_info_files(source: Path | None, dist_info: str) -> list[tuple[str, Path]]:
+    """(archive name, file) of the source dist-info's files the wheel keeps (METADATA is written apart)."""
+    if source is None:
+        return []
+    kept = []
+    for path in _files(source):
+        relative = path.relative_to(source).as_posix()
+        if relative not in NOT_COPIED and relative != "METADATA":
+            _check_inside(path, source.parent)
+            kept.append((f"{dist_info}/{relative}", path))
+    return sorted(kept)
+
+
 def _package_files(root: Path) -> list[tuple[str, Path]]:
     """(archive name, file) for the package, in archive-name order; links must stay inside the tree."""
     package = root / PACKAGE
-    resolved_root = root.resolve()
     files = []
     for path in _files(package):
-        if path.is_symlink() and not path.resolve().is_relative_to(resolved_root):
-            msg = f"{path}: found a link to {path.resolve()}, outside {root}; expected files inside the tree"
-            raise BuildError(msg)
+        _check_inside(path, root)
         files.append((path.relative_to(root).as_posix(), path))
     return sorted(files)
+
+
+def _check_inside(path: Path, root: Path) -> None:
+    if path.is_symlink() and not path.resolve().is_relative_to(root.resolve()):
+        msg = f"{path}: found a link to {path.resolve()}, outside {root}; expected files inside the tree"
+        raise BuildError(msg)
 
 
 def _mode(arcname: str) -> int:
@@ -210,17 +400,6 @@ def _zip_date_time(source_date_epoch: int) -> tuple[int, int, int, int, int, int
     return time.gmtime(clamped)[:6]
 
 
-def _metadata_text(package: str, version: str, dependencies: Sequence[str]) -> str:
-    lines = [
-        "Metadata-Version: 2.1",
-        f"Name: {package}",
-        f"Version: {version}",
-        "Summary: ONNX Runtime, packaged by ort-bundler from a capi package tree",
-        *(f"Requires-Dist: {dependency}" for dependency in dependencies),
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def _wheel_text(tag: str) -> str:
     lines = [
         "Wheel-Version: 1.0",
@@ -229,24 +408,3 @@ def _wheel_text(tag: str) -> str:
         *(f"Tag: {t}" for t in sorted(str(t) for t in parse_tag(tag))),
     ]
     return "\n".join(lines) + "\n"
-
-
-# --- verifying an official wheel -------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-

@@ -19,6 +19,7 @@ from bundler.manifest import Manifest
 from bundler.readers.archives import SafeArchive
 from bundler.readers.dllclosure import dll_closure, vc_runtime_minimum, version_at_least
 from bundler.readers.pe import PeInfo, inspect_pe
+from bundler.readers.wheel_binaries import wheel_binaries
 from bundler.sources.cache import cached_sha256
 
 PE_SUFFIXES = (".dll", ".pyd")
@@ -26,12 +27,13 @@ PE_SUFFIXES = (".dll", ".pyd")
 OPTIONAL_PROVIDER = re.compile(r"^onnxruntime_providers_(?!shared\.dll$)\w+\.dll$")
 
 
-def payload_binaries(assembly: Assembly, work: Path) -> dict[str, Path]:
+def payload_binaries(assembly: Assembly, work: Path, *, store: Path | None = None) -> dict[str, Path]:
     """Every DLL/PYD of the bundle (label → file on disk); each wheel is opened and extracted only once.
 
     Labels are bundle paths, or `<wheel bundle path>!<member>` for a binary inside a wheel. What was
     extracted is remembered per member on the assembly, so later checks (signatures) reuse it, and a
-    member added after an earlier call is still found.
+    member added after an earlier call is still found. With a `store` (the cache's derived folder) a
+    wheel's binaries are extracted once per wheel hash and kept for later builds (`wheel_binaries`).
     """
     found: dict[str, Path] = {}
     for name, member in sorted(assembly.members.items()):
@@ -40,6 +42,8 @@ def payload_binaries(assembly: Assembly, work: Path) -> dict[str, Path]:
                 assembly.binaries[name] = {name: member.source or _written(member.data, work / "pe" / name)}
             elif member.source is None:
                 assembly.binaries[name] = {}
+            elif name.endswith(".whl") and store is not None:
+                assembly.binaries[name] = wheel_binaries(name, member.source, member.digest, store=store)
             elif name.endswith(".whl"):
                 assembly.binaries[name] = _wheel_binaries(name, member.source, work / "pe" / PurePosixPath(name).name)
             else:
@@ -76,8 +80,9 @@ def check_windows(assembly: Assembly, build: BuildInputs) -> None:
     if not build.target.windows:
         assembly.facts.windows = None
         return
-    infos: dict[str, PeInfo] = {label: inspect_pe(path, label=label)
-                                for label, path in payload_binaries(assembly, work).items()}
+    store = build.cache.work_dir("derived")
+    binaries = payload_binaries(assembly, work, store=store)
+    infos: dict[str, PeInfo] = {label: inspect_pe(path, label=label, store=store) for label, path in binaries.items()}
     optional = {label for label in infos if _optional(label)}
     names = [PurePosixPath(label).name for label in optional]
     gpu_fact = assembly.facts.gpu

@@ -18,7 +18,7 @@ from tqdm import tqdm
 from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.parts import add_all
 from bundler.assembly.records import add_records, sha256sums
-from bundler.assembly.sbom import add_sbom
+from bundler.assembly.sbom import add_sbom, install_sbom
 from bundler.errors import BuildError, HashMismatchError
 from bundler.hashing import file_sha256
 from bundler.manifest import Manifest
@@ -44,6 +44,7 @@ def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None =
     with cache.scratch(prefix="build-") as work, disk_errors(BuildError, "build"):
         assembly, inputs = Assembly(), BuildInputs(manifest=manifest, lock=lock, files=files, work=work, cache=cache)
         add_all(assembly, inputs)
+        install_sbom(assembly)  # planned before install-plan.json is written; the SBOM itself comes after it
         add_records(assembly, inputs)
         add_sbom(assembly, manifest=manifest)  # after the records: it describes every member but itself
         members = [_rooted(stem, m) for m in assembly.members.values()]

