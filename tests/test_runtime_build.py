@@ -69,7 +69,8 @@ def test_a_linux_bundle_carries_a_relocatable_interpreter(pbs_standin: Path, bun
     assert (runtime["file"], runtime["interpreter"], runtime["machine"]) == (
         pbs_standin.name, f"python/bin/python{MINOR}", "x86-64")
     assert runtime["sha256"] == hashlib.sha256(pbs_standin.read_bytes()).hexdigest()
-    assert {"component": "cpython", "files": ["licenses/cpython/LICENSE.txt"], "license": "PSF-2.0"} in info["licenses"]
+    [cpython_licence] = [entry for entry in info["licenses"] if entry["component"] == "cpython"]
+    assert (cpython_licence["files"], cpython_licence["license"]) == (["licenses/cpython/LICENSE.txt"], "PSF-2.0")
     sbom = json.loads(read_member(zip_path, "sbom.cdx.json"))
     [cpython] = [c for c in sbom["components"] if c["name"] == "cpython"]
     assert cpython["version"] == runtime["version"] and cpython["licenses"] == [{"license": {"id": "PSF-2.0"}}]
