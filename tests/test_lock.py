@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import tomllib
 import zipfile
 from email.parser import Parser
 from pathlib import Path
@@ -34,7 +35,9 @@ from bundler.sources.fetch import FetchOptions, fetch_inputs
 from bundler.sources.lock import (
     Lock,
     LockedWheel,
+    PinnedModel,
     Target,
+    lock_data,
     read_lock,
     requirements_txt,
     resolve,
@@ -294,6 +297,38 @@ def test_every_problem_is_reported_at_once(tmp_path):
     with pytest.raises(ManifestError) as caught:
         read_lock(path)
     assert [p.split("'")[1] for p in caught.value.problems] == ["target.platform", "target.python"]
+
+
+MODEL = PinnedModel(name="tiny", sha256="c" * 64, ort_version="1.23.1",
+                    record='{"inputs":[{"name":"x","shape":["n",null],"type":"tensor(float)"}],"opsets":{"ai.onnx":13},'
+                           '"outputs":[],"reference":{"outputs":{"y":{"values":["nan",1.5,18446744073709551615]}}},'
+                           '"shapes":{}}')
+
+
+def test_pinned_model_records_survive_the_lock_file_unchanged(tmp_path):
+    path = tmp_path / "ort.lock"
+    lock = Lock(target=WIN, requirements=SMALL_LOCK.requirements, wheels=SMALL_LOCK.wheels, models=(MODEL,))
+    write_lock(lock, path)
+    assert read_lock(path) == lock
+    assert b"[[model]]" in path.read_bytes()
+    assert tomllib.loads(path.read_text(encoding="utf-8")) == lock_data(lock)  # what bundle.json records
+
+
+@pytest.mark.parametrize(("model", "message"), [
+    ('[[model]]\nname = "m"\nsha256 = "' + "c" * 64 + '"\nort_version = "1.23.1"\nrecord = "[1]"\n',
+     "key 'model[0].record' is not a JSON object"),
+    ('[[model]]\nname = "m"\nsha256 = "c"\nort_version = "1.23.1"\nrecord = "{}"\n',
+     "key 'model[0].sha256' is 'c', expected 64 lowercase hexadecimal digits"),
+    ('[[model]]\nname = "m"\nsha256 = "' + "c" * 64 + '"\nrecord = "{}"\n', "key 'model[0].ort_version' is missing"),
+    ('[[model]]\nname = "m"\nsha256 = "' + "c" * 64 + '"\nort_version = "1"\nrecord = "{}"\nrecod = 1\n',
+     "did you mean 'model[0].record'"),
+])
+def test_malformed_model_pin_names_the_key(tmp_path, model, message):
+    path = tmp_path / "ort.lock"
+    path.write_text(lock_text() + model, encoding="utf-8")
+    with pytest.raises(ManifestError) as caught:
+        read_lock(path)
+    assert message in str(caught.value)
 
 
 def test_lock_that_is_not_toml_or_absent_is_a_manifest_error(tmp_path):

@@ -1,7 +1,9 @@
-"""The model gate against real models built with onnx and the real onnxruntime 1.23.1 of this interpreter.
+"""The model gate against real models built with onnx and the real onnxruntime 1.23.1.
 
-The isolated-environment path runs the shipped self-check's `--reference` mode as a real subprocess;
-the integration test installs a different real ORT version into a venv and gates through it.
+No test depends on which onnxruntime this interpreter has: the gate runs 1.23.1 in this process when
+that is the host's version, else in an isolated environment made once in the test cache; the worker
+tests run the host's own version, whatever it is. The integration test installs a different real ORT
+version into a venv and gates through it.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -53,8 +56,16 @@ def matmul_model(path: Path) -> tuple[Path, np.ndarray]:
     return save(graph_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [x], [y], initializers=[w]), path), weights
 
 
+HOST_ORT_VERSION = onnxruntime.__version__
+
+
+def gate_work() -> Path:
+    """Where the isolated ORT 1.23.1 environment lives when the host has another version: made once."""
+    return cache_root() / "modelgate"
+
+
 def gate_one(model: ModelInput, tmp_path: Path):
-    return gate_models([model], ort_version=ORT_VERSION, work_dir=tmp_path / "work")
+    return gate_models([model], ort_version=ORT_VERSION, work_dir=gate_work())
 
 
 def test_good_model_is_recorded_with_signature_opsets_and_reference(tmp_path):
@@ -177,7 +188,7 @@ def test_every_failing_model_is_named_at_once(tmp_path):
               model_input(truncated, "d")]
 
     with pytest.raises(BuildError) as caught:
-        gate_models(models, ort_version=ORT_VERSION, work_dir=tmp_path / "work")
+        gate_models(models, ort_version=ORT_VERSION, work_dir=gate_work())
 
     lines = str(caught.value).splitlines()
     assert sorted(line.split(":")[0] for line in lines) == [
@@ -211,10 +222,10 @@ def test_reference_worker_in_a_real_subprocess_matches_in_process(tmp_path):
     bad = identity_with_opset(tmp_path / "new.onnx", 99)
     models = [model_input(path, "mm", shapes={"x": (2, 4)}), model_input(bad, "new")]
 
-    report = modelgate.run_reference_worker(Path(sys.executable), models, ort_version=ORT_VERSION,
+    report = modelgate.run_reference_worker(Path(sys.executable), models, ort_version=HOST_ORT_VERSION,
                                             runner=runners.run, work_dir=tmp_path / "work")
 
-    in_process = modelgate.probe_models(models, ort_version=ORT_VERSION, runner=runners.run, work_dir=tmp_path)
+    in_process = modelgate.probe_models(models, ort_version=HOST_ORT_VERSION, runner=runners.run, work_dir=tmp_path)
     assert report == json.loads(json.dumps(in_process))
     assert report["mm"]["ok"] and report["new"]["stage"] == "load"
 
@@ -222,7 +233,7 @@ def test_reference_worker_in_a_real_subprocess_matches_in_process(tmp_path):
 def test_reference_worker_refuses_another_ort_version(tmp_path):
     path = make_identity_model(tmp_path / "m.onnx")
 
-    with pytest.raises(BuildError, match=f"imports onnxruntime {ORT_VERSION}, expected 1.0.0"):
+    with pytest.raises(BuildError, match=f"imports onnxruntime {re.escape(HOST_ORT_VERSION)}, expected 1.0.0"):
         modelgate.run_reference_worker(Path(sys.executable), [model_input(path)], ort_version="1.0.0",
                                        runner=runners.run, work_dir=tmp_path / "work")
 
@@ -261,3 +272,123 @@ def test_non_finite_reference_values_stay_valid_json(tmp_path: Path) -> None:
     values = record.to_json()["reference"]["outputs"]["y"]["values"]
     assert "nan" in values
     json.dumps(record.to_json(), allow_nan=False)
+
+
+# -- references pinned by `lock`, checked by `build` ------------------------------------------------------------
+
+
+def perturbed_by_one_ulp(probes: dict) -> dict:
+    """What another CPU kernel may return: every float output value moved by one unit in the last place."""
+    changed = json.loads(json.dumps(probes))
+    for probe in changed.values():
+        for output in probe["reference"]["outputs"].values():
+            values = np.asarray(output["values"], dtype=output["dtype"])
+            moved = np.nextafter(values, np.asarray(np.inf, dtype=values.dtype))
+            output["values"] = moved.tolist()
+            output["digest"] = output_digest(moved.reshape(output["shape"]))
+    return changed
+
+
+def pinned_matmul(tmp_path: Path) -> tuple[ModelInput, modelgate.ModelRecord]:
+    path, _ = matmul_model(tmp_path / "mm.onnx")
+    model = model_input(path, "mm", shapes={"x": (2, 4)})
+    (record,) = gate_models([model], ort_version=ORT_VERSION, work_dir=gate_work())
+    return model, modelgate.ModelRecord.from_pinned(name="mm", sha256=model.sha256, text=record.pinned_json())
+
+
+def test_pinned_record_round_trips_its_json_with_nan_and_non_tensor_outputs() -> None:
+    record = modelgate.ModelRecord(name="m", sha256="a" * 64, opsets={"ai.onnx": 13}, inputs=[{"shape": ["n", None]}],
+                                   outputs=[], shapes={}, reference={"outputs": {"y": {"values": ["nan", 1.5]},
+                                                                                "z": {"kind": "dict", "digest": None}}})
+    again = modelgate.ModelRecord.from_pinned(name="m", sha256="a" * 64, text=record.pinned_json())
+    assert again == record
+
+
+def test_build_gate_ships_the_pinned_record_even_when_this_cpu_rounds_one_ulp_differently(tmp_path, monkeypatch):
+    model, pinned = pinned_matmul(tmp_path)
+    real = modelgate.probe_models
+    seen: list[dict] = []
+
+    def other_cpu(*args, **kwargs):
+        seen.append(perturbed_by_one_ulp(real(*args, **kwargs)))
+        return seen[-1]
+
+    monkeypatch.setattr(modelgate, "probe_models", other_cpu)
+    (shipped,) = modelgate.gate_pinned([model], {"mm": pinned}, ort_version=ORT_VERSION, work_dir=gate_work(),
+                                       results_dir=tmp_path / "results")
+
+    assert seen and seen[0]["mm"]["reference"]["outputs"]["y"]["values"] != pinned.reference["outputs"]["y"]["values"]
+    assert shipped == pinned  # the pinned bytes, not this run's
+    assert len(list((tmp_path / "results").iterdir())) == 1
+
+
+def test_a_gate_result_is_reused_for_the_same_model_ort_and_pinned_record(tmp_path, monkeypatch):
+    model, pinned = pinned_matmul(tmp_path)
+    probed: list[str] = []
+    real = modelgate.probe_models
+
+    def counting(models, **kwargs):
+        probed.extend(m.name for m in models)
+        return real(models, **kwargs)
+
+    monkeypatch.setattr(modelgate, "probe_models", counting)
+    for _ in range(2):
+        modelgate.gate_pinned([model], {"mm": pinned}, ort_version=ORT_VERSION, work_dir=gate_work(),
+                              results_dir=tmp_path / "results")
+    changed = modelgate.ModelRecord(**{**pinned.__dict__, "reference": {**pinned.reference, "rtol": 0.5}})
+    modelgate.gate_pinned([model], {"mm": changed}, ort_version=ORT_VERSION, work_dir=gate_work(),
+                          results_dir=tmp_path / "results")
+
+    assert probed == ["mm", "mm"]  # once, then again only for the changed pinned record
+
+
+def test_a_pinned_reference_the_pinned_ort_cannot_reproduce_fails_naming_the_largest_difference(tmp_path):
+    model, pinned = pinned_matmul(tmp_path)
+    outputs = json.loads(json.dumps(pinned.reference["outputs"]))
+    outputs["y"]["values"][4] += 0.5
+    outputs["y"]["values"][1] += 0.25
+    outputs["y"]["digest"] = output_digest(np.asarray(outputs["y"]["values"], dtype=np.float32).reshape(2, 3))
+    wrong = modelgate.ModelRecord(**{**pinned.__dict__, "reference": {**pinned.reference, "outputs": outputs}})
+
+    with pytest.raises(BuildError) as caught:
+        modelgate.gate_pinned([model], {"mm": wrong}, ort_version=ORT_VERSION, work_dir=gate_work(),
+                              results_dir=tmp_path / "results")
+
+    message = str(caught.value)
+    assert message.startswith("model 'mm' (models/mm.onnx): ORT 1.23.1 on this machine does not reproduce the pinned "
+                              "reference within rtol 0.0001, atol 1e-05: the largest difference is 0.5 in output 'y' "
+                              "element 4")
+    assert not (tmp_path / "results").exists() or not list((tmp_path / "results").iterdir())
+
+
+def test_a_pinned_signature_that_differs_fails_and_says_to_lock_again(tmp_path):
+    model, pinned = pinned_matmul(tmp_path)
+    wrong = modelgate.ModelRecord(**{**pinned.__dict__, "outputs": [{"name": "z", "type": "tensor(float)",
+                                                                     "shape": ["batch", 3]}]})
+
+    with pytest.raises(BuildError, match=r"model 'mm' .*but the lock pins inputs .*run `ort-bundler lock` again"):
+        modelgate.gate_pinned([model], {"mm": wrong}, ort_version=ORT_VERSION, work_dir=gate_work(),
+                              results_dir=tmp_path / "results")
+
+
+@pytest.mark.integration
+def test_an_isolated_environment_whose_interpreter_is_gone_is_rebuilt(tmp_path):
+    """A dead environment: its ready marker is there, its interpreter is not (a deleted base Python, a
+    half-removed folder). The gate must make it again, not run a missing program."""
+    version = OTHER_ORT_VERSION if HOST_ORT_VERSION != OTHER_ORT_VERSION else ORT_VERSION
+    env_dir = tmp_path / f"ort-{version}-py{sys.version_info.major}{sys.version_info.minor}"
+    (env_dir / "bin").mkdir(parents=True)
+    ready = "\n".join(modelgate.isolated_requirements(version)) + "\n"
+    (env_dir / modelgate.READY_MARKER).write_text(ready, encoding="utf-8")
+    (env_dir / "bin" / "python").symlink_to(tmp_path / "gone" / "python3")
+
+    python = modelgate.isolated_python(version, runner=runners.run, work_dir=tmp_path)
+
+    assert python.exists()
+    assert runners.run([str(python), "-c", "import onnxruntime; print(onnxruntime.__version__)"]).strip() == version
+
+
+def test_an_ort_built_against_numpy_1_gets_numpy_1_in_its_isolated_environment():
+    assert modelgate.isolated_requirements("1.17.1") == ["onnxruntime==1.17.1", "numpy<2"]
+    assert modelgate.isolated_requirements("1.18.1") == ["onnxruntime==1.18.1", "numpy<2"]
+    assert modelgate.isolated_requirements("1.23.1") == ["onnxruntime==1.23.1", "numpy"]

@@ -1,29 +1,109 @@
-"""The models part: every model passes the gate in the pinned ORT; the self-check and its identity model ship beside them."""
+"""The models part: every model passes the gate in the pinned ORT; the self-check and its identity model ship beside them.
+
+The models' records (signature, reference outputs) are pinned in the lock by `ort-bundler lock`
+(`pin_models`); the build checks that the pinned ORT reproduces them and ships the pinned record, so the
+zip never depends on how the build machine's CPU rounds.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
 from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.facts import SelfCheckFact
+from bundler.errors import ManifestError
+from bundler.manifest import Manifest
 from bundler.readers.modelgate import (
     ModelInput,
+    ModelRecord,
     gate_models,
+    gate_pinned,
     identity_model_bytes,
     selfcheck_script_bytes,
 )
-from bundler.sources.cache import cached_sha256
+from bundler.sources.cache import Cache, cached_sha256
+from bundler.sources.lock import Lock, PinnedModel
+
+
+def model_inputs(manifest: Manifest, files: Mapping[str, Path]) -> list[ModelInput]:
+    return [ModelInput(name=m.name, path=files[m.source.key], sha256=cached_sha256(files[m.source.key]),
+                       shapes=m.shapes) for m in manifest.models]
+
+
+def pin_models(manifest: Manifest, files: Mapping[str, Path], cache: Cache,
+               *, previous: Sequence[PinnedModel] = ()) -> tuple[PinnedModel, ...]:
+    """`lock`'s part: run the gate once in the pinned ORT and pin what it records, so builds need not.
+
+    A model the previous lock pinned for the same sha256, ORT version and shapes keeps its record: the
+    references are computed once, and re-locking on a machine that rounds differently changes nothing.
+    """
+    inputs = model_inputs(manifest, files)
+    kept = {p.name: p for p in previous if _still_pinned(p, manifest, inputs)}
+    fresh = gate_models([m for m in inputs if m.name not in kept], ort_version=manifest.ort.version,
+                        work_dir=cache.work_dir("ort-envs"))
+    pinned = {r.name: PinnedModel(name=r.name, sha256=r.sha256, ort_version=manifest.ort.version,
+                                  record=r.pinned_json()) for r in fresh}
+    return tuple(kept.get(m.name) or pinned[m.name] for m in inputs)
+
+
+def _still_pinned(pinned: PinnedModel, manifest: Manifest, inputs: Sequence[ModelInput]) -> bool:
+    model = next((m for m in inputs if m.name == pinned.name), None)
+    if model is None or model.sha256 != pinned.sha256 or pinned.ort_version != manifest.ort.version:
+        return False
+    try:
+        record = ModelRecord.from_pinned(name=pinned.name, sha256=pinned.sha256, text=pinned.record)
+    except (ManifestError, ValueError):
+        return False
+    return record.shapes == {name: [int(dim) for dim in shape] for name, shape in sorted(model.shapes.items())}
 
 
 def add_models(assembly: Assembly, build: BuildInputs) -> None:
-    """Every model passes the gate in the pinned ORT version; its signature and reference output are recorded."""
-    manifest, files, cache = build.manifest, build.files, build.cache
-    inputs = [ModelInput(name=m.name, path=files[m.source.key], sha256=cached_sha256(files[m.source.key]),
-                         shapes=m.shapes) for m in manifest.models]
-    records = gate_models(inputs, ort_version=manifest.ort.version, work_dir=cache.work_dir("ort-envs"))
+    """Every model passes the gate in the pinned ORT version; the signature and reference the lock pins are recorded."""
+    manifest, cache = build.manifest, build.cache
+    inputs = model_inputs(manifest, build.files)
+    pinned = pinned_records(manifest, build.lock, inputs)
+    records = gate_pinned(inputs, pinned, ort_version=manifest.ort.version, work_dir=cache.work_dir("ort-envs"),
+                          results_dir=cache.work_dir("gate-results"))
     for model in inputs:
         bundle_path = f"payload/models/{model.name}.onnx"
         assembly.add_file(bundle_path, model.path, model.sha256)
         assembly.install(bundle_path, f"models/{model.name}.onnx")
     assembly.facts.models = tuple({**r.to_json(), "file": f"models/{r.name}.onnx"} for r in records)
+
+
+def pinned_records(manifest: Manifest, lock: Lock | None, inputs: Sequence[ModelInput]) -> dict[str, ModelRecord]:
+    """The lock's record of every model, or one error naming each model the lock does not describe as it is now."""
+    if not inputs:
+        return {}
+    relock = f"run `ort-bundler lock {manifest.path.name}`"
+    if lock is None:
+        msg = (f"{manifest.path.name}: the models' references are pinned in the lock file, but python.lock is "
+               f"missing; {relock} and add `lock = \"<file>\"` under [python]")
+        raise ManifestError(msg)
+    by_name = {model.name: model for model in lock.models}
+    lock_name = manifest.python.lock.name if manifest.python.lock else "the lock file"
+    problems, records = [], {}
+    for model in inputs:
+        entry = by_name.get(model.name)
+        if entry is None:
+            problems.append(f"{lock_name}: {model.label} has no pinned reference; {relock} again")
+        elif entry.sha256 != model.sha256:
+            problems.append(f"{lock_name}: {model.label} changed (sha256 {model.sha256}, the lock pins {entry.sha256}); "
+                            f"{relock} again")
+        elif entry.ort_version != manifest.ort.version:
+            problems.append(f"{lock_name}: {model.label} was pinned with ORT {entry.ort_version}, the manifest pins "
+                            f"{manifest.ort.version}; {relock} again")
+        else:
+            record = ModelRecord.from_pinned(name=entry.name, sha256=entry.sha256, text=entry.record)
+            shapes = {name: [int(dim) for dim in shape] for name, shape in sorted(model.shapes.items())}
+            if record.shapes != shapes:
+                problems.append(f"{lock_name}: {model.label} was pinned for shapes {record.shapes}, the manifest "
+                                f"gives {shapes}; {relock} again")
+            records[model.name] = record
+    if problems:
+        raise ManifestError(problems)
+    return records
 
 
 def add_selfcheck(assembly: Assembly, build: BuildInputs) -> None:

@@ -16,6 +16,7 @@ from bundler.assembly.assembly import Assembly, BuildInputs, Copy
 from bundler.assembly.runtime import RUNTIME_INSTALL_DIR
 from bundler.errors import BuildError
 from bundler.platforms import TargetPlatform
+from bundler.sources.lock import lock_text
 from bundler.target.bundle_info import BUNDLE_FILE, BundleInfo
 from bundler.target.records import PLAN_FILE, InstallPlan, PlanEntry, RecordError, VenvPlan
 from bundler.writer.zipwriter import Member
@@ -23,6 +24,7 @@ from bundler.writer.zipwriter import Member
 WHEELS = "payload/wheels/"
 #: Where the install engine and its pinned installer wheel live in the bundle.
 ENGINE_DIR = "payload/installer/"
+LOCK_FILE = "lock.toml"  # the lock the bundle was built from (not installed)
 
 
 def bundle_info(assembly: Assembly, build: BuildInputs) -> BundleInfo:
@@ -52,6 +54,8 @@ def add_records(assembly: Assembly, build: BuildInputs) -> None:
     """bundle.json and install-plan.json, written after every part because they describe everything else."""
     assembly.add_bytes(BUNDLE_FILE, to_json(bundle_info(assembly, build).to_json()))
     assembly.install(BUNDLE_FILE, BUNDLE_FILE)
+    if build.lock is not None:  # with the manifest in bundle.json, what `reproduce` rebuilds from
+        assembly.add_bytes(LOCK_FILE, lock_text(build.lock).encode("utf-8"))
     assembly.add_bytes(PLAN_FILE, to_json(install_plan(assembly, build).to_json()))
     assembly.install(PLAN_FILE, PLAN_FILE)
 

@@ -1,19 +1,25 @@
-"""`ort-bundler lock`: resolve the ORT wheel's dependency closure for the target and write the lock file."""
+"""`ort-bundler lock`: pin, for the target, what depends on more than the manifest's hashes.
+
+Two things are resolved once, on the connected machine, and written into the lock file beside the
+manifest: the ORT wheel's Python dependency closure for the target platform and Python, and each model's
+gate record in the pinned ORT (signature and reference outputs), so that `build` ships the same bytes on
+every machine however its CPU rounds.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-import tempfile
+from dataclasses import replace
 from pathlib import Path
 
+from bundler.assembly.models import pin_models
 from bundler.assembly.python_env import lock_requirements, ort_wheel
-from bundler.errors import UsageError
+from bundler.errors import ManifestError, UsageError
 from bundler.manifest import Manifest
 from bundler.runner import Runner, run
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import FetchOptions, fetch_inputs
 from bundler.sources.inputs import target_of
-from bundler.sources.lock import Lock, resolve, resolve_installer, write_lock
+from bundler.sources.lock import Lock, PinnedModel, read_lock, resolve, resolve_installer, write_lock
 
 
 def default_lock_path(manifest: Manifest) -> Path:
@@ -21,19 +27,32 @@ def default_lock_path(manifest: Manifest) -> Path:
 
 
 def lock_manifest(manifest: Manifest, *, cache: Cache, options: FetchOptions, runner: Runner = run) -> tuple[Lock, Path]:
-    """Resolve ORT's dependencies (plus [python] requirements) for the target and write the lock file."""
+    """Resolve ORT's dependencies (plus [python] requirements) for the target, pin the models, write the lock file."""
     source = manifest.ort.python_source
-    if source is None:
-        msg = f"{manifest.path.name}: [ort] has neither 'wheel' nor 'capi', so there is no Python closure to lock"
+    if source is None and not manifest.models:
+        msg = (f"{manifest.path.name}: [ort] has neither 'wheel' nor 'capi' and there are no [[models]], "
+               "so there is nothing to lock")
         raise UsageError(msg)
     target = target_of(manifest)
-    files = fetch_inputs([source], cache=cache, target=target, options=options, runner=runner)
-    with tempfile.TemporaryDirectory(dir=cache.work_dir("tmp"), prefix="lock-") as tmp:
-        _, requires = ort_wheel(manifest, files, Path(tmp))
-        lock = resolve(lock_requirements(manifest, requires), target=target, runner=runner, work_dir=Path(tmp))
-        lock = dataclasses.replace(lock, installer=resolve_installer(target=target, runner=runner, work_dir=Path(tmp)))
+    inputs = ([source] if source is not None else []) + [model.source for model in manifest.models]
+    files = fetch_inputs(inputs, cache=cache, target=target, options=options, runner=runner)
+    with cache.scratch(prefix="lock-") as tmp:
+        lock = Lock(target=target, requirements=(), wheels=())
+        if source is not None:
+            _, requires = ort_wheel(manifest, files, Path(tmp))
+            lock = resolve(lock_requirements(manifest, requires), target=target, runner=runner, work_dir=Path(tmp))
+        lock = replace(lock, installer=resolve_installer(target=target, runner=runner, work_dir=Path(tmp)))
     path = default_lock_path(manifest)
+    lock = replace(lock, models=pin_models(manifest, files, cache, previous=_previous_pins(path)))
     write_lock(lock, path)
     return lock, path
 
 
+def _previous_pins(path: Path) -> tuple[PinnedModel, ...]:
+    """The models the existing lock pins, or none when there is no readable lock to keep them from."""
+    if not path.is_file():
+        return ()
+    try:
+        return read_lock(path).models
+    except ManifestError:
+        return ()

@@ -1,14 +1,18 @@
-"""The model gate: every bundled model must load and run in the pinned ORT version at build time.
+"""The model gate: every bundled model must load and run in the pinned ORT version.
 
 An unsupported operator or opset found on an air-gapped target costs a release; found here it
-costs a build. The gate also records what the self-check needs to prove the install: each model's
-fingerprint, signature and a reference output computed on deterministic inputs (`target/synth.py`).
-The session runs in the very ORT version the bundle ships: in this process when it is that version,
-else in an isolated environment on the build host running the shipped self-check's `--reference` mode.
+costs a build. `lock` runs the gate once, on the connected machine, and pins what it found (each
+model's fingerprint, signature and a reference output computed on deterministic inputs,
+`target/synth.py`); `build` runs it again and checks that the pinned ORT reproduces the pinned
+reference within its tolerance, and ships the pinned record: the zip never carries this machine's
+floating-point results. The session runs in the very ORT version the bundle ships: in this process
+when it is that version, else in an isolated environment on the build host running the shipped
+self-check's `--reference` mode.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -18,11 +22,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock
+from packaging.version import InvalidVersion, Version
 
+from bundler import __version__
 from bundler import runner as runners
-from bundler.errors import BuildError, HashMismatchError, UnsupportedError
+from bundler.atomic import write_atomic
+from bundler.errors import (
+    BuildError,
+    HashMismatchError,
+    ManifestError,
+    UnsupportedError,
+)
 from bundler.hashing import file_sha256, mismatch_message
 from bundler.runner import Runner
 from bundler.target import synth
@@ -31,6 +44,10 @@ from bundler.target import synth
 INLINED = ("synth", "records", "dllsearch", "interpreter")
 FUTURE_IMPORT = "from __future__ import annotations\n"
 READY_MARKER = ".ort-bundler-ready"
+# The first onnxruntime release built against NumPy 2 (1.19.0 release notes).
+NUMPY2_SINCE = Version("1.19")
+
+Json = dict[str, Any]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,12 +71,12 @@ class ModelRecord:
     name: str
     sha256: str
     opsets: dict[str, int]
-    inputs: list[dict]
-    outputs: list[dict]
+    inputs: list[Json]
+    outputs: list[Json]
     shapes: dict[str, list[int]]
-    reference: dict
+    reference: Json
 
-    def to_json(self) -> dict:
+    def to_json(self) -> Json:
         return {
             "name": self.name,
             "sha256": self.sha256,
@@ -70,17 +87,28 @@ class ModelRecord:
             "reference": self.reference,
         }
 
+    def pinned_json(self) -> str:
+        """The record as the lock pins it: one canonical JSON line, without the name and hash the lock states."""
+        data = {key: value for key, value in self.to_json().items() if key not in ("name", "sha256")}
+        return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+    @classmethod
+    def from_pinned(cls, *, name: str, sha256: str, text: str) -> ModelRecord:
+        """The record a lock pins (`pinned_json`); a record missing a key is a lock error."""
+        data = json.loads(text)
+        missing = sorted({"opsets", "inputs", "outputs", "shapes", "reference"} - set(data))
+        if missing:
+            msg = f"the lock's record of model '{name}' lacks {', '.join(missing)}; run `ort-bundler lock` again"
+            raise ManifestError(msg)
+        return cls(name=name, sha256=sha256, opsets=data["opsets"], inputs=data["inputs"], outputs=data["outputs"],
+                   shapes=data["shapes"], reference=data["reference"])
+
 
 def gate_models(
     models: Sequence[ModelInput], *, ort_version: str, runner: Runner | None = None, work_dir: Path
 ) -> list[ModelRecord]:
-    """Check every model and record it, or fail the build naming every model that cannot ship."""
-    opsets, problems = {}, []
-    for model in models:
-        try:
-            opsets[model.name] = check_model_file(model)
-        except BuildError as exc:
-            problems.append(str(exc))
+    """Check every model and record it, or fail naming every model that cannot ship (run by `lock`)."""
+    opsets, problems = check_model_files(models)
     parsed = [model for model in models if model.name in opsets]
     probes = probe_models(parsed, ort_version=ort_version, runner=runner or runners.run, work_dir=work_dir)
     problems += [problem for model in parsed
@@ -101,10 +129,105 @@ def gate_models(
     ]
 
 
+def gate_pinned(
+    models: Sequence[ModelInput], pinned: Mapping[str, ModelRecord], *, ort_version: str,
+    runner: Runner | None = None, work_dir: Path, results_dir: Path,
+) -> list[ModelRecord]:
+    """The build's gate: the pinned ORT must reproduce each pinned record within its tolerance.
+
+    What ships is the pinned record, never this machine's output, so the zip does not depend on the CPU
+    kernels of the build machine. A model that passed once for the same model hash, ORT version, pinned
+    record and gate code is not run again (`results_dir`).
+    """
+    opsets, problems = check_model_files(models)
+    parsed = [model for model in models if model.name in opsets]
+    keys = {model.name: gate_key(model, pinned[model.name], ort_version) for model in parsed}
+    todo = [model for model in parsed if not (results_dir / keys[model.name]).is_file()]
+    probes = probe_models(todo, ort_version=ort_version, runner=runner or runners.run, work_dir=work_dir)
+    for model in parsed:
+        if model in todo and (problem := probe_problem(model, probes[model.name], opsets[model.name], ort_version)
+                              or pinned_problem(model, pinned[model.name], probes[model.name], ort_version)):
+            problems.append(problem)
+        elif pinned[model.name].opsets != opsets[model.name]:
+            problems.append(f"{model.label}: the lock pins opsets {pinned[model.name].opsets}, the model imports "
+                            f"{opsets[model.name]}; run `ort-bundler lock` again")
+    if problems:
+        raise BuildError("\n".join(problems))
+    results_dir.mkdir(parents=True, exist_ok=True)
+    for model in todo:
+        write_atomic(results_dir / keys[model.name], b"passed\n")
+    return [pinned[model.name] for model in models]
+
+
+def gate_key(model: ModelInput, pinned: ModelRecord, ort_version: str) -> str:
+    """What a gate result depends on: the model, the ORT version, the pinned record and the gate's own code."""
+    parts = [model.sha256, ort_version, pinned.pinned_json(), __version__,
+             hashlib.sha256(selfcheck_script_bytes()).hexdigest()]
+    return hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()
+
+
+def pinned_problem(model: ModelInput, pinned: ModelRecord, probe: Json, ort_version: str) -> str | None:
+    """None when this run reproduces the pinned record within its tolerance, else the build's sentence."""
+    if (probe["inputs"], probe["outputs"]) != (pinned.inputs, pinned.outputs):
+        return (f"{model.label}: ORT {ort_version} reports the signature inputs {probe['inputs']} outputs "
+                f"{probe['outputs']}, but the lock pins inputs {pinned.inputs} outputs {pinned.outputs}; "
+                "run `ort-bundler lock` again")
+    fresh, recorded = probe["reference"], pinned.reference
+    if fresh["inputs"] != recorded["inputs"]:
+        return (f"{model.label}: the synthesised inputs differ from those the pinned reference was computed on "
+                f"({fresh['inputs']} here, {recorded['inputs']} pinned); run `ort-bundler lock` again")
+    worst = largest_difference(fresh["outputs"], recorded["outputs"], rtol=recorded["rtol"], atol=recorded["atol"])
+    if worst is None:
+        return None
+    return (f"{model.label}: ORT {ort_version} on this machine does not reproduce the pinned reference within "
+            f"rtol {recorded['rtol']}, atol {recorded['atol']}: {worst}")
+
+
+def largest_difference(fresh: Mapping[str, Json], pinned: Mapping[str, Json], *, rtol: float, atol: float) -> str | None:
+    """None when every output is within the tolerance, else the largest difference, said in one phrase.
+
+    The values decide, not the digests: a digest differs after a one-ulp change that the tolerance allows.
+    """
+    import numpy as np
+
+    failures = []
+    for name, recorded in sorted(pinned.items()):
+        value = fresh.get(name)
+        if value is None:
+            failures.append((float("inf"), f"output '{name}' is missing"))
+            continue
+        if recorded.get("digest") is None:  # not a tensor: nothing numeric was pinned
+            continue
+        if (value.get("shape"), value.get("dtype")) != (recorded["shape"], recorded["dtype"]):
+            failures.append((float("inf"), (f"output '{name}' is {value.get('dtype')}{value.get('shape')}, "
+                                            f"pinned {recorded['dtype']}{recorded['shape']}")))
+            continue
+        actual, expected = (np.asarray([float(v) if isinstance(v, str) else v for v in values], dtype=np.float64)
+                            for values in (value["values"], recorded["values"]))
+        close = np.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+        if not close.all():
+            gap = np.where(close, 0.0, np.nan_to_num(np.abs(actual - expected), nan=np.inf))
+            index = int(np.argmax(gap))
+            failures.append((float(gap[index]), (f"the largest difference is {gap[index]:g} in output '{name}' "
+                                                f"element {index} ({actual[index]!r} here, {expected[index]!r} pinned)")))
+    return max(failures)[1] if failures else None
+
+
+def check_model_files(models: Sequence[ModelInput]) -> tuple[dict[str, dict[str, int]], list[str]]:
+    """Each readable model's opsets, and the sentence for each model that is not."""
+    opsets, problems = {}, []
+    for model in models:
+        try:
+            opsets[model.name] = check_model_file(model)
+        except BuildError as exc:
+            problems.append(str(exc))
+    return opsets, problems
+
+
 def check_model_file(model: ModelInput) -> dict[str, int]:
     """Verify, parse and check one model with onnx; returns its opset imports by domain."""
     import onnx
-    from google.protobuf.message import DecodeError
+    from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
     actual = file_sha256(model.path)
     if actual != model.sha256:
@@ -128,7 +251,7 @@ def check_model_file(model: ModelInput) -> dict[str, int]:
     return {entry.domain or "ai.onnx": int(entry.version) for entry in proto.opset_import}
 
 
-def probe_problem(model: ModelInput, probe: dict, opsets: Mapping[str, int], ort_version: str) -> str | None:
+def probe_problem(model: ModelInput, probe: Json, opsets: Mapping[str, int], ort_version: str) -> str | None:
     """The build's sentence for a model the pinned ORT cannot load or run, or None when it can."""
     if probe["ok"]:
         return None
@@ -142,7 +265,7 @@ def probe_problem(model: ModelInput, probe: dict, opsets: Mapping[str, int], ort
     return f"{model.label}: {what}, ORT {ort_version} says: {probe['reason']}"
 
 
-def probe_models(models: Sequence[ModelInput], *, ort_version: str, runner: Runner, work_dir: Path) -> dict:
+def probe_models(models: Sequence[ModelInput], *, ort_version: str, runner: Runner, work_dir: Path) -> dict[str, Json]:
     """Each model's probe from `synth.probe_model`, computed in the pinned ORT version."""
     if not models:
         return {}
@@ -159,28 +282,49 @@ def in_process_ort_version() -> str | None:
         import onnxruntime
     except ImportError:
         return None
-    return onnxruntime.__version__
+    return str(onnxruntime.__version__)
+
+
+def isolated_requirements(ort_version: str) -> list[str]:
+    """What the isolated environment installs: the pinned ORT and a NumPy its binaries were built against.
+
+    onnxruntime declares `numpy>=1.21.6` with no upper bound, but releases before 1.19 are built against
+    NumPy 1.x and fail to import under NumPy 2 ("_ARRAY_API not found"); pip alone would pick NumPy 2.
+    """
+    try:
+        before_numpy2 = Version(ort_version) < NUMPY2_SINCE
+    except InvalidVersion:
+        before_numpy2 = False
+    return [f"onnxruntime=={ort_version}", "numpy<2" if before_numpy2 else "numpy"]
 
 
 def isolated_python(ort_version: str, *, runner: Runner, work_dir: Path) -> Path:
-    """A virtual environment on the build host with exactly the pinned ORT, made once per work_dir."""
+    """A virtual environment on the build host with exactly the pinned ORT, made once per work_dir.
+
+    It is made again when it is dead (the ready marker there, the interpreter gone, e.g. its base Python
+    removed) or was made with other requirements than `isolated_requirements` now gives.
+    """
     env_dir = work_dir / f"ort-{ort_version}-py{sys.version_info.major}{sys.version_info.minor}"
     python = env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    requirements = isolated_requirements(ort_version)
+    ready = "\n".join(requirements) + "\n"
+    marker = env_dir / READY_MARKER
     work_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(work_dir / f"{env_dir.name}.lock"):  # builds sharing a cache make the environment once
-        if (env_dir / READY_MARKER).is_file():
-            return python
+        # An environment made before the marker listed its requirements holds the ORT version only.
+        accepted = {ready, ort_version} if requirements[-1] == "numpy" else {ready}
+        if marker.is_file() and marker.read_text(encoding="utf-8") in accepted and python.exists():
+            return python  # exists() follows the venv's link to its base interpreter
         shutil.rmtree(env_dir, ignore_errors=True)
         runner([sys.executable, "-m", "venv", str(env_dir)])
-        runner([str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
-                f"onnxruntime=={ort_version}", "numpy"])
-        (env_dir / READY_MARKER).write_text(ort_version, encoding="utf-8")
+        runner([str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", *requirements])
+        marker.write_text(ready, encoding="utf-8")
     return python
 
 
 def run_reference_worker(
     python: Path, models: Sequence[ModelInput], *, ort_version: str, runner: Runner, work_dir: Path
-) -> dict:
+) -> dict[str, Json]:
     """Run the shipped self-check's `--reference` mode under `python` and read its JSON report."""
     work_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=work_dir, prefix="gate-") as private:  # one per build: builds may overlap
@@ -198,7 +342,8 @@ def run_reference_worker(
     if report["ort_version"] != ort_version:
         msg = f"{python} imports onnxruntime {report['ort_version']}, expected {ort_version}"
         raise BuildError(msg)
-    return report["models"]
+    probes: dict[str, Json] = report["models"]
+    return probes
 
 
 def identity_model_bytes() -> bytes:
@@ -211,7 +356,8 @@ def identity_model_bytes() -> bytes:
                               "ort-bundler-selfcheck", [x], [y])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], producer_name="ort-bundler")
     model.ir_version = 8  # opset 13 needs IR 7+; 8 loads in every ORT the bundler supports
-    return model.SerializeToString(deterministic=True)
+    data: bytes = model.SerializeToString(deterministic=True)
+    return data
 
 
 def selfcheck_script_bytes() -> bytes:

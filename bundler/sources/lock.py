@@ -118,7 +118,9 @@ class Target:
 
     def supported_tags(self) -> frozenset[Tag]:
         """The wheel tags an interpreter of this target accepts, to check what pip chose."""
-        minor = int(PYTHON_RE.match(self.python).group(1))
+        match = PYTHON_RE.match(self.python)
+        assert match is not None  # checked in __post_init__
+        minor = int(match.group(1))
         version = (3, minor)
         platforms = self.pip_platforms()
         return frozenset([
@@ -136,10 +138,27 @@ class LockedWheel:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PinnedModel:
+    """A model's gate result, computed once by `lock` in the pinned ORT and reused by every build.
+
+    The reference outputs of a model may differ in the last bit between CPU kernels (AVX-512 vs AVX2):
+    computed at build time they would make the zip depend on the build machine. `record` is the JSON of
+    what bundle.json says about the model (opsets, signature, shapes, reference), stored as one string
+    so that every value (None, NaN spelled "nan", 64-bit integers) survives TOML unchanged.
+    """
+
+    name: str
+    sha256: str
+    ort_version: str
+    record: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class Lock:
     target: Target
     requirements: tuple[str, ...]
     wheels: tuple[LockedWheel, ...]
+    models: tuple[PinnedModel, ...] = ()
     #: pypa's installer, which the bundle's install engine runs; never installed into the environment.
     installer: LockedWheel | None = None
 
@@ -318,7 +337,17 @@ def resolve_installer(*, target: Target, runner: Runner = run, work_dir: Path) -
 
 def write_lock(lock: Lock, path: Path) -> None:
     """Write the lock sorted, so that the same resolution always gives the same bytes, and atomically."""
-    data = {
+    write_atomic(path, lock_text(lock).encode("utf-8"))
+
+
+def lock_text(lock: Lock) -> str:
+    """The lock file's text; the bundle carries it as lock.toml, which `reproduce` rebuilds from."""
+    return LOCK_HEADER + tomli_w.dumps(lock_data(lock))
+
+
+def lock_data(lock: Lock) -> dict[str, Any]:
+    """The lock as TOML tables, sorted."""
+    data: dict[str, Any] = {
         "target": {"platform": lock.target.platform, "python": lock.target.python},
         "resolve": {"requirements": sorted(lock.requirements)},
         "wheel": [
@@ -330,11 +359,33 @@ def write_lock(lock: Lock, path: Path) -> None:
         wheel = lock.installer
         data["installer"] = {"name": wheel.name, "version": wheel.version, "filename": wheel.filename,
                              "sha256": wheel.sha256}
-    write_atomic(path, (LOCK_HEADER + tomli_w.dumps(data)).encode("utf-8"))
+    if lock.models:
+        data["model"] = [{"name": m.name, "sha256": m.sha256, "ort_version": m.ort_version, "record": m.record}
+                         for m in sorted(lock.models, key=lambda model: model.name)]
+    return data
+
+
+def parse_lock(data: Mapping[str, Any], path: Path) -> Lock:
+    """A lock from its TOML tables, every problem at once, each named as it appears in the file."""
+    reader = _LockReader(path)
+    reader.unknown_keys(data, {*LOCK_KEYS, "wheel", "installer", "model"}, "")
+    target = reader.target(reader.table(data, "target"))
+    requirements = reader.requirements(reader.table(data, "resolve"))
+    wheels = reader.wheels(data)
+    installer = None
+    if "installer" in data:
+        table = reader.value(data, "installer", "installer", dict, "an [installer] table")
+        installer = None if table is None else reader.wheel(table, "installer")
+    models = reader.models(data)
+    if reader.problems:
+        raise ManifestError(reader.problems)
+    assert target is not None
+    return Lock(target=target, requirements=requirements, wheels=wheels, installer=installer, models=models)
 
 
 LOCK_KEYS = {"target": {"platform", "python"}, "resolve": {"requirements"}}
 WHEEL_KEYS = ("name", "version", "filename", "sha256")
+MODEL_KEYS = ("name", "sha256", "ort_version", "record")
 
 
 def read_lock(path: Path) -> Lock:
@@ -347,18 +398,7 @@ def read_lock(path: Path) -> Lock:
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         msg = f"Lock file {path} is not valid UTF-8 TOML ({exc}); expected the file 'ort-bundler lock' writes."
         raise ManifestError(msg) from None
-    reader = _LockReader(path)
-    reader.unknown_keys(data, {*LOCK_KEYS, "wheel", "installer"}, "")
-    target = reader.target(reader.table(data, "target"))
-    requirements = reader.requirements(reader.table(data, "resolve"))
-    wheels = reader.wheels(data)
-    installer = None
-    if "installer" in data:
-        table = reader.value(data, "installer", "installer", dict, "an [installer] table")
-        installer = None if table is None else reader.wheel(table, "installer")
-    if reader.problems:
-        raise ManifestError(reader.problems)
-    return Lock(target=target, requirements=requirements, wheels=wheels, installer=installer)
+    return parse_lock(data, path)
 
 
 class _LockReader:
@@ -388,7 +428,7 @@ class _LockReader:
         return value
 
     def table(self, data: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
-        table = self.value(data, key, key, dict, f"a [{key}] table")
+        table: Mapping[str, Any] | None = self.value(data, key, key, dict, f"a [{key}] table")
         if table is not None:
             self.unknown_keys(table, LOCK_KEYS[key], f"{key}.")
         return table
@@ -431,6 +471,32 @@ class _LockReader:
                 wheels[wheel.name] = wheel
         return tuple(wheels.values())
 
+    def models(self, data: Mapping[str, Any]) -> tuple[PinnedModel, ...]:
+        if "model" not in data:
+            return ()
+        entries = self.value(data, "model", "model", list, "[[model]] tables")
+        models: dict[str, PinnedModel] = {}
+        for index, entry in enumerate(entries or []):
+            where = f"model[{index}]"
+            if not isinstance(entry, dict):
+                self.add(where, f"is {type(entry).__name__} {entry!r}", "a [[model]] table")
+                continue
+            self.unknown_keys(entry, set(MODEL_KEYS), f"{where}.")
+            fields = {key: self.value(entry, key, f"{where}.{key}", str, "a string") for key in MODEL_KEYS}
+            if fields["sha256"] is not None and not SHA256_RE.match(fields["sha256"]):
+                self.add(f"{where}.sha256", f"is {fields['sha256']!r}", "64 lowercase hexadecimal digits")
+                continue
+            if fields["record"] is not None and not _is_json_object(fields["record"]):
+                self.add(f"{where}.record", "is not a JSON object", "the model gate's record that lock writes")
+                continue
+            if None in fields.values():
+                continue
+            if fields["name"] in models:
+                self.add(f"{where}.name", f"repeats {fields['name']!r}", "each model pinned once")
+                continue
+            models[fields["name"]] = PinnedModel(**fields)
+        return tuple(models.values())
+
     def wheel(self, entry: Mapping[str, Any], where: str) -> LockedWheel | None:
         self.unknown_keys(entry, set(WHEEL_KEYS), f"{where}.")
         fields = {key: self.value(entry, key, f"{where}.{key}", str, "a string") for key in WHEEL_KEYS}
@@ -452,6 +518,13 @@ class _LockReader:
             self.add(f"{where}.filename", f"is {fields['filename']!r}",
                      f"the wheel of {fields['name']} {fields['version']} (name in canonical form)")
         return matches
+
+
+def _is_json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
 
 
 def requirements_txt(wheels: Iterable[LockedWheel]) -> str:

@@ -1,0 +1,145 @@
+"""A finished bundle, read in place: its members, `bundle.json` and `SHA256SUMS`, nothing extracted.
+
+`reproduce` and `diff` compare bundles member by member. Both open the zip through `SafeArchive` first,
+so a crafted zip (traversal, links, duplicates, bombs) is refused before anything reads it, and then read
+members straight from the zip: whatever must be on disk (a DLL to parse) goes to the caller's private
+scratch folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import struct
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from bundler.errors import VerificationError
+from bundler.hashing import CHUNK
+from bundler.readers.archives import SafeArchive
+
+# The members a signed bundle carries beside what the build wrote (the `sign` command's detached signature).
+SIGNATURE_SUFFIXES = (".p7s",)
+SIGNATURE_BLOCK = re.compile(r"^# SIG # Begin signature block$.*?^# SIG # End signature block$\n?", re.MULTILINE | re.DOTALL)
+LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # the zip local file header, up to the two length fields
+
+
+@dataclass(frozen=True, kw_only=True)
+class BundleZip:
+    """One bundle: its top folder, its files by bundle-relative name, and the records it carries."""
+
+    path: Path
+    top: str
+    infos: dict[str, zipfile.ZipInfo]
+    record: dict[str, Any]
+    sums: dict[str, str]
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self.infos)
+
+    @property
+    def built_with(self) -> str:
+        return str(self.record.get("built_with", {}).get("ort-bundler", "unknown"))
+
+    @contextmanager
+    def open(self, name: str) -> Iterator[BinaryIO]:
+        with zipfile.ZipFile(self.path) as archive, archive.open(self.infos[name]) as member:
+            yield member  # type: ignore[misc]
+
+    def read(self, name: str) -> bytes:
+        with self.open(name) as member:
+            return member.read()
+
+    def sha256(self, name: str) -> str:
+        """The member's sha256, streamed: a wheel or DLL is never held in memory."""
+        digest = hashlib.sha256()
+        with self.open(name) as member:
+            while chunk := member.read(CHUNK):
+                digest.update(chunk)
+        return digest.hexdigest()
+
+    def raw_sha256(self, name: str) -> str:
+        """The sha256 of the member's stored (compressed) bytes, to tell a different zlib from different content."""
+        info = self.infos[name]
+        digest = hashlib.sha256()
+        with self.path.open("rb") as fh:
+            fh.seek(info.header_offset)
+            header = LOCAL_HEADER.unpack(fh.read(LOCAL_HEADER.size))
+            fh.seek(info.header_offset + LOCAL_HEADER.size + header[-2] + header[-1])
+            left = info.compress_size
+            while left:
+                chunk = fh.read(min(CHUNK, left))
+                if not chunk:
+                    break
+                digest.update(chunk)
+                left -= len(chunk)
+        return digest.hexdigest()
+
+
+def open_bundle(path: Path) -> BundleZip:
+    """Check the zip is safe to read and is a bundle (one top folder, bundle.json, SHA256SUMS); read its records."""
+    if not path.is_file():
+        msg = f"{path}: no such bundle file"
+        raise VerificationError(msg)
+    with SafeArchive.open(path, label=path.name):
+        pass  # every entry checked: nothing unsafe is read below
+    try:
+        with zipfile.ZipFile(path) as archive:
+            infos = [info for info in archive.infolist() if not info.is_dir()]
+    except (zipfile.BadZipFile, OSError) as exc:
+        msg = f"{path.name}: not a readable zip ({exc}); expected a bundle made by `ort-bundler build`"
+        raise VerificationError(msg) from None
+    tops = {info.filename.split("/", 1)[0] for info in infos}
+    if len(tops) != 1 or any("/" not in info.filename for info in infos):
+        msg = f"{path.name}: found top-level entries {sorted(tops)[:5]}, expected one top folder"
+        raise VerificationError(msg)
+    top = tops.pop()
+    by_name = {info.filename[len(top) + 1:]: info for info in infos}
+    for required in ("bundle.json", "SHA256SUMS"):
+        if required not in by_name:
+            msg = f"{path.name}: {top}/{required} is missing; expected a bundle made by `ort-bundler build`"
+            raise VerificationError(msg)
+    bundle = BundleZip(path=path, top=top, infos=by_name, record={}, sums={})
+    return BundleZip(path=path, top=top, infos=by_name, record=_record(bundle), sums=_sums(bundle))
+
+
+def _record(bundle: BundleZip) -> dict[str, Any]:
+    try:
+        record = json.loads(bundle.read("bundle.json"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        msg = f"{bundle.path.name}: {bundle.top}/bundle.json is not valid JSON ({exc}); expected the build's record"
+        raise VerificationError(msg) from None
+    if not isinstance(record, dict):
+        msg = f"{bundle.path.name}: {bundle.top}/bundle.json holds a {type(record).__name__}, expected a JSON object"
+        raise VerificationError(msg)
+    return record
+
+
+def _sums(bundle: BundleZip) -> dict[str, str]:
+    sums: dict[str, str] = {}
+    for number, line in enumerate(bundle.read("SHA256SUMS").decode("utf-8", "replace").splitlines(), 1):
+        digest, sep, name = line.partition("  ")
+        if not sep or len(digest) != 64:
+            msg = f"{bundle.path.name}: SHA256SUMS line {number} is {line[:80]!r}, expected '<sha256>  <path>'"
+            raise VerificationError(msg)
+        sums[name] = digest
+    return sums
+
+
+def is_signature(name: str) -> bool:
+    """A member `sign` adds (a detached signature); compared bundles ignore it."""
+    return name.endswith(SIGNATURE_SUFFIXES)
+
+
+def script_text(data: bytes) -> str:
+    """A script's text without an Authenticode signature block, so signing is not a change.
+
+    Signing tools append the block after a line break of their own: trailing blank lines do not count.
+    """
+    return SIGNATURE_BLOCK.sub("", data.decode("utf-8", "replace").replace("\r\n", "\n")).rstrip() + "\n"
