@@ -19,13 +19,13 @@ from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from bundler.errors import ManifestError
+from bundler.platforms import TARGETS
 from bundler.readers.names import file_name_problem, reserved_on_windows
 
-PLATFORMS = ("win_amd64", "linux_x86_64")
+PLATFORMS = tuple(TARGETS)
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}$")
@@ -144,6 +144,7 @@ class Launch:
     program: Input | None  # a native executable (C/C++ applications built against the SDK)
     cache_dir: str | None
     env: Mapping[str, str]
+    apply_tuning: bool = False  # the start-up hook gives the entry point's sessions run --tune's options
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -182,7 +183,7 @@ KEYS = {
     "gpu": {"cuda", "cudnn", "sources"},
     "gpu.sources": INPUT_KEYS | {"include"},
     "models": INPUT_KEYS | {"name", "shapes", "license"},
-    "launch": {"module", "script", "program", "cache_dir", "env"},
+    "launch": {"module", "script", "program", "cache_dir", "env", "apply_tuning"},
 }
 
 
@@ -251,13 +252,13 @@ def parse(data: Mapping[str, Any], *, path: Path) -> Manifest:
     gpu = _gpu(data, base, problems)
     models = _models(data, base, problems)
     launch = _launch(_table(data, "launch", problems), base, problems)
-    if bundle and vc_redist and bundle.platform != "win_amd64":
+    if bundle and vc_redist and not TARGETS[bundle.platform].windows:
         problems.add("vc_redist", f"found a VC++ redistributable for platform '{bundle.platform}', expected it only for win_amd64")
-    if bundle and gpu and bundle.platform != "win_amd64":
+    if bundle and gpu and not TARGETS[bundle.platform].windows:
         problems.add("gpu", f"found a [gpu] component for platform '{bundle.platform}'; the GPU component is supported for win_amd64 only")
     if bundle and ort:
         _check_wheel_serves(ort, bundle, problems)
-    if bundle and bundle.platform == "win_amd64":
+    if bundle and TARGETS[bundle.platform].windows:
         _check_windows_names(bundle, models, problems)
     if problems.items:
         raise ManifestError(problems.items)
@@ -367,24 +368,10 @@ def _check_wheel_serves(ort: Ort, bundle: Bundle, problems: _Problems) -> None:
             problems.found(f"ort.{key}", source.filename, "a wheel file name such as onnxruntime-1.23.1-cp311-cp311-win_amd64.whl")
             continue
         minor = int(bundle.python.split(".")[1])
-        if not any(_tag_serves(tag, bundle.platform, minor) for tag in tags):
+        if not any(TARGETS[bundle.platform].serves(tag, minor=minor) for tag in tags):
             problems.found(f"ort.{key}", source.filename,
                            f"a wheel for {bundle.platform} and Python {bundle.python} (tag {bundle.python_tag}) "
                            f"to match [bundle] platform and python")
-
-
-def _tag_serves(tag: Tag, platform: str, minor: int) -> bool:
-    if platform == "win_amd64":
-        platform_ok = tag.platform == "win_amd64"
-    else:
-        platform_ok = tag.platform == "linux_x86_64" or (tag.platform.startswith("manylinux") and tag.platform.endswith("_x86_64"))
-    if tag.interpreter.startswith("py3") and tag.abi == "none":
-        return platform_ok or tag.platform == "any"
-    match = re.fullmatch(r"cp3(\d+)", tag.interpreter)
-    if not match:
-        return False
-    version = int(match.group(1))
-    return platform_ok and (version == minor or (tag.abi == "abi3" and version <= minor))
 
 
 def _python(table: Mapping[str, Any] | None, base: Path, problems: _Problems) -> Python:
@@ -534,7 +521,11 @@ def _launch(table: Mapping[str, Any] | None, base: Path, problems: _Problems) ->
         env = {}
     for name, value in env.items():
         _env_entry(name, value, problems)
-    return Launch(module=module, script=script, program=program, cache_dir=cache_dir, env=dict(env))
+    apply_tuning = table.get("apply_tuning", False)
+    if not isinstance(apply_tuning, bool):
+        problems.found("launch.apply_tuning", apply_tuning, "true or false")
+    return Launch(module=module, script=script, program=program, cache_dir=cache_dir, env=dict(env),
+                  apply_tuning=apply_tuning is True)
 
 
 def _env_entry(name: str, value: str, problems: _Problems) -> None:

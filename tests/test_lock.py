@@ -40,9 +40,9 @@ from bundler.sources.lock import (
     lock_data,
     read_lock,
     requirements_txt,
-    resolve,
     write_lock,
 )
+from bundler.sources.resolve import resolve
 
 WIN = Target(platform="win_amd64", python="3.11")
 LINUX = Target(platform="linux_x86_64", python="3.11")

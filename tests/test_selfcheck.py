@@ -35,7 +35,7 @@ from bundler.target.synth import (
 )
 
 ALL_CHECKS = {"path", "python", "interpreter", "onnxruntime", "providers", "identity", "model:mm", "libraries", "cpu",
-              "cache", "files", "native_runtime"}
+              "cache", "files", "native_runtime", "tuning"}
 
 
 # ---------------------------------------------------------------- synthesis and comparison

@@ -49,7 +49,7 @@ def add_scripts(assembly: Assembly, build: BuildInputs) -> None:
         vc_runtime_min=windows.vc_runtime_min if windows else None, vc_redist=vc_redist.file if vc_redist else None,
         gpu_dll_dirs=gpu.dll_dirs if gpu else (), gpu_preload=gpu.preload if gpu else (),
         dll_dirs=python_env.dll_dirs if python_env else (), entry_point=facts.entry_point,
-        cache_dir=manifest.launch.cache_dir, env=manifest.launch.env,
+        cache_dir=manifest.launch.cache_dir, env=manifest.launch.env, apply_tuning=manifest.launch.apply_tuning,
         default_install_dir=target.default_install_dir(bundle.name),
         runtime_python=facts.runtime.interpreter if facts.runtime else None,
         runtime_bundle_python=facts.runtime.bundle_interpreter if facts.runtime else None,

@@ -24,6 +24,7 @@ from bundler.assembly.licenses import add_licenses
 from bundler.assembly.models import add_models, add_selfcheck
 from bundler.assembly.python_env import add_python
 from bundler.assembly.runtime import add_runtime
+from bundler.assembly.runtime_package import add_runtime_package
 from bundler.assembly.sdk import add_sdk
 from bundler.assembly.signature_policy import check_signatures
 from bundler.assembly.windows import add_vc_redist, check_windows
@@ -33,6 +34,7 @@ Part = Callable[[Assembly, BuildInputs], None]
 PARTS: tuple[Part, ...] = (
     add_runtime,
     add_python,
+    add_runtime_package,
     add_engine,
     add_entry_point,
     add_selfcheck,

@@ -20,6 +20,7 @@ from typing import Literal
 import jinja2
 
 from bundler.errors import BuildError
+from bundler.platforms import LINUX, TARGETS, WINDOWS
 from bundler.target.engine import STAGING
 from bundler.target.records import INSTALL_EXIT_CODES
 
@@ -46,7 +47,7 @@ TRUST_CHECK = f"{ENGINE_PACKAGE}/trust.py"
 #: the engine's ".staging-" after it and tempfile.mkdtemp's 8 random characters.
 STAGING_EXTRA = 1 + len(STAGING) + 8
 
-PLATFORMS = ("win_amd64", "linux_x86_64")
+PLATFORMS = tuple(TARGETS)
 # Bundle names and versions become file names, a registry key and comment text in every script.
 _IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -85,6 +86,7 @@ class ScriptContext:
     cache_dir: str | None
     env: Mapping[str, str]
     default_install_dir: str
+    apply_tuning: bool = False  # [launch] apply_tuning: the launchers set ORT_BUNDLE_APPLY_TUNING=1 for the entry point
     #: [python] runtime: the bundled interpreter, install-relative (what the launchers start, with -I) and
     #: bundle-relative (what the installer runs the engine with); None: the target's own Python.
     runtime_python: str | None = None
@@ -157,7 +159,7 @@ def _load_template(name: str) -> str:
 
 # bundle-relative output path -> template; per platform.
 _OUTPUTS: Mapping[str, Mapping[str, str]] = {
-    "win_amd64": {
+    WINDOWS.tag: {
         "install.ps1": "install.ps1.j2",
         "install.cmd": "install.cmd.j2",
         "uninstall.ps1": "uninstall.ps1.j2",
@@ -165,7 +167,7 @@ _OUTPUTS: Mapping[str, Mapping[str, str]] = {
         "payload/launchers/run.ps1": "run.ps1.j2",
         "payload/launchers/run.cmd": "run.cmd.j2",
     },
-    "linux_x86_64": {
+    LINUX.tag: {
         "install.sh": "install.sh.j2",
         "uninstall.sh": "uninstall.sh.j2",
         "payload/launchers/run.sh": "run.sh.j2",
@@ -200,7 +202,7 @@ def encode_script(path: str, text: str, *, platform: str) -> bytes:
         except UnicodeEncodeError as exc:
             msg = f"{path} would contain the non-ASCII text {exc.object[exc.start:exc.end]!r}; cmd.exe cannot read it reliably"
             raise BuildError(msg) from None
-    if suffix == ".txt" and platform == "win_amd64":
+    if suffix == ".txt" and TARGETS[platform].windows:
         return lines.replace("\n", "\r\n").encode("utf-8")
     return lines.encode("utf-8")
 
@@ -220,6 +222,7 @@ def _template_values(ctx: ScriptContext) -> dict[str, object]:
         "entry_point": ctx.entry_point,
         "cache_dir": ctx.cache_dir,
         "env": dict(sorted(ctx.env.items())),
+        "apply_tuning": ctx.apply_tuning,
         "default_install_dir": ctx.default_install_dir,
         "runtime_python": ctx.runtime_python,
         "runtime_bundle_python": ctx.runtime_bundle_python,
@@ -256,7 +259,7 @@ def _validate(ctx: ScriptContext) -> None:
             problems.append(f"{label} {rel!r} {problem}")
     if ctx.entry_point and ctx.entry_point.kind == "module" and not _MODULE.match(ctx.entry_point.value):
         problems.append(f"[launch] module {ctx.entry_point.value!r} is not a dotted Python module name")
-    if ctx.platform == "win_amd64":
+    if TARGETS[ctx.platform].windows:
         problems += _windows_problems(ctx)
     if problems:
         msg = "cannot render install scripts: " + "; ".join(problems)

@@ -23,6 +23,7 @@ from bundler.atomic import write_atomic
 from bundler.errors import InputUnavailableError, ManifestError, UsageError
 from bundler.hashing import file_sha256
 from bundler.manifest import parse
+from bundler.platforms import LINUX, WINDOWS
 from bundler.readers.names import reserved_on_windows
 
 ORT_WHEEL = re.compile(r"^onnxruntime(_gpu)?-(\d+\.\d+\.\d+)-.*\.whl$", re.IGNORECASE)
@@ -52,7 +53,7 @@ def toml_table(table: dict[str, Any]) -> str:
 
 @dataclass
 class _Pins:
-    platform: str = "win_amd64"
+    platform: str = WINDOWS.tag
     ort_version: str = DEFAULT_ORT
     ort_python: dict[str, Any] | None = None
     ort_archive: dict[str, Any] | None = None
@@ -76,11 +77,11 @@ def _classify(files: Sequence[Path], base: Path) -> _Pins:
         name = path.name
         if match := ORT_WHEEL.match(name):
             pins.ort_version = match.group(2)
-            pins.platform = "win_amd64" if "win_amd64" in name else "linux_x86_64"
+            pins.platform = (WINDOWS if WINDOWS.tag in name else LINUX).tag
             pins.ort_python = {"key": "capi", "value": _pin(path, base)}
         elif match := ORT_ARCHIVE.match(name):
             pins.ort_version = match.group(3)
-            pins.platform = "win_amd64" if match.group(1).lower() == "win" else "linux_x86_64"
+            pins.platform = (WINDOWS if match.group(1).lower() == "win" else LINUX).tag
             pins.ort_archive = _pin(path, base)
         elif VC_REDIST.match(name):
             pins.vc_redist = _pin(path, base)

@@ -19,7 +19,8 @@ from bundler.runner import Runner, run
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import FetchOptions, fetch_inputs
 from bundler.sources.inputs import target_of
-from bundler.sources.lock import Lock, PinnedModel, read_lock, resolve, resolve_installer, write_lock
+from bundler.sources.lock import Lock, PinnedModel, read_lock, write_lock
+from bundler.sources.resolve import resolve, resolve_installer
 
 
 def default_lock_path(manifest: Manifest) -> Path:

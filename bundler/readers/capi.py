@@ -20,6 +20,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from bundler.errors import BuildError, InputUnavailableError, UnsupportedError
+from bundler.platforms import TARGETS
 from bundler.readers.archives import SafeArchive
 from bundler.readers.names import distribution_name, read_utf8, version_text
 from bundler.readers.pe import X64_MACHINE, inspect_pe, is_x86_64_elf
@@ -44,7 +45,7 @@ SKIPPED_SUFFIXES = {".pyc", ".pyo"}
 SEARCH_DEPTH = 4
 
 
-PLATFORMS = ("win_amd64", "linux_x86_64")
+PLATFORMS = tuple(TARGETS)
 PACKAGE = "onnxruntime"
 LINUX_ABI3_RE = re.compile(r"\.abi3\.so$")
 MANYLINUX_X86_64_RE = re.compile(r"^(linux|manylinux(1|2010|2014|_\d+_\d+))_x86_64$")
@@ -108,7 +109,7 @@ def derive_tag(tree_root: Path, *, platform: str, source_tags: Sequence[str] = (
         msg = f"found target platform '{platform}', expected one of {', '.join(PLATFORMS)}"
         raise UnsupportedError(msg)
     package = tree_root / PACKAGE
-    extensions = _win_extensions(package) if platform == "win_amd64" else _linux_extensions(package)
+    extensions = _win_extensions(package) if TARGETS[platform].windows else _linux_extensions(package)
     if not extensions:
         msg = (f"{package}: found no Python extension module for {platform} (a .pyd importing pythonXY.dll "
                f"or a *.cpython-3XY-x86_64-linux-gnu.so), expected one; without it the wheel could only be "
@@ -318,8 +319,9 @@ def _python_and_abi(extensions: Sequence[_Extension], *, source_tags: frozenset[
 
 
 def _platform_tags(platform: str, python: str, abi: str, source_tags: frozenset[Tag]) -> list[str]:
-    if platform == "win_amd64":
-        return ["win_amd64"]
+    target = TARGETS[platform]
+    if target.windows:
+        return [target.tag]
     carried = sorted({t.platform for t in source_tags
-                      if t.interpreter == python and t.abi == abi and MANYLINUX_X86_64_RE.match(t.platform)})
-    return carried or ["linux_x86_64"]
+                      if t.interpreter == python and t.abi == abi and target.serves_platform(t.platform)})
+    return carried or [target.tag]

@@ -17,11 +17,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from bundler.errors import BuildError, InputUnavailableError, UnsafeArchiveError
+from bundler.platforms import TARGETS, WINDOWS
 from bundler.readers.archives import Limits, SafeArchive, check_tar_budget
 from bundler.readers.pe import X64_MACHINE, inspect_pe, is_x86_64_elf
-
-_WINDOWS = "win_amd64"
-
 
 # ORT's FileVersion is <major>.<minor>.<build date>.<build number>.<short commit> (FACTS.md §1).
 _FILE_VERSION = re.compile(r"^(\d+)\.(\d+)\.\d+\.\d+\.([0-9a-f]{7,40})$")
@@ -70,7 +68,7 @@ class _Layout:
 
     @classmethod
     def of(cls, platform: str, version: str) -> _Layout:
-        if platform == _WINDOWS:
+        if TARGETS[platform].windows:
             return cls(library="lib/onnxruntime.dll", import_library="lib/onnxruntime.lib")
         return cls(library=f"lib/libonnxruntime.so.{version}", import_library=None)
 
@@ -118,7 +116,7 @@ def _is_binary(rel: str, platform: str) -> bool:
     path = PurePosixPath(rel)
     if path.parent.as_posix() != "lib":
         return False
-    return path.suffix.lower() == ".dll" if platform == _WINDOWS else bool(_SHARED_OBJECT.search(path.name))
+    return path.suffix.lower() == ".dll" if TARGETS[platform].windows else bool(_SHARED_OBJECT.search(path.name))
 
 
 def _top_folder(names: list[str], *, label: str) -> str:
@@ -135,7 +133,7 @@ def _read_facts(root: Path, *, top: str, files: tuple[str, ...], links: dict[str
                 platform: str) -> OrtArchive:
     version = _read_text(root, "VERSION_NUMBER", files, label=label)
     commit = _read_text(root, "GIT_COMMIT_ID", files, label=label)
-    binaries = {rel: (_file_version(root / rel, label=f"{label}: {rel}") if platform == _WINDOWS else None)
+    binaries = {rel: (_file_version(root / rel, label=f"{label}: {rel}") if TARGETS[platform].windows else None)
                 for rel in files if _is_binary(rel, platform)}
     return OrtArchive(top=top, version=version, commit=commit, files=files, binaries=binaries, links=links)
 
@@ -188,7 +186,7 @@ def _binary_problems(archive: OrtArchive, root: Path, *, platform: str) -> list[
     for rel in sorted(archive.binaries):
         if not _PLAIN_NAME.match(PurePosixPath(rel).name):
             problems.append(f"{rel} has a name with characters other than letters, digits and . _ + -")
-        elif platform == _WINDOWS:
+        elif TARGETS[platform].windows:
             problems += _dll_problems(archive, rel, root / rel)
         elif not is_x86_64_elf(root / rel):
             problems.append(f"{rel} is not an x86-64 ELF shared object, expected one for {platform}")
@@ -205,7 +203,7 @@ def _dll_problems(archive: OrtArchive, rel: str, path: Path) -> list[str]:
         problems.append(f"{rel} is built for {info.machine_name}, expected x64")
     version = archive.binaries[rel]
     if version is None:
-        if rel == _Layout.of(_WINDOWS, archive.version).library:
+        if rel == _Layout.of(WINDOWS.tag, archive.version).library:
             problems.append(f"{rel} has no FileVersion, expected the ORT form <major>.<minor>.<date>.<build>.<commit>")
         return problems
     match = _FILE_VERSION.match(version)

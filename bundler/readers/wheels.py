@@ -19,9 +19,9 @@ from packaging.version import Version
 
 from bundler.errors import BuildError, UnsupportedError
 from bundler.hashing import CHUNK
+from bundler.platforms import TARGETS
 from bundler.readers.archives import SafeArchive
 from bundler.readers.capi import (
-    MANYLINUX_X86_64_RE,
     PLATFORMS,
     PYTHON_RE,
     _parse_headers,
@@ -83,18 +83,10 @@ def _check_serves(path: Path, tags: frozenset[Tag], *, platform: str, python: st
         msg = f"{label}: found the target {platform} / Python {python}, expected one of {', '.join(PLATFORMS)} and '3.X'"
         raise UnsupportedError(msg)
     minor = int(match.group(1))
-    if not any(_tag_serves(tag, platform=platform, minor=minor) for tag in tags):
+    if not any(TARGETS[platform].serves(tag, minor=minor) and tag.abi != "none" for tag in tags):
         msg = (f"{label}: {path.name} carries the tags {', '.join(sorted(map(str, tags)))}, expected one that "
                f"serves CPython 3.{minor} on {platform}")
         raise BuildError(msg)
-
-
-def _tag_serves(tag: Tag, *, platform: str, minor: int) -> bool:
-    on_platform = tag.platform == platform if platform == "win_amd64" else bool(MANYLINUX_X86_64_RE.match(tag.platform))
-    exact = tag.interpreter == f"cp3{minor}" and tag.abi == f"cp3{minor}"
-    stable = (tag.abi == "abi3" and tag.interpreter.startswith("cp3") and tag.interpreter[3:].isdigit()
-              and int(tag.interpreter[3:]) <= minor)
-    return on_platform and (exact or stable)
 
 
 def _wheel_dist_info(archive: SafeArchive, *, path: Path, label: str) -> str:

@@ -590,7 +590,7 @@ def run_checks(ctx: Context) -> list[Check]:
     else:
         checks.extend(guarded("onnxruntime", lambda: onnxruntime_checks(ctx, ort)))
     checks.extend([check_libraries(ctx), check_native_runtime(ctx), check_cpu(ctx), check_cache_space(ctx),
-                   check_files(ctx)])
+                   check_files(ctx), check_tuning(ctx)])
     return checks
 
 
@@ -641,6 +641,19 @@ def check_files(ctx: Context) -> Check:
     first = next(audit[key][0] for key in ("changed", "missing", "extra") if audit[key])
     return Check(id="files", status="fail", details=details, fix=ctx.reinstall(),
                  message=f"installed files differ from receipt.json: {counts} (first: {first})")
+
+
+def check_tuning(ctx: Context) -> Check:
+    """The values run --tune chose and whether they are in force (ort_bundle.sessions decides both)."""
+    import importlib
+
+    try:
+        sessions = importlib.import_module("ort_bundle.sessions")
+    except ImportError as exc:
+        return Check(id="tuning", status="skip", message=f"no tuning support in this environment ({exc})")
+    launch = (ctx.bundle.get("manifest") or {}).get("launch") or {}
+    verdict = sessions.tuning_verdict(ctx.root, applied_by_hook=launch.get("apply_tuning") is True)
+    return Check(id="tuning", status=verdict.status, message=verdict.message, fix=verdict.fix, details=verdict.details)
 
 
 def guarded(check_id: str, run: Callable[[], List[Check]]) -> list[Check]:

@@ -1,0 +1,45 @@
+"""The runtime package part: `ort_bundle`, shipped into the environment's site-packages.
+
+It is what the launchers' `--tune`, `--profile` and `--support-bundle` run (`python -m ort_bundle.…`),
+what the start-up hook calls to apply tuned and profiling session options, and the documented helper
+applications import (`ort_bundle.session_options(name)`). Its modules live in `bundler/target` with
+relative imports, so the build's tests import the very files the target runs; here they are copied
+under their shipped names. Only a bundle with a Python environment gets it.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from bundler.assembly.assembly import Assembly, BuildInputs, Copy
+
+PACKAGE = "ort_bundle"
+PAYLOAD = f"payload/{PACKAGE}"
+#: bundler/target module -> its file name in the shipped package.
+MODULES = {
+    "ort_bundle_api.py": "__init__.py",
+    "sessions.py": "sessions.py",
+    "tuning.py": "tuning.py",
+    "tuning_file.py": "tuning_file.py",
+    "profile.py": "profile.py",
+    "support.py": "support.py",
+    "machine.py": "machine.py",
+    "synth.py": "synth.py",
+    "bundle_info.py": "bundle_info.py",
+}
+
+
+def package_files() -> dict[str, bytes]:
+    """`ort_bundle/<name>` -> the bytes of that module, as the environment receives them."""
+    source = resources.files("bundler.target")
+    return {f"{PACKAGE}/{shipped}": source.joinpath(module).read_bytes() for module, shipped in MODULES.items()}
+
+
+def add_runtime_package(assembly: Assembly, build: BuildInputs) -> None:
+    """payload/ort_bundle/*, copied into site-packages/ort_bundle/ by the installer."""
+    if assembly.facts.python_env is None:
+        return
+    for relative, data in package_files().items():
+        path = f"payload/{relative}"
+        assembly.add_bytes(path, data)
+        assembly.site_packages_files.append(Copy(source=path, target=relative))
