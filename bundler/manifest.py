@@ -106,6 +106,7 @@ class Ort:
 class Python:
     lock: Path | None
     requirements: tuple[str, ...]
+    runtime: Input | None = None  # the interpreter the bundle carries (embeddable package / python-build-standalone)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,7 +161,7 @@ class Manifest:
 
     def inputs(self) -> list[Input]:
         """Every file input, in manifest order (the lock's wheels come from `lock.py`)."""
-        found = [self.ort.archive, self.ort.wheel, self.ort.capi]
+        found = [self.ort.archive, self.ort.wheel, self.ort.capi, self.python.runtime]
         if self.vc_redist:
             found.append(self.vc_redist.source)
         if self.gpu:
@@ -177,7 +178,7 @@ INPUT_KEYS = {"url", "path", "requirement", "sha256", "size"}
 KEYS = {
     "bundle": {"name", "version", "platform", "python", "source_date_epoch"},
     "ort": {"version", "archive", "wheel", "capi", "dependencies", "allow_unsigned"},
-    "python": {"lock", "requirements"},
+    "python": {"lock", "requirements", "runtime"},
     "vc_redist": INPUT_KEYS | {"min_version", "allow_unsigned"},
     "gpu": {"cuda", "cudnn", "sources"},
     "gpu.sources": INPUT_KEYS | {"include"},
@@ -377,7 +378,12 @@ def _python(table: Mapping[str, Any] | None, base: Path, problems: _Problems) ->
     table = table or {}
     lock = _string(table, "lock", "python", problems, required=False, expected="a path to the lock file")
     requirements = _requirements(table.get("requirements", []), "python.requirements", problems) or ()
-    return Python(lock=(base / lock).resolve() if lock else None, requirements=requirements)
+    runtime = _input(table.get("runtime"), "python.runtime", base, problems, required=False)
+    if runtime is not None and runtime.kind == "requirement":
+        problems.found("python.runtime.requirement", runtime.location, "a 'url' or 'path': an interpreter is not on "
+                       "the package index (pin the downloaded archive with `ort-bundler init --from`)")
+        runtime = None
+    return Python(lock=(base / lock).resolve() if lock else None, requirements=requirements, runtime=runtime)
 
 
 def _requirements(value: Any, where: str, problems: _Problems) -> tuple[str, ...] | None:

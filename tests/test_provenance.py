@@ -206,6 +206,7 @@ def demo_assembly(tmp_path: Path) -> Assembly:
     assembly.add_bytes("payload/gpu/zlibwapi.dll", b"placed without a GPU record")
     assembly.add_bytes("install.sh", b"#!/bin/sh\n", executable=True)
     assembly.facts.gpu = None  # a bundle without [gpu]: what the GPU part sets then
+    assembly.facts.runtime = None  # and without [python] runtime
     return assembly
 
 
@@ -510,6 +511,7 @@ include = ["nvidia/cuda_runtime/bin/*.dll"]
     assembly.facts.gpu = GpuFact(record={"files": [origin]}, dlls=("gpu/cudart64_110.dll",),
                                  origins={"payload/gpu/cudart64_110.dll": origin}, dll_dirs=("gpu",),
                                  preload=("gpu/cudart64_110.dll",))
+    assembly.facts.runtime = None  # a bundle without [python] runtime: what the runtime part sets then
     add_licenses(assembly, part_inputs(manifest, files={"gpu.sources[0]": wheel}, work=tmp_path / "w"))
     assert list(assembly.facts.licenses) == [{
         "component": "nvidia-cuda-runtime-cu11", "files": ["licenses/nvidia-cuda-runtime-cu11/License.txt"],

@@ -43,7 +43,7 @@ def test_the_built_bundle_json_reads_back_through_its_definition(name: str, bund
 def test_a_reader_refuses_another_format_and_unknown_or_missing_keys(tmp_path: Path) -> None:
     good = {key: None for key in KEYS} | {"format": BUNDLE_FORMAT}
     BundleInfo.from_json(good)
-    with pytest.raises(BundleInfoError, match="format is 1, expected 2"):
+    with pytest.raises(BundleInfoError, match=f"format is 1, expected {BUNDLE_FORMAT}"):
         BundleInfo.from_json({**good, "format": 1})
     with pytest.raises(BundleInfoError, match=r"unknown keys \['gpu_preload'\]"):
         BundleInfo.from_json({**good, "gpu_preload": []})

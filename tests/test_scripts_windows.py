@@ -75,6 +75,9 @@ CONTEXTS = {
     "no-entry-hostile": windows_context(entry_point=None, vc_runtime_min=None, vc_redist=None,
                                         default_install_dir="C:\\a'b $(Stop-Computer) & c",
                                         cache_dir="D:\\x'; Stop-Computer; '", env={"X": "'; Stop-Computer; '"}),
+    # [python] runtime: the bundled interpreter (bundler/assembly/runtime.py)
+    "runtime-script": windows_context(runtime_python="python/python.exe",
+                                      runtime_bundle_python="payload/python/python.exe"),
 }
 
 

@@ -34,8 +34,8 @@ from bundler.target.synth import (
     synthesize_inputs,
 )
 
-ALL_CHECKS = {"path", "python", "onnxruntime", "providers", "identity", "model:mm", "libraries", "cpu", "cache", "files",
-              "native_runtime", "tuning"}
+ALL_CHECKS = {"path", "python", "interpreter", "onnxruntime", "providers", "identity", "model:mm", "libraries", "cpu",
+              "cache", "files", "native_runtime", "tuning"}
 
 
 # ---------------------------------------------------------------- synthesis and comparison

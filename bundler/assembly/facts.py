@@ -15,6 +15,7 @@ from typing import Any, Generic, Literal, TypeVar, overload
 from bundler.assembly.render import EntryPoint
 from bundler.errors import BuildError
 from bundler.sources.lock import LockedWheel
+from bundler.writer.zipwriter import Member
 
 T = TypeVar("T")
 
@@ -123,10 +124,25 @@ class VcRedistFact:
         return {"file": self.file, "version": self.version, "sha256": self.sha256}
 
 
+@dataclass(frozen=True, kw_only=True)
+class RuntimeFact:
+    """The interpreter the bundle carries (`[python] runtime`): where it lands and what it brings."""
+
+    record: Published  # bundle.json's python_runtime
+    version: str  # "3.11.7"
+    interpreter: str  # install-relative: python/bin/python3.11 or python/python.exe
+    bundle_interpreter: str  # bundle-relative: the same file in payload/python/, which runs the install engine
+    site_packages: str  # install-relative: the interpreter's own site-packages, where the wheels go
+    dlls: tuple[str, ...]  # Windows: the DLLs beside python.exe (python311.dll, vcruntime140.dll, ...)
+    licenses: dict[str, Member]  # licenses/<component>/... -> the text
+    sha256: str  # of the pinned archive
+
+
 class Facts:
     """Every fact, with the part that sets it. See the module docstring for the rules."""
 
     python_env: Fact[PythonEnvFact | None] = Fact("python_env")
+    runtime: Fact[RuntimeFact | None] = Fact("runtime")
     selfcheck: Fact[SelfCheckFact] = Fact("selfcheck")
     gpu: Fact[GpuFact | None] = Fact("gpu")
     sdk: Fact[SdkFact | None] = Fact("sdk")

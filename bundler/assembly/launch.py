@@ -51,6 +51,8 @@ def add_scripts(assembly: Assembly, build: BuildInputs) -> None:
         dll_dirs=python_env.dll_dirs if python_env else (), entry_point=facts.entry_point,
         cache_dir=manifest.launch.cache_dir, env=manifest.launch.env, apply_tuning=manifest.launch.apply_tuning,
         default_install_dir=target.default_install_dir(bundle.name),
+        runtime_python=facts.runtime.interpreter if facts.runtime else None,
+        runtime_bundle_python=facts.runtime.bundle_interpreter if facts.runtime else None,
     )
     for path, data in render_scripts(context).items():
         executable = path.endswith(".sh")

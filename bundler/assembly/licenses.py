@@ -15,6 +15,7 @@ from packaging.utils import parse_wheel_filename
 
 from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.identity import source_identity
+from bundler.assembly.runtime import LICENSE_COMPONENT, PSF_FINDING
 from bundler.errors import BuildError
 from bundler.manifest import Input
 from bundler.readers.archives import SafeArchive, is_archive
@@ -103,6 +104,9 @@ def add_licenses(assembly: Assembly, build: BuildInputs) -> None:
     sets = [wheel_licenses(path, wheel, assembly.members[path].digest, store=store)
             for path, wheel in bundled_wheels(assembly)]
     sets.append(sdk_licenses(assembly))
+    runtime = assembly.facts.runtime
+    if runtime is not None:  # the bundled interpreter's PSF licence and notices (bundler.assembly.runtime)
+        sets.append(LicenseSet(component=LICENSE_COMPONENT, license=PSF_FINDING, texts=runtime.licenses))
     if manifest.gpu is not None:
         sets.extend(archive_licenses(gpu.source, files[gpu.source.key]) for gpu in manifest.gpu.sources)
     index = []

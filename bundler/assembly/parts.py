@@ -2,7 +2,8 @@
 
 Each part is a function `(Assembly, BuildInputs) -> None` that turns cached inputs into members of the
 assembly and sets its own facts (`bundler.assembly.facts`); a later part reads the facts of earlier
-ones. The order is the only place the parts meet: the GPU part before the SDK (its property sheet copies
+ones. The order is the only place the parts meet: the bundled interpreter before the Windows checks (which
+resolve python3XY.dll and its VC++ DLLs from its folder); the GPU part before the SDK (its property sheet copies
 the GPU DLLs) and the Windows checks (the GPU DLLs join the closure); the entry point, the SDK and the GPU
 part before the app-local runtime (which places their DLLs beside a native program), and that before the
 Windows checks (which resolve the program's imports from its folder); the Windows checks before VC_redist
@@ -22,6 +23,7 @@ from bundler.assembly.launch import add_engine, add_entry_point, add_scripts
 from bundler.assembly.licenses import add_licenses
 from bundler.assembly.models import add_models, add_selfcheck
 from bundler.assembly.python_env import add_python
+from bundler.assembly.runtime import add_runtime
 from bundler.assembly.runtime_package import add_runtime_package
 from bundler.assembly.sdk import add_sdk
 from bundler.assembly.signature_policy import check_signatures
@@ -30,6 +32,7 @@ from bundler.assembly.windows import add_vc_redist, check_windows
 Part = Callable[[Assembly, BuildInputs], None]
 
 PARTS: tuple[Part, ...] = (
+    add_runtime,
     add_python,
     add_runtime_package,
     add_engine,

@@ -10,6 +10,7 @@ from packaging.utils import parse_wheel_filename
 
 from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.facts import OrtFact, PythonEnvFact
+from bundler.assembly.runtime import runtime_site_packages
 from bundler.assembly.wheelbuild import capi_wheel
 from bundler.errors import ManifestError
 from bundler.hashing import file_sha256
@@ -23,8 +24,12 @@ from bundler.sources.lock import LockedWheel, requirements_txt
 
 
 def site_packages(manifest: Manifest) -> str:
-    """Where the venv keeps its packages on the target, install-relative."""
-    return target_platform(manifest.bundle.platform).site_packages(manifest.bundle.python)
+    """Where the environment keeps its packages on the target, install-relative: the venv's, or with
+    [python] runtime the bundled interpreter's own (bundler.assembly.runtime)."""
+    target = target_platform(manifest.bundle.platform)
+    if manifest.python.runtime is not None:
+        return runtime_site_packages(target, manifest.bundle.python)
+    return target.site_packages(manifest.bundle.python)
 
 
 def ort_wheel(manifest: Manifest, files: Mapping[str, Path], work: Path,

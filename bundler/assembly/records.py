@@ -13,6 +13,7 @@ from typing import Any
 
 from bundler import __version__
 from bundler.assembly.assembly import Assembly, BuildInputs, Copy
+from bundler.assembly.runtime import RUNTIME_INSTALL_DIR
 from bundler.errors import BuildError
 from bundler.platforms import TargetPlatform
 from bundler.sources.lock import lock_text
@@ -45,6 +46,7 @@ def bundle_info(assembly: Assembly, build: BuildInputs) -> BundleInfo:
         vc_runtime_min_computed=windows.vc_runtime_min_computed if windows else None,
         vc_redist=vc_redist.to_json() if vc_redist else None,
         signatures=list(facts.signatures), licenses=list(facts.licenses),
+        python_runtime=facts.runtime.record if facts.runtime else None,
     )
 
 
@@ -68,6 +70,21 @@ def _venv_layout(target: TargetPlatform, python: str) -> VenvPlan:
                     script_kind="posix", wheels=(), requirements=f"{WHEELS}requirements.txt", site_packages_files=())
 
 
+def _runtime_layout(assembly: Assembly, build: BuildInputs, venv: VenvPlan) -> tuple[VenvPlan, list[Copy]]:
+    """With [python] runtime the environment is the bundled interpreter itself (bundler.assembly.runtime): its
+    files are copied instead of making a venv, and the wheels go into its own site-packages. Returns the
+    layout and the copies that remain for the plan's `copy` list."""
+    runtime = assembly.facts.runtime
+    if runtime is None:
+        return venv, list(assembly.copies)
+    home = f"{RUNTIME_INSTALL_DIR}/"
+    files = tuple(_entry(c) for c in sorted(assembly.copies, key=lambda c: c.target) if c.target.startswith(home))
+    scripts = "Scripts" if build.target.windows else "bin"
+    layout = replace(venv, dir=RUNTIME_INSTALL_DIR, interpreter=runtime.interpreter.removeprefix(home),
+                     scripts=scripts, site_packages=runtime.site_packages.removeprefix(home), runtime=files)
+    return layout, [c for c in assembly.copies if not c.target.startswith(home)]
+
+
 def _entry(copy: Copy) -> PlanEntry:
     return PlanEntry(source=copy.source, target=copy.target)
 
@@ -85,10 +102,11 @@ def install_plan(assembly: Assembly, build: BuildInputs) -> InstallPlan:
         raise BuildError(msg)
     venv = replace(_venv_layout(build.target, bundle.python), wheels=tuple(wheels),
                    site_packages_files=tuple(_entry(c) for c in assembly.site_packages_files))
+    venv, copies = _runtime_layout(assembly, build, venv)
     plan = InstallPlan(install_id=f"{bundle.name}-{bundle.version}", name=bundle.name, version=bundle.version,
                        platform=bundle.platform, python=bundle.python, dll_path_variable=build.target.dll_path_variable,
                        installer_wheel=installer[0], venv=venv,
-                       copy=tuple(_entry(c) for c in sorted(assembly.copies, key=lambda c: c.target)),
+                       copy=tuple(_entry(c) for c in sorted(copies, key=lambda c: c.target)),
                        dll_dirs=tuple(python_env.dll_dirs if python_env else ()))
     try:
         return InstallPlan.from_json(json.loads(json.dumps(plan.to_json())), source=PLAN_FILE)

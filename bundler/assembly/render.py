@@ -87,6 +87,10 @@ class ScriptContext:
     env: Mapping[str, str]
     default_install_dir: str
     apply_tuning: bool = False  # [launch] apply_tuning: the launchers set ORT_BUNDLE_APPLY_TUNING=1 for the entry point
+    #: [python] runtime: the bundled interpreter, install-relative (what the launchers start, with -I) and
+    #: bundle-relative (what the installer runs the engine with); None: the target's own Python.
+    runtime_python: str | None = None
+    runtime_bundle_python: str | None = None
 
 
 def ps_quote(value: object) -> str:
@@ -220,6 +224,8 @@ def _template_values(ctx: ScriptContext) -> dict[str, object]:
         "env": dict(sorted(ctx.env.items())),
         "apply_tuning": ctx.apply_tuning,
         "default_install_dir": ctx.default_install_dir,
+        "runtime_python": ctx.runtime_python,
+        "runtime_bundle_python": ctx.runtime_bundle_python,
         "codes": dict(INSTALL_EXIT_CODES),
         "cache_min_free_mb": CACHE_MIN_FREE_MB,
         "max_install_dir_length": MAX_INSTALL_DIR_LENGTH,
@@ -267,6 +273,7 @@ def _relative_paths(ctx: ScriptContext) -> list[tuple[str, str]]:
         paths.append(("VC_redist path", ctx.vc_redist))
     if ctx.entry_point and ctx.entry_point.kind in ("script", "program"):
         paths.append((f"[launch] {ctx.entry_point.kind}", ctx.entry_point.value))
+    paths += [("bundled interpreter", p) for p in (ctx.runtime_python, ctx.runtime_bundle_python) if p]
     return paths
 
 

@@ -47,6 +47,7 @@ from bundler.assembly.licenses import (
     wheel_facts,
     wheel_license,
 )
+from bundler.assembly.runtime import LICENSE_COMPONENT, PSF_FINDING, RUNTIME_BUNDLE_DIR
 from bundler.assembly.wheelbuild import MARKER_FIELD
 from bundler.errors import BuildError
 from bundler.manifest import Input, Manifest
@@ -184,7 +185,7 @@ def member_components(assembly: Assembly, *, manifest: Manifest) -> list[Compone
     for component in singles:
         if component.name in _without_license_files(assembly):
             component.properties.add(Property(name=LICENSE_FILES_PROPERTY, value=f"none: the package {NO_LICENSE_FILE}"))
-    groups = _groups(manifest, _license_index(assembly))
+    groups = _groups(manifest, _license_index(assembly)) | _runtime_group(assembly, manifest)
     return singles + [_group_component(key, groups[key], files) for key, files in sorted(grouped.items())]
 
 
@@ -281,6 +282,7 @@ GROUP_PREFIXES = (
     ("payload/gpu/", "gpu"),
     ("payload/selfcheck/", "selfcheck"),
     ("payload/app/", "app"),
+    (RUNTIME_BUNDLE_DIR + "/", "python-runtime"),
     (LICENSES, "licenses"),
     *((record, "records") for record in RECORDS),
 )
@@ -317,6 +319,19 @@ def _groups(manifest: Manifest, licenses: dict[str, LicenseFinding]) -> dict[str
                            license=own),
         "records": Group(name="bundle-records", type=ComponentType.DATA, version=bundle.version, license=own),
     }
+
+
+def _runtime_group(assembly: Assembly, manifest: Manifest) -> dict[str, Group]:
+    """The bundled interpreter (bundler.assembly.runtime) as one component: CPython at its own version, PSF
+    licence, the pinned archive's hash; its files are listed inside it."""
+    runtime, source = assembly.facts.runtime, manifest.python.runtime
+    if runtime is None or source is None:
+        return {}
+    purl = PackageURL(type="generic", name=LICENSE_COMPONENT, version=runtime.version,
+                      qualifiers={"checksum": f"sha256:{runtime.sha256}"})
+    return {"python-runtime": Group(name=LICENSE_COMPONENT, type=ComponentType.APPLICATION, version=runtime.version,
+                                    license=PSF_FINDING, purl=purl, sha256=runtime.sha256,
+                                    sources=_source_names([source]))}
 
 
 def _archive_purl(name: str, version: str, archive: Input | None) -> PackageURL:

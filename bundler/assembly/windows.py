@@ -87,9 +87,10 @@ def check_windows(assembly: Assembly, build: BuildInputs) -> None:
     names = [PurePosixPath(label).name for label in optional]
     gpu_fact = assembly.facts.gpu
     gpu = [PurePosixPath(p).name for p in (gpu_fact.dlls if gpu_fact else ())]
+    interpreter = assembly.facts.runtime.dlls if assembly.facts.runtime else ()
     required = dll_closure({k: v for k, v in infos.items() if k not in optional}, target_python=manifest.bundle.python,
-                           provided=[*gpu, *names])
-    everything = dll_closure(infos, target_python=manifest.bundle.python, provided=gpu)
+                           provided=[*gpu, *names], interpreter=interpreter)
+    everything = dll_closure(infos, target_python=manifest.bundle.python, provided=gpu, interpreter=interpreter)
     closure = {**everything.to_json(), "problems": list(required.problems),
                "optional_unavailable": sorted(set(everything.problems) - set(required.problems))}
     if required.problems:

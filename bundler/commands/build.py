@@ -66,7 +66,7 @@ def verify_transformed(manifest: Manifest, files: Mapping[str, Path], *, jobs: i
     compresses them, and models by the model gate; archives (the ORT release archive, a capi source, GPU
     sources) are only ever extracted, so without this their bytes would never be checked at build time.
     """
-    transformed = [i for i in (manifest.ort.archive, manifest.ort.capi) if i is not None]
+    transformed = [i for i in (manifest.ort.archive, manifest.ort.capi, manifest.python.runtime) if i is not None]
     transformed += [s.source for s in manifest.gpu.sources] if manifest.gpu else []
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
         actual = dict(zip([i.key for i in transformed], pool.map(file_sha256, [files[i.key] for i in transformed])))

@@ -29,6 +29,11 @@ from bundler.readers.names import reserved_on_windows
 ORT_WHEEL = re.compile(r"^onnxruntime(_gpu)?-(\d+\.\d+\.\d+)-.*\.whl$", re.IGNORECASE)
 ORT_ARCHIVE = re.compile(r"^onnxruntime-(win|linux)-x64(-gpu)?-(\d+\.\d+\.\d+)\.(zip|tgz)$", re.IGNORECASE)
 VC_REDIST = re.compile(r"^vc_redist\.x64.*\.exe$", re.IGNORECASE)
+# The interpreters a bundle may carry ([python] runtime): python.org's Windows embeddable package and a
+# python-build-standalone install_only archive. Their names give the platform and the target Python.
+PY_EMBED = re.compile(r"^python-(3\.\d+)\.\d+-embed-amd64\.zip$", re.IGNORECASE)
+PY_STANDALONE = re.compile(r"^cpython-(3\.\d+)\.\d+\+\d+-x86_64-unknown-linux-gnu-install_only(_stripped)?\.tar\.gz$",
+                           re.IGNORECASE)
 DEFAULT_ORT = "1.23.1"
 # The one value templates/manifest.toml.j2 leaves for the user to fill in (when no wheel is given).
 SHA256_PLACEHOLDER = "<sha256 of the wheel for your platform>"
@@ -54,6 +59,9 @@ class _Pins:
     ort_archive: dict[str, Any] | None = None
     vc_redist: dict[str, Any] | None = None
     models: list[dict[str, Any]] = field(default_factory=list)
+    python: str = "3.11"
+    python_runtime: dict[str, Any] | None = None
+    implied: dict[str, str] = field(default_factory=dict)  # file name -> the platform it implies
 
 
 def _pin(path: Path, base: Path) -> dict[str, str]:
@@ -77,13 +85,29 @@ def _classify(files: Sequence[Path], base: Path) -> _Pins:
             pins.ort_archive = _pin(path, base)
         elif VC_REDIST.match(name):
             pins.vc_redist = _pin(path, base)
+        elif match := PY_EMBED.match(name) or PY_STANDALONE.match(name):
+            pins.python = match.group(1)
+            pins.platform = "win_amd64" if name.lower().endswith(".zip") else "linux_x86_64"
+            pins.python_runtime = _pin(path, base)
         elif name.lower().endswith(".onnx"):
             pins.models.append({"name": _model_name(path.stem, [m["name"] for m in pins.models]), **_pin(path, base)})
         else:
             msg = (f"--from {path}: cannot tell what this file is; expected an onnxruntime wheel, an "
-                   "onnxruntime-<os>-x64-<version>.zip/.tgz, a VC_redist.x64.exe or an .onnx model")
+                   "onnxruntime-<os>-x64-<version>.zip/.tgz, a VC_redist.x64.exe, an .onnx model, a "
+                   "python-3.X.Y-embed-amd64.zip or a cpython-3.X.Y+DATE-x86_64-unknown-linux-gnu-install_only.tar.gz")
             raise UsageError(msg)
+        if not name.lower().endswith((".onnx", ".exe")):
+            pins.implied[name] = pins.platform
+    _require_one_platform(pins.implied)
     return pins
+
+
+def _require_one_platform(implied: dict[str, str]) -> None:
+    """A Windows interpreter beside a Linux wheel would only fail later, at build time: say so now."""
+    if len(set(implied.values())) > 1:
+        found = ", ".join(f"{name} ({platform})" for name, platform in sorted(implied.items()))
+        msg = f"--from: the files are for different platforms: {found}; expected all for one target"
+        raise UsageError(msg)
 
 
 def _model_name(stem: str, taken: Sequence[str]) -> str:
@@ -120,7 +144,8 @@ def render_starter(output: Path, files: Sequence[Path]) -> str:
     return env.from_string(source).render(
         filename=output.name, name=_bundle_name(output.stem),
         lock=output.stem + ".lock.toml", platform=pins.platform, ort_version=pins.ort_version,
-        ort_python=pins.ort_python, ort_archive=pins.ort_archive, vc_redist=pins.vc_redist, models=pins.models)
+        ort_python=pins.ort_python, ort_archive=pins.ort_archive, vc_redist=pins.vc_redist, models=pins.models,
+        python=pins.python, python_runtime=pins.python_runtime)
 
 
 def write_starter(output: Path, files: Sequence[Path], *, force: bool = False) -> Path:

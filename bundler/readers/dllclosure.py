@@ -27,6 +27,8 @@ SYSTEM_DLLS = frozenset({
     "powrprof.dll", "psapi.dll", "rpcrt4.dll", "secur32.dll", "setupapi.dll", "shell32.dll",
     "shlwapi.dll", "ucrtbase.dll", "user32.dll", "userenv.dll", "uxtheme.dll", "version.dll",
     "winmm.dll", "wintrust.dll", "ws2_32.dll", "wsock32.dll", "wtsapi32.dll",
+    # what the embeddable package's _msi.pyd imports (CPython 3.7-3.12, PC/_msi.c), for [python] runtime
+    "cabinet.dll", "msi.dll",
 })
 API_SET_PREFIXES = ("api-ms-win-", "ext-ms-")
 VC_RUNTIME = re.compile(r"^(msvcp140(_\w+)?|vcruntime140(_\w+)?|concrt140|vcomp140)\.dll$")
@@ -70,13 +72,17 @@ class ClosureReport:
         }
 
 
-def classify(dll: str, *, payload: Collection[str], target_python: str) -> DepKind:
+def classify(dll: str, *, payload: Collection[str], target_python: str, interpreter: Collection[str] = ()) -> DepKind:
     """Where `dll` comes from on the target. `payload` holds the DLL names the bundle ships.
 
     PYTHON means the target Python provides it: python3.dll or its own python3XY.dll. Another
-    Python's DLL is UNKNOWN, because nothing on the target provides it.
+    Python's DLL is UNKNOWN, because nothing on the target provides it. `interpreter` names the DLLs beside a
+    bundled python.exe (python311.dll, vcruntime140.dll, ...): loaded into every process it runs, from the
+    application folder, they come from the payload.
     """
     name = dll.lower()
+    if name in {i.lower() for i in interpreter}:
+        return DepKind.PAYLOAD
     if name in DRIVER_DLLS:
         return DepKind.DRIVER
     if name in SYSTEM_DLLS or name.startswith(API_SET_PREFIXES):
@@ -93,13 +99,14 @@ def classify(dll: str, *, payload: Collection[str], target_python: str) -> DepKi
     return DepKind.UNKNOWN
 
 
-def dll_closure(binaries: Mapping[str, PeInfo], *, target_python: str, provided: Collection[str] = ()) -> ClosureReport:
+def dll_closure(binaries: Mapping[str, PeInfo], *, target_python: str, provided: Collection[str] = (),
+                interpreter: Collection[str] = ()) -> ClosureReport:
     """Check every binary's imports against what the bundle and the target provide.
 
     `binaries` maps payload-relative paths to their PeInfo; `provided` names further DLLs the bundle
     ships (the GPU DLLs). Names a binary may load at run time count as required only for GPU
     libraries: cuDNN 8 loads its sub-libraries that way, while ORT merely probes for optional
-    providers.
+    providers. `interpreter`: see `classify`.
     """
     available = {PurePosixPath(path).name.lower() for path in binaries} | {p.lower() for p in provided}
     dependencies: list[Dependency] = []
@@ -110,7 +117,7 @@ def dll_closure(binaries: Mapping[str, PeInfo], *, target_python: str, provided:
         is_gpu_lib = GPU_RUNTIME.match(PurePosixPath(importer).name.lower()) is not None
         for how, names in (("import", info.imports), ("delay", info.delay_imports), ("runtime", info.runtime_names)):
             for dll in names:
-                kind = classify(dll, payload=available, target_python=target_python)
+                kind = classify(dll, payload=available, target_python=target_python, interpreter=interpreter)
                 dependencies.append(Dependency(importer=importer, dll=dll, kind=kind, how=how))
                 if how != "runtime" or is_gpu_lib:
                     problems.extend(_problem(importer, dll, kind, how=how, target_python=target_python,

@@ -41,7 +41,7 @@ from bundler.runner import Runner
 from bundler.target import synth
 
 # The one line of selfcheck.py that the shipped copy replaces with synth.py's source.
-INLINED = ("synth", "records", "dllsearch")
+INLINED = ("synth", "records", "dllsearch", "interpreter")
 FUTURE_IMPORT = "from __future__ import annotations\n"
 READY_MARKER = ".ort-bundler-ready"
 # The first onnxruntime release built against NumPy 2 (1.19.0 release notes).

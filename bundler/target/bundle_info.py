@@ -16,8 +16,8 @@ from typing import Any, Dict, List, Optional
 
 BUNDLE_FILE = "bundle.json"
 #: 2: the build's plumbing (DLL folders, GPU preload order, VC_redist path) left bundle.json; every key is
-#: always present, `null` or empty where it does not apply.
-BUNDLE_FORMAT = 2
+#: always present, `null` or empty where it does not apply. 3: `python_runtime`, the interpreter a bundle carries.
+BUNDLE_FORMAT = 3
 
 Json = Dict[str, Any]
 
@@ -51,6 +51,7 @@ class BundleInfo:
     vc_redist: Optional[Json]  # Windows: the shipped VC_redist.x64.exe
     signatures: List[Json]  # Authenticode evidence of every PE file
     licenses: List[Json]  # component, licence, files under licenses/
+    python_runtime: Optional[Json]  # the bundled interpreter: kind, version, file, sha256, install-relative path
 
     def to_json(self) -> Json:
         return {"format": BUNDLE_FORMAT, **asdict(self)}

@@ -174,6 +174,23 @@ def copy_entries(entries: Sequence[Tuple[str, str]], source_root: Path, dest_roo
             os.chmod(target, 0o755 if target_rel.endswith(".sh") else 0o644)
 
 
+def place_runtime(plan: InstallPlan, bundle: Path, stage: Path) -> None:
+    """The bundled interpreter's files ([python] runtime) are the environment: copied, not created. Its
+    bin/ keeps the executable bit even when the bundle was unpacked by a tool that drops modes."""
+    copy_entries([(e.source, e.target) for e in plan.venv.runtime], bundle, stage)
+    if not WINDOWS:
+        for entry in plan.venv.runtime:
+            if entry.target.startswith(f"{plan.venv.dir}/bin/"):
+                os.chmod(native(stage, entry.target), 0o755)
+
+
+def installed_python(plan: InstallPlan, target: Path) -> str:
+    """What runs the installed code: the bundled interpreter in its final place, else the Python that made the venv."""
+    if plan.venv.runtime:
+        return str(native(target, f"{plan.venv.dir}/{plan.venv.interpreter}"))
+    return sys.executable
+
+
 def place_files(plan: InstallPlan, options: Options, stage: Path, stage_venv: Path) -> None:
     copy_entries([(e.source, e.target) for e in plan.copy], options.bundle, stage)
     copy_entries([(e.source, e.target) for e in plan.venv.site_packages_files], options.bundle,
@@ -246,7 +263,7 @@ def check_python(plan: InstallPlan) -> None:
 
 def check_space(plan: InstallPlan, bundle: Path, target: Path) -> None:
     needed = sum((bundle / w).stat().st_size for w in plan.venv.wheels) * 4
-    needed += sum((bundle / e.source).stat().st_size for e in plan.copy) + (100 << 20)
+    needed += sum((bundle / e.source).stat().st_size for e in (*plan.copy, *plan.venv.runtime)) + (100 << 20)
     probe = target.parent
     while not probe.exists():
         probe = probe.parent
@@ -311,15 +328,19 @@ def _build_stage(plan: InstallPlan, options: Options, log: Log, previous: Option
     if options.restrict_acl:
         restrict_acl(stage)
     stage_venv, final_venv = native(stage, plan.venv.dir), native(target, plan.venv.dir)
-    log(f"creating the environment in {stage_venv}")
-    make_environment(stage_venv, final_venv)
-    relocate_venv(stage_venv, final_venv, plan.venv.scripts)
+    if plan.venv.runtime:
+        log(f"placing the bundled interpreter in {stage_venv}")
+        place_runtime(plan, options.bundle, stage)
+    else:
+        log(f"creating the environment in {stage_venv}")
+        make_environment(stage_venv, final_venv)
+        relocate_venv(stage_venv, final_venv, plan.venv.scripts)
     known = install_wheels(plan, options.bundle, stage_venv, final_venv, log)
     place_files(plan, options, stage, stage_venv)
     kept = carry_over(previous, target, stage, plan)
     receipt = Receipt(install_id=plan.install_id, name=plan.name, version=plan.version, platform=plan.platform,
                       bundle_sha256=bundle_sha256, installed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                      install_dir=str(target), python_executable=sys.executable,
+                      install_dir=str(target), python_executable=installed_python(plan, target),
                       python_version="%d.%d.%d" % sys.version_info[:3], selfcheck=SelfcheckOutcome(ran=False),
                       reboot_required=options.reboot_pending, files=hash_tree(stage, (RECEIPT_FILE, *kept), known),
                       folders=walk_folders(stage), kept=kept)

@@ -174,8 +174,10 @@ def run_selfcheck(plan: InstallPlan, root: Path, log: Log) -> Tuple[int, Optiona
     """The installed self-check, in `root`, as the launcher runs it; (exit code, its report)."""
     python = str(native(root, plan.venv.dir + "/" + plan.venv.interpreter))
     script = root / "selfcheck" / "selfcheck.py"
-    command = [python, str(script), "--json"] if script.is_file() else \
-        [python, "-c", "import onnxruntime; print('onnxruntime', onnxruntime.__version__)"]
+    # A bundled interpreter starts isolated, as the launchers start it; -B, as -I ignores PYTHONDONTWRITEBYTECODE.
+    isolated = ["-I", "-B"] if plan.venv.runtime else []
+    command = [python, *isolated, str(script), "--json"] if script.is_file() else \
+        [python, *isolated, "-c", "import onnxruntime; print('onnxruntime', onnxruntime.__version__)"]
     proc = subprocess.run(command, capture_output=True, text=True,
                           env=selfcheck_env(plan, root), check=False)
     for line in (proc.stdout + proc.stderr).splitlines()[-40:]:

@@ -155,11 +155,15 @@ class VenvPlan:
     wheels: Tuple[str, ...]  # bundle-relative, installed in this order
     requirements: str  # bundle-relative requirements.txt (for people and pip users; the engine reads wheels)
     site_packages_files: Tuple[PlanEntry, ...]
+    #: A bundled interpreter ([python] runtime): its files, copied to make the environment instead of running
+    #: `python -m venv`; the layout above then names the interpreter's own folders (python/bin/python3.11, ...).
+    runtime: Tuple[PlanEntry, ...] = ()
 
     def to_json(self) -> Dict[str, Any]:
         data = asdict(self)
         data["wheels"] = list(self.wheels)
         data["site_packages_files"] = [entry.to_json() for entry in self.site_packages_files]
+        data["runtime"] = [entry.to_json() for entry in self.runtime]
         return data
 
     @classmethod
@@ -170,7 +174,8 @@ class VenvPlan:
         return cls(dir=reader.path("dir"), interpreter=reader.path("interpreter"), scripts=reader.path("scripts"),
                    site_packages=reader.path("site_packages"), script_kind=kind, wheels=reader.paths("wheels"),
                    requirements=reader.path("requirements"),
-                   site_packages_files=tuple(PlanEntry.read(r) for r in reader.children("site_packages_files")))
+                   site_packages_files=tuple(PlanEntry.read(r) for r in reader.children("site_packages_files")),
+                   runtime=tuple(PlanEntry.read(r) for r in reader.children("runtime")) if "runtime" in reader.data else ())
 
 
 @dataclass(frozen=True)
@@ -197,7 +202,7 @@ class InstallPlan:
 
     def inputs(self) -> List[str]:
         """Every bundle file the plan uses: each must be covered by SHA256SUMS."""
-        entries = [*self.copy, *self.venv.site_packages_files]
+        entries = [*self.copy, *self.venv.site_packages_files, *self.venv.runtime]
         return [PLAN_FILE, self.installer_wheel, self.venv.requirements, *self.venv.wheels,
                 *(entry.source for entry in entries)]
 

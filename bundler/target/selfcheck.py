@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 from bundler.target.dllsearch import choose, file_version, search_folders
+from bundler.target.interpreter import check_interpreter
 from bundler.target.records import Check, SelfcheckReport
 from bundler.target.synth import compare_output, describe_io, output_digest, probe_model, synthesize_inputs
 
@@ -89,6 +90,18 @@ def check_python(ctx: Context) -> Check:
                      message=f"{sys.executable} is Python {running}, the bundle targets {wanted}",
                      fix="Run the self-check through the installation's launcher (run --self-check).")
     return Check(id="python", status="pass", message=f"Python {running} at {sys.executable}")
+
+
+def check_interpreter_origin(ctx: Context) -> Check:
+    """Which interpreter runs the installed code; with a bundled one ([python] runtime), nothing else may."""
+    report = check_interpreter(ctx.root, ctx.bundle.get("python_runtime"))
+    details = report.to_json()
+    if report.ok:
+        return Check(id="interpreter", status="pass", details=details,
+                     message=f"{report.origin} Python {report.version} at {report.executable}")
+    return Check(id="interpreter", status="fail", details=details, message="; ".join(report.problems),
+                 fix="Start the installed code with its launcher (run.sh / run.cmd / run.ps1), which runs the "
+                     "bundled interpreter isolated; or reinstall the bundle.")
 
 
 def check_cpu(ctx: Context) -> Check:
@@ -162,7 +175,8 @@ def import_onnxruntime(ctx: Context) -> Tuple[Check, Any]:
         return Check(id="onnxruntime", status="fail", message=f"import onnxruntime failed: {reason}", fix=fix), None
     pinned = ctx.bundle["ort"]["version"]
     location = Path(onnxruntime.__file__).resolve().parent
-    venv = (ctx.root / "venv").resolve()
+    # The environment: the venv, or with a bundled interpreter ([python] runtime) its own folder.
+    venv = (ctx.root / ("python" if ctx.bundle.get("python_runtime") else "venv")).resolve()
     details = {"version": onnxruntime.__version__, "location": str(location)}
     if not _is_below(location, venv):
         return Check(id="onnxruntime", status="fail", details=details,
@@ -565,7 +579,7 @@ def onnxruntime_checks(ctx: Context, ort: Any) -> list[Check]:
 
 
 def run_checks(ctx: Context) -> list[Check]:
-    checks = [check_path(ctx), check_python(ctx)]
+    checks = [check_path(ctx), check_python(ctx), check_interpreter_origin(ctx)]
     imported, ort = import_onnxruntime(ctx)
     checks.append(imported)
     if ort is None or imported.status == "fail":

@@ -1,0 +1,114 @@
+"""What a Linux ELF binary needs at run time: its machine, the libraries it names, where it looks for them.
+
+A bundled interpreter is only relocatable when the loader can find `libpython3.X.so` wherever the install
+folder lands: python-build-standalone links `bin/python3.X` with `RUNPATH $ORIGIN/../lib`; a locally built
+CPython (pyenv, `./configure --enable-shared --prefix=…`) names its own absolute prefix instead, and on the
+target would either fail or, worse, load another machine's library. So the build reads the dynamic section
+itself (ELF64 little-endian, the only kind an x86-64 bundle ships) rather than trusting the file name.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from bundler.errors import BuildError, InputUnavailableError
+
+ELF_MAGIC = b"\x7fELF"
+ELFCLASS64 = 2
+ELFDATA2LSB = 1
+PT_LOAD = 1
+PT_DYNAMIC = 2
+DT_NULL = 0
+DT_NEEDED = 1
+DT_STRTAB = 5
+DT_SONAME = 14
+DT_RPATH = 15
+DT_RUNPATH = 29
+_STRING_TAGS = {DT_NEEDED: "needed", DT_SONAME: "soname", DT_RPATH: "rpath", DT_RUNPATH: "runpath"}
+_HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
+_PROGRAM = struct.Struct("<IIQQQQQQ")
+_DYNAMIC = struct.Struct("<qQ")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DynamicString:
+    """One string entry of the dynamic section (`DT_NEEDED`, `DT_RUNPATH`, ...) and where its bytes are."""
+
+    kind: str  # "needed", "soname", "rpath" or "runpath"
+    value: str
+    offset: int  # file offset of the string's first byte
+
+
+@dataclass(frozen=True, kw_only=True)
+class ElfInfo:
+    machine: int
+    strings: tuple[DynamicString, ...]
+
+    def values(self, kind: str) -> tuple[str, ...]:
+        return tuple(s.value for s in self.strings if s.kind == kind)
+
+    @property
+    def search_path(self) -> tuple[str, ...]:
+        """RUNPATH, or RPATH when there is no RUNPATH (as ld.so reads them), split at ':'."""
+        entries = self.values("runpath") or self.values("rpath")
+        return tuple(part for entry in entries for part in entry.split(":") if part)
+
+
+def read_elf(path: Path, *, label: str) -> ElfInfo:
+    """The machine and dynamic strings of a 64-bit little-endian ELF file; anything else is a clear error."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        msg = f"{label} cannot be read ({exc.strerror}); expected an ELF binary"
+        raise InputUnavailableError(msg) from exc
+    if len(data) < _HEADER.size or data[:4] != ELF_MAGIC:
+        msg = f"{label} is not an ELF binary; expected a Linux x86-64 executable or shared library"
+        raise BuildError(msg)
+    if data[4] != ELFCLASS64 or data[5] != ELFDATA2LSB:
+        msg = f"{label} is a 32-bit or big-endian ELF binary; expected a 64-bit x86-64 one"
+        raise BuildError(msg)
+    header = _HEADER.unpack_from(data)
+    machine, phoff, phentsize, phnum = header[2], header[5], header[9], header[10]
+    segments = [_PROGRAM.unpack_from(data, phoff + i * phentsize) for i in range(phnum)
+                if phoff + (i + 1) * phentsize <= len(data)]
+    return ElfInfo(machine=machine, strings=_dynamic_strings(data, segments, label=label))
+
+
+def _dynamic_strings(data: bytes, segments: list[tuple[int, ...]], *, label: str) -> tuple[DynamicString, ...]:
+    dynamic = next((s for s in segments if s[0] == PT_DYNAMIC), None)
+    if dynamic is None:
+        return ()  # a static executable names no libraries
+    entries: list[tuple[int, int]] = []
+    offset, end = dynamic[2], min(dynamic[2] + dynamic[5], len(data))
+    while offset + _DYNAMIC.size <= end:
+        tag, value = _DYNAMIC.unpack_from(data, offset)
+        if tag == DT_NULL:
+            break
+        entries.append((tag, value))
+        offset += _DYNAMIC.size
+    strtab = next((value for tag, value in entries if tag == DT_STRTAB), None)
+    if strtab is None:
+        return ()
+    base = _file_offset(strtab, segments, label=label)
+    found = []
+    for tag, value in entries:
+        if tag in _STRING_TAGS:
+            start = base + value
+            stop = data.find(b"\0", start)
+            if stop < 0:
+                msg = f"{label} has a dynamic string that runs past the end of the file (a corrupt ELF binary)"
+                raise BuildError(msg)
+            text = data[start:stop].decode("utf-8", "replace")
+            found.append(DynamicString(kind=_STRING_TAGS[tag], value=text, offset=start))
+    return tuple(found)
+
+
+def _file_offset(address: int, segments: list[tuple[int, ...]], *, label: str) -> int:
+    """Where a virtual address lives in the file: inside the loadable segment that maps it."""
+    for kind, _flags, offset, vaddr, _paddr, filesz, _memsz, _align in segments:
+        if kind == PT_LOAD and vaddr <= address < vaddr + filesz:
+            return address - vaddr + offset
+    msg = f"{label} has a dynamic string table outside its loadable segments (a corrupt ELF binary)"
+    raise BuildError(msg)
