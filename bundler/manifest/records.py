@@ -1,0 +1,148 @@
+"""What a manifest says, as frozen records: parsed once from the TOML (`bundler.manifest.parse`), read everywhere."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from bundler.platforms import TARGETS
+
+PLATFORMS = tuple(TARGETS)
+
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}$")
+
+
+PYTHON_RE = re.compile(r"^3\.(\d{1,2})$")
+
+
+# 1980-01-01, the earliest time a zip entry can carry.
+ZIP_EPOCH = 315532800
+
+
+DEFAULT_SOURCE_DATE_EPOCH = ZIP_EPOCH
+
+
+InputKind = Literal["url", "path", "requirement"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Input:
+    """One external input: where it comes from and the hash(es) it must have."""
+
+    key: str  # key path in the manifest, e.g. "ort.capi" or "models[1]"
+    kind: InputKind
+    location: str  # the URL, the absolute path, or the requirement "name==version"
+    sha256: tuple[str, ...]  # one for url/path; one or more (one per candidate wheel) for requirement
+    filename: str | None  # the file name, when the source names it (a requirement's wheel name is found by pip)
+    size: int | None = None  # bytes, when the manifest declares them: then the bound of a download
+
+    @property
+    def display(self) -> str:
+        return f"{self.key} ({self.location})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bundle:
+    name: str
+    version: str
+    platform: str
+    python: str
+    source_date_epoch: int
+
+    @property
+    def python_tag(self) -> str:
+        return "cp" + self.python.replace(".", "")
+
+    @property
+    def stem(self) -> str:
+        return f"{self.name}-{self.version}-{self.platform}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ort:
+    version: str
+    archive: Input | None
+    wheel: Input | None
+    capi: Input | None
+    dependencies: tuple[str, ...] | None
+    allow_unsigned: bool  # the ORT binaries are a custom build without a vendor signature
+
+    @property
+    def python_source(self) -> Input | None:
+        return self.wheel or self.capi
+
+
+@dataclass(frozen=True, kw_only=True)
+class Python:
+    lock: Path | None
+    requirements: tuple[str, ...]
+    runtime: Input | None = None  # the interpreter the bundle carries (embeddable package / python-build-standalone)
+
+
+@dataclass(frozen=True, kw_only=True)
+class VcRedist:
+    source: Input
+    min_version: str | None
+    allow_unsigned: bool  # a redistributable repackaged by the user's organisation, without Microsoft's signature
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuSource:
+    source: Input
+    include: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gpu:
+    cuda: str
+    cudnn: str
+    sources: tuple[GpuSource, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Model:
+    name: str
+    source: Input
+    shapes: Mapping[str, tuple[int, ...]]
+    license: str | None = None  # SPDX expression, checked on load; the SBOM says "unknown" without one
+
+
+@dataclass(frozen=True, kw_only=True)
+class Launch:
+    module: str | None
+    script: Input | None
+    program: Input | None  # a native executable (C/C++ applications built against the SDK)
+    cache_dir: str | None
+    env: Mapping[str, str]
+    apply_tuning: bool = False  # the start-up hook gives the entry point's sessions run --tune's options
+
+
+@dataclass(frozen=True, kw_only=True)
+class Manifest:
+    path: Path
+    bundle: Bundle
+    ort: Ort
+    python: Python
+    vc_redist: VcRedist | None
+    gpu: Gpu | None
+    models: tuple[Model, ...]
+    launch: Launch
+    raw: Mapping[str, Any] = field(repr=False)  # the parsed TOML, recorded in bundle.json
+
+    def inputs(self) -> list[Input]:
+        """Every file input, in manifest order (the lock's wheels come from `lock.py`)."""
+        found = [self.ort.archive, self.ort.wheel, self.ort.capi, self.python.runtime]
+        if self.vc_redist:
+            found.append(self.vc_redist.source)
+        if self.gpu:
+            found.extend(s.source for s in self.gpu.sources)
+        found.extend(m.source for m in self.models)
+        found.extend([self.launch.script, self.launch.program])
+        return [i for i in found if i is not None]
