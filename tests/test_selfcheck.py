@@ -26,7 +26,7 @@ from bundler.readers.modelgate import (
     identity_model_bytes,
     selfcheck_script_bytes,
 )
-from bundler.target import selfcheck
+from bundler.target import cuda_check, libraries, selfcheck
 from bundler.target.synth import (
     compare_output,
     output_digest,
@@ -121,13 +121,13 @@ def test_old_msvcp140_and_stray_runtime_libraries_are_problems(tmp_path):
     driver = {"family": "driver", "path": "/usr/lib/libcuda.so.1", "version": "1"}
 
     assert "C:/Tools/msvcp140.dll is version 14.29.30139.0, older than the VC++ runtime 14.40.33810" in \
-        selfcheck.library_problem(ctx, old)
-    assert selfcheck.library_problem(ctx, new) is None
-    assert "/opt/other/libonnxruntime.so.1.23.1 was loaded from outside" in selfcheck.library_problem(ctx, stray_ort)
-    assert selfcheck.library_problem(ctx, own_ort) is None
-    assert "libcudart.so.11.0 was loaded from outside" in selfcheck.library_problem(ctx, stray_cuda)
-    assert selfcheck.library_problem(ctx, driver) is None
-    assert selfcheck.library_problem(context(tmp_path), stray_cuda) is None  # no bundled GPU libraries
+        libraries.library_problem(ctx, old)
+    assert libraries.library_problem(ctx, new) is None
+    assert "/opt/other/libonnxruntime.so.1.23.1 was loaded from outside" in libraries.library_problem(ctx, stray_ort)
+    assert libraries.library_problem(ctx, own_ort) is None
+    assert "libcudart.so.11.0 was loaded from outside" in libraries.library_problem(ctx, stray_cuda)
+    assert libraries.library_problem(ctx, driver) is None
+    assert libraries.library_problem(context(tmp_path), stray_cuda) is None  # no bundled GPU libraries
 
 
 @pytest.mark.parametrize(("path", "family"), [
@@ -141,7 +141,7 @@ def test_old_msvcp140_and_stray_runtime_libraries_are_problems(tmp_path):
     ("/usr/lib/libc.so.6", None),
 ])
 def test_library_families(path, family):
-    assert selfcheck.library_family(path) == family
+    assert libraries.library_family(path) == family
 
 
 @pytest.mark.parametrize(("evidence", "missing"), [
@@ -152,17 +152,17 @@ def test_library_families(path, family):
     ("CUDA failure 35: CUDA driver version is insufficient for CUDA runtime version", None),
 ])
 def test_missing_library_is_read_from_orts_words(evidence, missing):
-    assert selfcheck.missing_library(evidence) == missing
+    assert cuda_check.missing_library(evidence) == missing
 
 
 def test_native_stderr_is_captured_where_ort_logs_a_providers_missing_library():
     captured: list[str] = []
 
-    with selfcheck.native_stderr(captured):
+    with cuda_check.native_stderr(captured):
         os.write(2, b"libcudnn.so.8: cannot open shared object file\n")
 
     assert captured == ["libcudnn.so.8: cannot open shared object file\n"]
-    assert selfcheck.missing_library(captured[0]) == "libcudnn.so.8"
+    assert cuda_check.missing_library(captured[0]) == "libcudnn.so.8"
 
 
 def test_cache_space_is_measured_on_the_nearest_existing_folder(tmp_path, monkeypatch):

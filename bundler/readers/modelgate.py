@@ -41,7 +41,9 @@ from bundler.runner import Runner
 from bundler.target import synth
 
 # The one line of selfcheck.py that the shipped copy replaces with synth.py's source.
-INLINED = ("synth", "records", "dllsearch", "interpreter")
+# Dependencies first: the inlined modules run top to bottom in one namespace.
+INLINED = ("records", "synth", "dllsearch", "check_context", "interpreter", "cuda_check", "libraries")
+TARGET_IMPORT = "from bundler.target."
 FUTURE_IMPORT = "from __future__ import annotations\n"
 READY_MARKER = ".ort-bundler-ready"
 # The first onnxruntime release built against NumPy 2 (1.19.0 release notes).
@@ -361,25 +363,38 @@ def identity_model_bytes() -> bytes:
 
 
 def selfcheck_script_bytes() -> bytes:
-    """The self-check as shipped (payload/selfcheck/selfcheck.py): one file with synth.py and records.py inlined.
+    """The self-check as shipped (payload/selfcheck/selfcheck.py): one file, its target modules inlined.
 
-    The target has no ort-bundler package, so the script cannot import them; inlining keeps a
-    single source for the inputs the build and the target synthesise and for the report's definition.
+    The target has no ort-bundler package, so the script cannot import them; inlining keeps a single source
+    for what the build and the target share (synthesised inputs, the report's definition, the DLL search).
+    The modules go in INLINED's order, dependencies first, where the script's first target import stood; every
+    `from bundler.target.` line, in the script and in the modules, is then satisfied by the inlined code.
     """
     package = resources.files("bundler.target")
     script = (package / "selfcheck.py").read_text(encoding="utf-8").splitlines(keepends=True)
+    ours = [index for index, line in enumerate(script) if line.startswith(TARGET_IMPORT)]
+    if not ours:
+        msg = "bundler/target/selfcheck.py imports no target module: nothing to inline"
+        raise BuildError(msg)
+    inlined: list[str] = []
     for module in INLINED:
         source = (package / f"{module}.py").read_text(encoding="utf-8")
-        prefix = f"from bundler.target.{module} import "
-        imports = [index for index, line in enumerate(script) if line.startswith(prefix)]
-        if len(imports) != 1 or FUTURE_IMPORT not in source:
-            msg = (f"bundler/target/selfcheck.py must import {module} on exactly one line, "
-                   f"and {module}.py must start with postponed annotations")
+        if FUTURE_IMPORT not in source:
+            msg = f"bundler/target/{module}.py must start with postponed annotations to be inlined"
             raise BuildError(msg)
-        end = imports[0] + 1
-        while not script[end - 1].rstrip().endswith((")", "import")) and "(" in script[imports[0]]:
-            end += 1
-        body = source.replace(FUTURE_IMPORT, "", 1)
-        banner = f"# --- inlined from bundler/target/{module}.py by ort-bundler ---\n"
-        script = [*script[: imports[0]], banner, body, f"# --- end of {module}.py ---\n", *script[end:]]
-    return "".join(script).encode("utf-8")
+        inlined += [f"# --- inlined from bundler/target/{module}.py by ort-bundler ---\n",
+                    *_without_target_imports(source.replace(FUTURE_IMPORT, "", 1), module),
+                    f"# --- end of {module}.py ---\n"]
+    head = script[: ours[0]]
+    tail = _without_target_imports("".join(script[ours[0]:]), "selfcheck")
+    return "".join([*head, *inlined, *tail]).encode("utf-8")
+
+
+def _without_target_imports(source: str, module: str) -> list[str]:
+    """The lines of `source` less its one-line imports of other target modules (a wrapped one cannot be cut)."""
+    lines = source.splitlines(keepends=True)
+    wrapped = [line for line in lines if line.startswith(TARGET_IMPORT) and line.rstrip().endswith("(")]
+    if wrapped:
+        msg = f"bundler/target/{module}.py must import each target module on one line, found {wrapped[0].strip()!r}"
+        raise BuildError(msg)
+    return [line for line in lines if not line.startswith(TARGET_IMPORT)]

@@ -11,60 +11,30 @@ Exit 0 only when no check failed; warnings do not fail.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
-from bundler.target.dllsearch import choose, file_version, search_folders
+from bundler.target.check_context import Context, is_below
+from bundler.target.cuda_check import CUDA, check_cuda, session_options
 from bundler.target.interpreter import check_interpreter
+from bundler.target.libraries import check_libraries, check_native_runtime
 from bundler.target.records import Check, SelfcheckReport
 from bundler.target.synth import compare_output, describe_io, output_digest, probe_model, synthesize_inputs
 
-CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
 MIN_FREE_BYTES = 1 << 30
 LATENCY_RUNS = 5
 LATENCY_BUDGET_SECONDS = 5.0
-# Loaded libraries worth reporting, by family; the driver's own library is never bundled.
-LIBRARY_FAMILIES = (
-    ("onnxruntime", re.compile(r"^(lib)?onnxruntime", re.IGNORECASE)),
-    ("msvcp140", re.compile(r"^msvcp140", re.IGNORECASE)),
-    ("vcruntime140", re.compile(r"^vcruntime140", re.IGNORECASE)),
-    ("driver", re.compile(r"^(nvcuda\.dll|libcuda\.so)", re.IGNORECASE)),
-    ("cudnn", re.compile(r"^(lib)?cudnn", re.IGNORECASE)),
-    ("cuda", re.compile(r"^(lib)?(cudart|cublas|cufft|curand|cusparse|cusolver|nvrtc|nvinfer|nvonnxparser)",
-                        re.IGNORECASE)),
-)
-MISSING_LIBRARY = (
-    re.compile(r'depends on "([^"]+)" which is missing'),
-    re.compile(r"([\w.+-]+\.so[\w.]*): cannot open shared object file"),
-    re.compile(r"([\w.+-]+\.dll)\b[^.]*?(?:not found|missing|could not be found)", re.IGNORECASE),
-)
 
 
-@dataclass(frozen=True)
-class Context:
-    root: Path
-    bundle: Dict[str, Any]
-    allow_cpu_fallback: bool
-
-    @property
-    def gpu(self) -> Dict[str, Any]:
-        return self.bundle.get("gpu") or {}
-
-    def reinstall(self) -> str:
-        return f"Re-run the bundle's installer with -Force (--force on Linux) to restore {self.root}."
 
 
 # ---------------------------------------------------------------- checks without onnxruntime
@@ -122,13 +92,6 @@ def check_cpu(ctx: Context) -> Check:
     return Check(id="cpu", status="pass", message="CPU offers AVX2")
 
 
-def _is_below(path: Path, folder: Path) -> bool:
-    """Path.is_relative_to, which Python 3.8 (a supported target) lacks."""
-    try:
-        path.relative_to(folder)
-    except ValueError:
-        return False
-    return True
 
 
 def cache_dir() -> Path:
@@ -178,7 +141,7 @@ def import_onnxruntime(ctx: Context) -> Tuple[Check, Any]:
     # The environment: the venv, or with a bundled interpreter ([python] runtime) its own folder.
     venv = (ctx.root / ("python" if ctx.bundle.get("python_runtime") else "venv")).resolve()
     details = {"version": onnxruntime.__version__, "location": str(location)}
-    if not _is_below(location, venv):
+    if not is_below(location, venv):
         return Check(id="onnxruntime", status="fail", details=details,
                      message=f"onnxruntime was imported from {location}, "
                              f"not from this installation's environment {venv}",
@@ -205,135 +168,22 @@ def check_providers(ctx: Context, ort: Any) -> Check:
     return Check(id="providers", status="pass", details=details, message=f"available providers: {', '.join(available)}")
 
 
-def session_options(ort: Any, *, log_level: int = 3) -> Any:
-    options = ort.SessionOptions()
-    options.log_severity_level = log_level
-    return options
 
 
-@contextlib.contextmanager
-def native_stderr(sink: List[str]) -> Iterator[None]:
-    """Capture what native code writes to stderr: ORT names a provider's missing library only in its log."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as capture:
-        os.dup2(capture.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            capture.seek(0)
-            sink.append(capture.read().decode("utf-8", errors="replace"))
 
 
-def cuda_session_problem(ctx: Context, ort: Any) -> tuple[str | None, str]:
-    """Why a session asking for CUDA alone does not run on CUDA (None when it does), and ORT's evidence."""
-    available = ort.get_available_providers()
-    if CUDA not in available:
-        return f"the installed onnxruntime offers only {available}", ""
-    identity = ctx.root / ctx.bundle["selfcheck"]["identity_model"]
-    captured: list[str] = []
-    with warnings.catch_warnings(record=True) as caught, native_stderr(captured):
-        warnings.simplefilter("always")
-        try:
-            session = ort.InferenceSession(str(identity), session_options(ort, log_level=2), providers=[CUDA])
-        except Exception as exc:  # ORT's pybind error classes carry the reason as text
-            evidence = " ".join([str(exc), *captured, *(str(w.message) for w in caught)])
-            return "a session requesting only CUDA failed", evidence
-    evidence = " ".join([*captured, *(str(w.message) for w in caught)])
-    if CUDA not in session.get_providers():
-        return f"a session requesting only CUDA fell back to {session.get_providers()}", evidence
-    return None, evidence
 
 
-def load_library(name: str) -> Any:
-    import ctypes
-
-    loader = getattr(ctypes, "WinDLL") if sys.platform == "win32" else ctypes.CDLL  # noqa: B009  (Windows only)
-    return loader(name)
 
 
-def driver_cuda_version(driver: Any) -> tuple[int, int] | None:
-    """The newest CUDA the installed driver supports, from cuDriverGetVersion (e.g. 11080 is 11.8)."""
-    import ctypes
-
-    version = ctypes.c_int(0)
-    try:
-        if driver.cuDriverGetVersion(ctypes.byref(version)) != 0:
-            return None
-    except AttributeError:
-        return None
-    return version.value // 1000, (version.value % 1000) // 10
 
 
-def bundled_cudnn_major(ctx: Context) -> int | None:
-    """cudnnGetVersion of the bundle's cuDNN: 8600 is 8.6.0 (cuDNN 8), 90100 is 9.1.0 (cuDNN 9)."""
-    import ctypes
-
-    for relative in ctx.gpu.get("dlls", []):
-        if re.match(r"^(lib)?cudnn(64_\d+\.dll|\.so)", Path(relative).name):
-            try:
-                library = load_library(str(ctx.root / relative))
-            except OSError:
-                return None
-            library.cudnnGetVersion.restype = ctypes.c_size_t
-            version = library.cudnnGetVersion()
-            return int(version // 10000 if version >= 10000 else version // 1000)
-    return None
 
 
-def missing_library(evidence: str) -> str | None:
-    for pattern in MISSING_LIBRARY:
-        found = pattern.search(evidence)
-        if found:
-            return Path(found.group(1)).name
-    return None
 
 
-def diagnose_cuda(ctx: Context, problem: str, evidence: str) -> tuple[str, str]:
-    """The cause, most fundamental first: no driver, an old driver, a CPU-only wheel, a missing DLL, cuDNN."""
-    min_driver = ctx.gpu.get("min_driver") or "the version the bundle's CUDA requires"
-    driver_name = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
-    try:
-        driver = load_library(driver_name)
-    except OSError as exc:
-        return (f"no NVIDIA driver: {driver_name} cannot be loaded ({exc})",
-                f"Install the NVIDIA driver {min_driver} or newer on this machine (it is never bundled).")
-    needed = tuple(int(part) for part in str(ctx.gpu.get("cuda", "0.0")).split(".")[:2])
-    supported = driver_cuda_version(driver)
-    if supported is not None and supported < needed:
-        return (f"driver too old: it supports CUDA {supported[0]}.{supported[1]}, the bundle needs CUDA "
-                f"{'.'.join(map(str, needed))}", f"Update the NVIDIA driver to {min_driver} or newer.")
-    if problem.startswith("the installed onnxruntime offers only"):
-        return ("the installed onnxruntime is a build without the CUDA provider",
-                "Rebuild the bundle with the GPU build of onnxruntime, or install the CPU bundle.")
-    missing = missing_library(evidence)
-    if missing:
-        return (f"{missing} not found",
-                f"Check that {ctx.root / 'gpu'} holds {missing} and run through the installation's launcher, "
-                "which puts the bundle's GPU folders on the DLL search path.")
-    cudnn = bundled_cudnn_major(ctx)
-    wanted_cudnn = int(str(ctx.gpu.get("cudnn", "0")).split(".")[0])
-    if cudnn is not None and wanted_cudnn and cudnn != wanted_cudnn:
-        return (f"wrong cuDNN: the bundled cuDNN is major version {cudnn}, this onnxruntime needs cuDNN {wanted_cudnn}",
-                "Rebuild the bundle with the cuDNN major version the GPU provider was built against.")
-    return (f"ORT says: {' '.join(evidence.split())[:600] or 'nothing'}",
-            "Run with --json and compare the loaded CUDA libraries below with the bundle's gpu folder.")
 
 
-def check_cuda(ctx: Context, ort: Any) -> Check:
-    """A GPU bundle must not quietly run on the CPU: ask for CUDA alone and explain any refusal."""
-    problem, evidence = cuda_session_problem(ctx, ort)
-    if problem is None:
-        return Check(id="cuda", status="pass", message="a session requesting only CUDA runs on CUDAExecutionProvider")
-    cause, fix = diagnose_cuda(ctx, problem, evidence)
-    details = {"problem": problem, "evidence": " ".join(evidence.split())[:2000]}
-    if ctx.allow_cpu_fallback:
-        return Check(id="cuda", status="warn", details=details, fix=fix,
-                     message=f"CUDA is unavailable ({problem}): {cause}; running on the CPU (--allow-cpu-fallback)")
-    return Check(id="cuda", status="fail", details=details, fix=fix,
-                 message=f"CUDA is expected but unavailable ({problem}): {cause}")
 
 
 def session_providers(ctx: Context, ort: Any, *, cuda_ok: bool) -> list[str]:
@@ -441,117 +291,20 @@ def check_model(ctx: Context, ort: Any, record: Dict[str, Any], providers: list[
 # ---------------------------------------------------------------- loaded libraries
 
 
-def loaded_library_paths() -> list[str]:
-    if sys.platform == "win32":
-        return windows_module_paths()
-    paths = set()
-    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-        for line in maps:
-            parts = line.split(maxsplit=5)
-            if len(parts) == 6 and parts[5].startswith("/"):
-                paths.add(parts[5].strip())
-    return sorted(paths)
 
 
-def windows_module_paths() -> list[str]:
-    """Every module the Windows loader has mapped into this process (EnumProcessModules)."""
-    import ctypes
-    from ctypes import wintypes
-
-    kernel32 = getattr(ctypes, "WinDLL")("kernel32", use_last_error=True)  # noqa: B009  (Windows only)
-    kernel32.GetCurrentProcess.restype = wintypes.HANDLE
-    kernel32.K32EnumProcessModules.argtypes = [wintypes.HANDLE, ctypes.POINTER(wintypes.HMODULE), wintypes.DWORD,
-                                               ctypes.POINTER(wintypes.DWORD)]
-    kernel32.K32EnumProcessModules.restype = wintypes.BOOL
-    kernel32.GetModuleFileNameW.argtypes = [wintypes.HMODULE, wintypes.LPWSTR, wintypes.DWORD]
-    kernel32.GetModuleFileNameW.restype = wintypes.DWORD
-    process = kernel32.GetCurrentProcess()
-    count = 512
-    while True:
-        modules = (wintypes.HMODULE * count)()
-        needed = wintypes.DWORD(0)
-        if not kernel32.K32EnumProcessModules(process, modules, ctypes.sizeof(modules), ctypes.byref(needed)):
-            raise getattr(ctypes, "WinError")(getattr(ctypes, "get_last_error")())  # noqa: B009  (Windows only)
-        if needed.value <= ctypes.sizeof(modules):
-            break
-        count = needed.value // ctypes.sizeof(wintypes.HMODULE) + 64
-    buffer = ctypes.create_unicode_buffer(32768)
-    paths = []
-    for handle in modules[: needed.value // ctypes.sizeof(wintypes.HMODULE)]:
-        length = kernel32.GetModuleFileNameW(handle, buffer, len(buffer))
-        if length:
-            paths.append(buffer.value)
-    return sorted(paths)
 
 
-def windows_file_version(path: str) -> str | None:
-    """FileVersion from the version resource's VS_FIXEDFILEINFO, as a.b.c.d."""
-    import ctypes
-    from ctypes import wintypes
-
-    version = getattr(ctypes, "WinDLL")("version", use_last_error=True)  # noqa: B009  (Windows only)
-    version.GetFileVersionInfoSizeW.argtypes = [wintypes.LPCWSTR, ctypes.POINTER(wintypes.DWORD)]
-    version.GetFileVersionInfoW.argtypes = [wintypes.LPCWSTR, wintypes.DWORD, wintypes.DWORD, ctypes.c_void_p]
-    version.VerQueryValueW.argtypes = [ctypes.c_void_p, wintypes.LPCWSTR, ctypes.POINTER(ctypes.c_void_p),
-                                       ctypes.POINTER(wintypes.UINT)]
-    size = version.GetFileVersionInfoSizeW(path, None)
-    if not size:
-        return None
-    data = ctypes.create_string_buffer(size)
-    if not version.GetFileVersionInfoW(path, 0, size, data):
-        return None
-    pointer = ctypes.c_void_p()
-    length = wintypes.UINT()
-    if not version.VerQueryValueW(data, "\\", ctypes.byref(pointer), ctypes.byref(length)) or length.value < 52:
-        return None
-    fixed = ctypes.cast(pointer, ctypes.POINTER(wintypes.DWORD * 13)).contents  # VS_FIXEDFILEINFO
-    high, low = fixed[2], fixed[3]  # dwFileVersionMS, dwFileVersionLS
-    return f"{high >> 16}.{high & 0xFFFF}.{low >> 16}.{low & 0xFFFF}"
 
 
-def library_version(path: str) -> str | None:
-    if sys.platform == "win32":
-        return windows_file_version(path)
-    found = re.search(r"\.so\.([\d.]+)$", path)
-    return found.group(1) if found else None
 
 
-def library_family(path: str) -> str | None:
-    name = Path(path).name
-    return next((family for family, pattern in LIBRARY_FAMILIES if pattern.match(name)), None)
 
 
-def version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
 
 
-def library_problem(ctx: Context, library: Dict[str, Any]) -> str | None:
-    """An old msvcp140 or a runtime library from outside the install when the bundle ships its own."""
-    family, path, version = library["family"], library["path"], library["version"]
-    minimum = ctx.bundle.get("vc_runtime_min")
-    if family == "msvcp140" and minimum and version and version_tuple(version) < version_tuple(minimum):
-        return f"{path} is version {version}, older than the VC++ runtime {minimum} the bundle needs"
-    bundled = family == "onnxruntime" or (family in ("cuda", "cudnn") and ctx.gpu.get("dlls"))
-    if bundled and not _is_below(Path(path).resolve(), ctx.root.resolve()):
-        return f"{path} was loaded from outside the installation, which ships its own {family} libraries"
-    return None
 
 
-def check_libraries(ctx: Context) -> Check:
-    try:
-        paths = loaded_library_paths()
-    except OSError as exc:
-        return Check(id="libraries", status="skip", message=f"cannot list the loaded libraries: {exc}")
-    libraries = [{"family": family, "path": path, "version": library_version(path)}
-                 for path in paths if (family := library_family(path))]
-    problems = [problem for library in libraries if (problem := library_problem(ctx, library))]
-    details = {"libraries": libraries}
-    if problems:
-        return Check(id="libraries", status="fail", details=details, message="; ".join(problems),
-                     fix="Remove or rename the stray copies (or take their folders off PATH), install the VC++ runtime "
-                         "from the bundle's payload/vc_redist, and start through the installation's launcher.")
-    return Check(id="libraries", status="pass", details=details,
-                 message=f"{len(libraries)} runtime libraries loaded, all from the expected places")
 
 
 # ---------------------------------------------------------------- driver
@@ -594,31 +347,6 @@ def run_checks(ctx: Context) -> list[Check]:
     return checks
 
 
-def check_native_runtime(ctx: Context) -> Check:
-    """Which onnxruntime.dll a native program entry point would load, searched from its own folder as Windows
-    does, and whether System32 holds Windows ML's older copy (reported even when the bundle's wins)."""
-    program = (ctx.bundle.get("entry_point") or {}).get("program")
-    if not program or ctx.bundle.get("platform") != "win_amd64":
-        return Check(id="native_runtime", status="skip", message="the entry point is not a native Windows program")
-    folder = (ctx.root / program).parent
-    system_root = Path(os.environ.get("SystemRoot") or os.environ.get("windir") or "C:\\Windows")
-    folders = search_folders(folder, system_root=system_root, cwd=Path.cwd(), path=os.environ.get("PATH", ""))
-    choice = choose("onnxruntime.dll", folders)
-    ours, inbox = folder / "onnxruntime.dll", system_root / "System32" / "onnxruntime.dll"
-    details = {"loads": str(choice.loaded) if choice.loaded else None,
-               "candidates": [str(c) for c in choice.candidates],
-               "system32_version": file_version(inbox) if inbox.is_file() else None}
-    if choice.loaded != ours:
-        found = f"{choice.loaded} (version {file_version(choice.loaded)})" if choice.loaded else "no onnxruntime.dll"
-        return Check(id="native_runtime", status="fail", details=details, fix=ctx.reinstall(),
-                     message=f"{program} would load {found}, not the bundle's {ours}")
-    if inbox.is_file():
-        return Check(id="native_runtime", status="warn", details=details,
-                     message=(f"{program} loads the bundle's onnxruntime.dll {file_version(ours)} from its own folder; "
-                              f"System32 also holds onnxruntime.dll {details['system32_version']} (Windows ML), which "
-                              "a program without its own copy would load"))
-    return Check(id="native_runtime", status="pass", details=details,
-                 message=f"{program} loads the bundle's onnxruntime.dll {file_version(ours)} from its own folder")
 
 
 def check_files(ctx: Context) -> Check:

@@ -1,0 +1,30 @@
+"""What every self-check reads: the install folder and its bundle.json, and what the caller allows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict
+
+
+@dataclass(frozen=True)
+class Context:
+    root: Path
+    bundle: Dict[str, Any]
+    allow_cpu_fallback: bool
+
+    @property
+    def gpu(self) -> Dict[str, Any]:
+        return self.bundle.get("gpu") or {}
+
+    def reinstall(self) -> str:
+        return f"Re-run the bundle's installer with -Force (--force on Linux) to restore {self.root}."
+
+
+def is_below(path: Path, folder: Path) -> bool:
+    """Path.is_relative_to, which Python 3.8 (a supported target) lacks."""
+    try:
+        path.relative_to(folder)
+    except ValueError:
+        return False
+    return True
