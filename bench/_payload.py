@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bundler.sources.cache import Cache
-from bundler.writer.zipwriter import Member
+from bundler.writer.members import Member
 
 MB = 1 << 20
 CHUNK = 4 * MB

@@ -29,7 +29,8 @@ from _payload import MB, Payload, describe, generate, machine, stage, workspace
 
 from bundler.manifest import ZIP_EPOCH
 from bundler.sources.cache import Cache
-from bundler.writer.zipwriter import Member, MemberCache, write_zip
+from bundler.writer.members import Member, MemberCache
+from bundler.writer.zipwriter import write_zip
 
 
 def parse_args() -> argparse.Namespace:

@@ -18,13 +18,15 @@ from pathlib import Path
 import pytest
 
 from bundler.sources.cache import Cache
-from bundler.writer.zipwriter import Member, MemberCache, prepare_destination, remove_dead_temps, write_zip
+from bundler.writer.members import Member, MemberCache
+from bundler.writer.temps import remove_dead_temps
+from bundler.writer.zipwriter import prepare_destination, write_zip
 
 OWNER = """
 import sys, time
 from pathlib import Path
 from bundler.sources.cache import Cache
-from bundler.writer.zipwriter import locked_temp
+from bundler.writer.temps import locked_temp
 kind, where = sys.argv[1], Path(sys.argv[2])
 if kind == "scratch":
     with Cache(where).scratch(prefix="build-") as folder:

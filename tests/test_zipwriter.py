@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from bundler.errors import BuildError, HashMismatchError
-from bundler.writer.zipwriter import DEFLATED, STORED, Member, MemberCache, write_zip
+from bundler.writer.members import DEFLATED, STORED, Member, MemberCache
+from bundler.writer.zipwriter import write_zip
 
 
 def file_member(name: str, path: Path) -> Member:

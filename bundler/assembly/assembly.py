@@ -16,7 +16,7 @@ from bundler.manifest import Manifest
 from bundler.platforms import TargetPlatform, target_platform
 from bundler.sources.cache import Cache
 from bundler.sources.lock import Lock
-from bundler.writer.zipwriter import Member
+from bundler.writer.members import Member
 
 
 @dataclass(frozen=True, kw_only=True)

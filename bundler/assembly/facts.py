@@ -15,7 +15,7 @@ from typing import Any, Generic, Literal, TypeVar, overload
 from bundler.assembly.render import EntryPoint
 from bundler.errors import BuildError
 from bundler.sources.lock import LockedWheel
-from bundler.writer.zipwriter import Member
+from bundler.writer.members import Member
 
 T = TypeVar("T")
 

@@ -22,7 +22,7 @@ from bundler.readers.archives import SafeArchive, is_archive
 from bundler.readers.wheels import wheel_metadata
 from bundler.sources.derived import code_digest, read_entry, write_entry
 from bundler.spdx import LicenseFinding, metadata_license
-from bundler.writer.zipwriter import Member
+from bundler.writer.members import Member
 
 LICENSES = "licenses/"
 WHEEL_FACTS = "wheel-facts"

@@ -19,7 +19,7 @@ from bundler.platforms import TargetPlatform
 from bundler.sources.lock import lock_text
 from bundler.target.bundle_info import BUNDLE_FILE, BundleInfo
 from bundler.target.records import PLAN_FILE, InstallPlan, PlanEntry, RecordError, VenvPlan
-from bundler.writer.zipwriter import Member
+from bundler.writer.members import Member
 
 WHEELS = "payload/wheels/"
 #: Where the install engine and its pinned installer wheel live in the bundle.

@@ -20,7 +20,7 @@ from bundler.hashing import file_sha256
 from bundler.platforms import LINUX, TargetPlatform
 from bundler.readers.pyruntime import PythonRuntime, read_runtime
 from bundler.spdx import LicenseFinding
-from bundler.writer.zipwriter import Member
+from bundler.writer.members import Member
 
 RUNTIME_BUNDLE_DIR = "payload/python"
 RUNTIME_INSTALL_DIR = "python"

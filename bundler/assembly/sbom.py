@@ -54,7 +54,7 @@ from bundler.manifest import Input, Manifest
 from bundler.readers.pe import inspect_pe
 from bundler.readers.wheels import wheel_metadata  # noqa: F401  (re-exported: python_env, commands/inspect)
 from bundler.spdx import LicenseFinding, checked
-from bundler.writer.zipwriter import Member
+from bundler.writer.members import Member
 
 SBOM = "sbom.cdx.json"
 SUMS = "SHA256SUMS"

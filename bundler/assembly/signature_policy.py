@@ -13,7 +13,7 @@ from bundler.assembly.windows import payload_binaries
 from bundler.errors import BuildError
 from bundler.manifest import Manifest
 from bundler.readers.signatures import SignatureEvidence, signature_evidence
-from bundler.writer.zipwriter import Member
+from bundler.writer.members import Member
 
 PE_SUFFIXES = (".dll", ".pyd", ".exe")
 

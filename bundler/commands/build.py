@@ -25,7 +25,8 @@ from bundler.manifest import Manifest
 from bundler.sources.cache import Cache, disk_errors
 from bundler.sources.fetch import cached_inputs
 from bundler.sources.inputs import load_lock, lock_inputs
-from bundler.writer.zipwriter import Member, MemberCache, prepare_destination, write_zip
+from bundler.writer.members import Member, MemberCache
+from bundler.writer.zipwriter import prepare_destination, write_zip
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,7 +30,7 @@ from bundler.signing.check import SignatureCheck, check_signatures
 from bundler.signing.credentials import CredentialError, load_certificates
 from bundler.signing.layout import SIGNATURE_RECORD, SUMS_SIGNATURE, scratch, unpack, unsigned_sha256
 from bundler.sources.cache import Cache
-from bundler.writer.zipwriter import MemberCache
+from bundler.writer.members import MemberCache
 
 REQUIRED = ("SHA256SUMS", "bundle.json", "install-plan.json")
 # What reading one member can raise: damaged data (zlib.error for a broken deflate stream, BadZipFile for

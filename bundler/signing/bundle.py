@@ -39,7 +39,8 @@ from bundler.signing.layout import (
 from bundler.signing.pkix import describe, fingerprint
 from bundler.signing.timestamp import request_token
 from bundler.sources.cache import Cache, disk_errors
-from bundler.writer.zipwriter import Member, MemberCache, write_zip
+from bundler.writer.members import Member, MemberCache
+from bundler.writer.zipwriter import write_zip
 
 FORMAT = 1
 

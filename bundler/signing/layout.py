@@ -22,7 +22,8 @@ from bundler.assembly.records import sha256sums
 from bundler.errors import VerificationError
 from bundler.hashing import CHUNK, file_sha256
 from bundler.signing.authenticode import is_script, split_signature
-from bundler.writer.zipwriter import Member, MemberCache, write_zip
+from bundler.writer.members import Member, MemberCache
+from bundler.writer.zipwriter import write_zip
 
 SUMS = "SHA256SUMS"
 SUMS_SIGNATURE = "SHA256SUMS.p7s"

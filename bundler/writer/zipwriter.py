@@ -22,15 +22,11 @@ import errno
 import glob
 import hashlib
 import os
-import re
-import stat
 import struct
-import tempfile
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
@@ -38,108 +34,31 @@ from typing import BinaryIO
 from bundler.atomic import write_atomic
 from bundler.errors import BuildError, HashMismatchError
 from bundler.hashing import CHUNK, file_sha256
+from bundler.writer.members import (
+    DEFLATED,
+    STORED,
+    Member,
+    MemberCache,
+    Prepared,
+    choose_method,
+    deflate_bytes,
+    deflate_file,
+)
+from bundler.writer.temps import locked_temp, remove_dead_temps
 
-try:
-    import fcntl
-except ImportError:  # Windows: an open file cannot be deleted there, which is the guarantee the lock gives
-    fcntl = None  # type: ignore[assignment]
-
-STORED, DEFLATED = 0, 8
-ALREADY_COMPRESSED = (".whl", ".zip", ".gz", ".tgz", ".xz", ".bz2", ".zst", ".7z", ".jar", ".png", ".jpg", ".jpeg")
-TRIAL_BYTES = 256 * 1024
 MAX32 = 0xFFFFFFFF
 MADE_BY_UNIX = 3 << 8
-# A temporary file this young and still empty may have been created by a live writer an instant before it
-# took its lock; it is left for a later run rather than pulled from under that writer.
-_NEWBORN_SECONDS = 60
 _DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM})
 
 
-def locked_temp(folder: Path, *, prefix: str, suffix: str = ".tmp") -> tuple[int, str]:
-    """`mkstemp` in `folder`, then an exclusive lock on it for as long as the descriptor stays open."""
-    fd, name = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=suffix)
-    if fcntl is not None:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # blocks only while a cleaner briefly holds it to test it
-    return fd, name
 
 
-def remove_dead_temps(folder: Path, pattern: str) -> list[Path]:
-    """Delete the temporary files matching `pattern` whose writer is gone; a live writer's file stays."""
-    removed = []
-    try:
-        candidates = sorted(folder.glob(pattern))
-    except OSError:
-        return []
-    for path in candidates:
-        if _dead_temp(path):
-            removed.append(path)
-    return removed
 
 
-def _dead_temp(path: Path) -> bool:
-    """Remove `path` if no process holds its lock (POSIX) or has it open (Windows); True if removed."""
-    try:
-        if fcntl is None:
-            path.unlink()  # fails while the writer has it open
-            return True
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        return False
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return False  # held: a live writer
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or (info.st_size == 0 and time.time() - info.st_mtime < _NEWBORN_SECONDS):
-            return False
-        path.unlink(missing_ok=True)
-        return True
-    finally:
-        os.close(fd)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Member:
-    """One file of the archive: from a file (whose sha256 the build knows) or from bytes."""
-
-    name: str
-    source: Path | None = None
-    data: bytes | None = None
-    sha256: str | None = None
-    executable: bool = False
-
-    def __post_init__(self) -> None:
-        if (self.source is None) == (self.data is None):
-            msg = f"zip member {self.name}: exactly one of source and data is needed"
-            raise BuildError(msg)
-        if self.source is not None and self.sha256 is None:
-            msg = f"zip member {self.name}: a file member needs its expected sha256"
-            raise BuildError(msg)
-
-    @property
-    def digest(self) -> str:
-        if self.sha256 is not None:
-            return self.sha256
-        assert self.data is not None
-        return hashlib.sha256(self.data).hexdigest()
-
-    @property
-    def size(self) -> int:
-        return len(self.data) if self.data is not None else self.source.stat().st_size  # type: ignore[union-attr]
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Prepared:
-    """A member ready to be laid down: its compressed bytes live in `path` or `data`."""
-
-    method: int
-    crc: int
-    usize: int
-    csize: int
-    path: Path | None = None
-    data: bytes | None = None
-    packed_sha256: str | None = None  # of the compressed bytes in `path`, checked while they are copied
 
 
 def dos_date_time(epoch: int) -> tuple[int, int]:
@@ -150,109 +69,14 @@ def dos_date_time(epoch: int) -> tuple[int, int]:
     return dos_time, dos_date
 
 
-def choose_method(member: Member) -> int:
-    """Store what is already compressed; deflate the rest. Decided from content, so deterministic."""
-    if member.name.lower().endswith(ALREADY_COMPRESSED):
-        return STORED
-    if member.data is not None:
-        sample = member.data[:TRIAL_BYTES]
-    else:
-        with member.source.open("rb") as fh:  # type: ignore[union-attr]
-            sample = fh.read(TRIAL_BYTES)
-    if len(sample) < 64:
-        return DEFLATED
-    return STORED if len(zlib.compress(sample, 1)) > 0.95 * len(sample) else DEFLATED
 
 
-_MEMBER_NAME = re.compile(r"^[0-9a-f]{64}\.[0-9a-f]{8}\.[0-9]+\.[0-9a-f]{64}$")
 
 
-class MemberCache:
-    """Deflated members kept by (sha256, level), so a rebuild with unchanged inputs skips compression."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def _folder(self, level: int) -> Path:
-        return self.root / f"deflate-{level}"
-
-    def find(self, sha256: str, level: int) -> _Prepared | None:
-        """A cached member, named `<sha256>.<crc>.<size>.<sha256 of the compressed bytes>`."""
-        for path in sorted(self._folder(level).glob(f"{sha256}.*.*.*")):
-            parts = path.name.split(".")
-            if len(parts) != 4 or not _MEMBER_NAME.match(path.name) or not path.is_file():
-                continue  # not one of ours (a stray or hand-made file): never trusted, never fatal
-            _, crc, usize, packed = parts
-            return _Prepared(method=DEFLATED, crc=int(crc, 16), usize=int(usize), csize=path.stat().st_size,
-                             path=path, packed_sha256=packed)
-        return None
-
-    def remove_dead_temps(self) -> list[Path]:
-        """The half-written members of builds that were killed; a concurrent build's stay."""
-        try:
-            folders = sorted(p for p in self.root.glob("deflate-*") if p.is_dir())
-        except OSError:
-            return []
-        return [path for folder in folders for path in remove_dead_temps(folder, ".tmp-*")]
-
-    @contextmanager
-    def writer(self, sha256: str, level: int) -> Iterator[tuple[BinaryIO, list[_Prepared]]]:
-        """Yield a temporary file; the caller appends the result, which is then renamed into place."""
-        folder = self._folder(level)
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except FileExistsError:
-            msg = f"{folder}: the member cache needs a folder here but found a file; remove it"
-            raise BuildError(msg) from None
-        fd, name = locked_temp(folder, prefix=".tmp-")
-        result: list[_Prepared] = []
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                yield fh, result
-            p = result[0]
-            final = folder / f"{sha256}.{p.crc:08x}.{p.usize}.{p.packed_sha256}"
-            os.replace(name, final)
-            result[0] = _Prepared(method=DEFLATED, crc=p.crc, usize=p.usize, csize=p.csize, path=final,
-                                  packed_sha256=p.packed_sha256)
-        finally:
-            Path(name).unlink(missing_ok=True)
 
 
-def _deflate_file(member: Member, level: int, cache: MemberCache) -> _Prepared:
-    """Hash, CRC and deflate one file in a single read; refuse it if its hash is not the expected one."""
-    cached = cache.find(member.digest, level)
-    if cached is not None:
-        return cached
-    assert member.source is not None
-    digest, packed = hashlib.sha256(), hashlib.sha256()
-    crc = usize = csize = 0
-    compressor = zlib.compressobj(level, zlib.DEFLATED, -15)
-    with cache.writer(member.digest, level) as (out, result), member.source.open("rb") as fh:
-        while chunk := fh.read(CHUNK):
-            digest.update(chunk)
-            crc = zlib.crc32(chunk, crc)
-            usize += len(chunk)
-            block = compressor.compress(chunk)
-            csize += len(block)
-            packed.update(block)
-            out.write(block)
-        block = compressor.flush()
-        csize += len(block)
-        packed.update(block)
-        out.write(block)
-        actual = digest.hexdigest()
-        if actual != member.sha256:
-            msg = (f"{member.source}: sha256 is {actual}, expected {member.sha256} (for {member.name}); "
-                   "the cache is corrupt: delete that file and run `ort-bundler fetch` again")
-            raise HashMismatchError(msg)
-        result.append(_Prepared(method=DEFLATED, crc=crc, usize=usize, csize=csize, packed_sha256=packed.hexdigest()))
-    return result[0]
 
 
-def _deflate_bytes(data: bytes, level: int) -> _Prepared:
-    compressor = zlib.compressobj(level, zlib.DEFLATED, -15)
-    packed = compressor.compress(data) + compressor.flush()
-    return _Prepared(method=DEFLATED, crc=zlib.crc32(data), usize=len(data), csize=len(packed), data=packed)
 
 
 def _directories(names: Sequence[str]) -> list[str]:
@@ -299,7 +123,7 @@ class _Writer:
         offset = self._local_header(raw, flags, STORED, 0, 0, 0)
         self.central.append(_Central(raw, flags, STORED, 0, 0, 0, offset, 0o40755, True))
 
-    def add_prepared(self, name: str, prepared: _Prepared, mode: int) -> None:
+    def add_prepared(self, name: str, prepared: Prepared, mode: int) -> None:
         raw, flags = _encode(name)
         offset = self._local_header(raw, flags, prepared.method, prepared.crc, prepared.usize, prepared.csize)
         if prepared.data is not None:
@@ -347,7 +171,7 @@ class _Writer:
             self.fh.write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, count, count, size, start, 0))
 
 
-def _copy_checked(prepared: _Prepared, out: BinaryIO) -> None:
+def _copy_checked(prepared: Prepared, out: BinaryIO) -> None:
     """Copy a cached compressed member, checking it on the way: a damaged entry must not reach a bundle."""
     assert prepared.path is not None
     packed = hashlib.sha256()
@@ -450,7 +274,7 @@ def _write(by_name: dict[str, Member], dest: Path, *, epoch: int, member_cache: 
     pool = ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1)
     try:
         with os.fdopen(fd, "wb") as fh:
-            futures = {name: pool.submit(_deflate_file, by_name[name], level, member_cache) for name in names
+            futures = {name: pool.submit(deflate_file, by_name[name], level, member_cache) for name in names
                        if methods[name] == DEFLATED and by_name[name].source is not None}
             writer = _Writer(fh, epoch)
             for name in entries:
@@ -482,13 +306,13 @@ def _publish(tmp_name: str, dest: Path) -> None:
     os.replace(tmp_name, dest)
 
 
-def _add_member(writer: _Writer, name: str, member: Member, futures: dict[str, Future[_Prepared]], method: int,
+def _add_member(writer: _Writer, name: str, member: Member, futures: dict[str, Future[Prepared]], method: int,
                 level: int) -> None:
     mode = 0o100755 if member.executable else 0o100644
     if name in futures:
         writer.add_prepared(name, futures[name].result(), mode)
     elif member.data is not None:
-        prepared = _deflate_bytes(member.data, level) if method == DEFLATED else _Prepared(
+        prepared = deflate_bytes(member.data, level) if method == DEFLATED else Prepared(
             method=STORED, crc=zlib.crc32(member.data), usize=len(member.data), csize=len(member.data),
             data=member.data)
         writer.add_prepared(name, prepared, mode)

@@ -1,0 +1,172 @@
+"""Zip members and their compressed bytes: which method each gets, deflated in parallel and hashed in the same
+pass, kept in a member cache keyed by (sha256, level) so a rebuild deflates nothing it deflated before."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from bundler.errors import BuildError, HashMismatchError
+from bundler.hashing import CHUNK
+from bundler.writer.temps import locked_temp, remove_dead_temps
+
+STORED, DEFLATED = 0, 8
+ALREADY_COMPRESSED = (".whl", ".zip", ".gz", ".tgz", ".xz", ".bz2", ".zst", ".7z", ".jar", ".png", ".jpg", ".jpeg")
+
+
+TRIAL_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class Member:
+    """One file of the archive: from a file (whose sha256 the build knows) or from bytes."""
+
+    name: str
+    source: Path | None = None
+    data: bytes | None = None
+    sha256: str | None = None
+    executable: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.source is None) == (self.data is None):
+            msg = f"zip member {self.name}: exactly one of source and data is needed"
+            raise BuildError(msg)
+        if self.source is not None and self.sha256 is None:
+            msg = f"zip member {self.name}: a file member needs its expected sha256"
+            raise BuildError(msg)
+
+    @property
+    def digest(self) -> str:
+        if self.sha256 is not None:
+            return self.sha256
+        assert self.data is not None
+        return hashlib.sha256(self.data).hexdigest()
+
+    @property
+    def size(self) -> int:
+        return len(self.data) if self.data is not None else self.source.stat().st_size  # type: ignore[union-attr]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prepared:
+    """A member ready to be laid down: its compressed bytes live in `path` or `data`."""
+
+    method: int
+    crc: int
+    usize: int
+    csize: int
+    path: Path | None = None
+    data: bytes | None = None
+    packed_sha256: str | None = None  # of the compressed bytes in `path`, checked while they are copied
+
+
+def choose_method(member: Member) -> int:
+    """Store what is already compressed; deflate the rest. Decided from content, so deterministic."""
+    if member.name.lower().endswith(ALREADY_COMPRESSED):
+        return STORED
+    if member.data is not None:
+        sample = member.data[:TRIAL_BYTES]
+    else:
+        with member.source.open("rb") as fh:  # type: ignore[union-attr]
+            sample = fh.read(TRIAL_BYTES)
+    if len(sample) < 64:
+        return DEFLATED
+    return STORED if len(zlib.compress(sample, 1)) > 0.95 * len(sample) else DEFLATED
+
+
+_MEMBER_NAME = re.compile(r"^[0-9a-f]{64}\.[0-9a-f]{8}\.[0-9]+\.[0-9a-f]{64}$")
+
+
+class MemberCache:
+    """Deflated members kept by (sha256, level), so a rebuild with unchanged inputs skips compression."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _folder(self, level: int) -> Path:
+        return self.root / f"deflate-{level}"
+
+    def find(self, sha256: str, level: int) -> Prepared | None:
+        """A cached member, named `<sha256>.<crc>.<size>.<sha256 of the compressed bytes>`."""
+        for path in sorted(self._folder(level).glob(f"{sha256}.*.*.*")):
+            parts = path.name.split(".")
+            if len(parts) != 4 or not _MEMBER_NAME.match(path.name) or not path.is_file():
+                continue  # not one of ours (a stray or hand-made file): never trusted, never fatal
+            _, crc, usize, packed = parts
+            return Prepared(method=DEFLATED, crc=int(crc, 16), usize=int(usize), csize=path.stat().st_size,
+                             path=path, packed_sha256=packed)
+        return None
+
+    def remove_dead_temps(self) -> list[Path]:
+        """The half-written members of builds that were killed; a concurrent build's stay."""
+        try:
+            folders = sorted(p for p in self.root.glob("deflate-*") if p.is_dir())
+        except OSError:
+            return []
+        return [path for folder in folders for path in remove_dead_temps(folder, ".tmp-*")]
+
+    @contextmanager
+    def writer(self, sha256: str, level: int) -> Iterator[tuple[BinaryIO, list[Prepared]]]:
+        """Yield a temporary file; the caller appends the result, which is then renamed into place."""
+        folder = self._folder(level)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            msg = f"{folder}: the member cache needs a folder here but found a file; remove it"
+            raise BuildError(msg) from None
+        fd, name = locked_temp(folder, prefix=".tmp-")
+        result: list[Prepared] = []
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                yield fh, result
+            p = result[0]
+            final = folder / f"{sha256}.{p.crc:08x}.{p.usize}.{p.packed_sha256}"
+            os.replace(name, final)
+            result[0] = Prepared(method=DEFLATED, crc=p.crc, usize=p.usize, csize=p.csize, path=final,
+                                  packed_sha256=p.packed_sha256)
+        finally:
+            Path(name).unlink(missing_ok=True)
+
+
+def deflate_file(member: Member, level: int, cache: MemberCache) -> Prepared:
+    """Hash, CRC and deflate one file in a single read; refuse it if its hash is not the expected one."""
+    cached = cache.find(member.digest, level)
+    if cached is not None:
+        return cached
+    assert member.source is not None
+    digest, packed = hashlib.sha256(), hashlib.sha256()
+    crc = usize = csize = 0
+    compressor = zlib.compressobj(level, zlib.DEFLATED, -15)
+    with cache.writer(member.digest, level) as (out, result), member.source.open("rb") as fh:
+        while chunk := fh.read(CHUNK):
+            digest.update(chunk)
+            crc = zlib.crc32(chunk, crc)
+            usize += len(chunk)
+            block = compressor.compress(chunk)
+            csize += len(block)
+            packed.update(block)
+            out.write(block)
+        block = compressor.flush()
+        csize += len(block)
+        packed.update(block)
+        out.write(block)
+        actual = digest.hexdigest()
+        if actual != member.sha256:
+            msg = (f"{member.source}: sha256 is {actual}, expected {member.sha256} (for {member.name}); "
+                   "the cache is corrupt: delete that file and run `ort-bundler fetch` again")
+            raise HashMismatchError(msg)
+        result.append(Prepared(method=DEFLATED, crc=crc, usize=usize, csize=csize, packed_sha256=packed.hexdigest()))
+    return result[0]
+
+
+def deflate_bytes(data: bytes, level: int) -> Prepared:
+    compressor = zlib.compressobj(level, zlib.DEFLATED, -15)
+    packed = compressor.compress(data) + compressor.flush()
+    return Prepared(method=DEFLATED, crc=zlib.crc32(data), usize=len(data), csize=len(packed), data=packed)
