@@ -135,11 +135,11 @@ def _certificate(name: str, *, ca: bool, key_cert_sign: bool = True):
 
 def test_only_a_certificate_authority_may_vouch_for_another_certificate() -> None:
     """An ordinary (code-signing) certificate must not be able to issue one named "Microsoft Corporation"."""
-    from bundler.readers.signatures import _is_ca
+    from bundler.readers.certificates import is_ca
 
-    assert _is_ca(_certificate("Some CA", ca=True))
-    assert not _is_ca(_certificate("Some Code Signer", ca=False))
-    assert not _is_ca(_certificate("CA without keyCertSign", ca=True, key_cert_sign=False))
+    assert is_ca(_certificate("Some CA", ca=True))
+    assert not is_ca(_certificate("Some Code Signer", ca=False))
+    assert not is_ca(_certificate("CA without keyCertSign", ca=True, key_cert_sign=False))
 
 
 @pytest.mark.integration

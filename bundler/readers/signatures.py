@@ -33,10 +33,10 @@ from asn1crypto import cms
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from bundler.errors import BuildError
+from bundler.readers.certificates import has_usage, is_ca, verify_signature
 from bundler.readers.pe import mapped
 from bundler.sources.derived import code_digest, content_sha256, read_entry, write_entry
 
@@ -200,11 +200,11 @@ def _check_signer(signed_data: cms.SignedData, signer_cert: x509.Certificate) ->
     # RFC 5652 §5.4: the signature covers the attributes encoded as an explicit SET OF.
     signed_bytes = cms.CMSAttributes(contents=signer_info["signed_attrs"].contents).dump()
     try:
-        _verify(signer_cert.public_key(), signer_info["signature"].native, signed_bytes, _HASHES[algorithm]())
+        verify_signature(signer_cert.public_key(), signer_info["signature"].native, signed_bytes, _HASHES[algorithm]())
     except (InvalidSignature, UnsupportedAlgorithm, TypeError):
         msg = f"the signer's signature over the signed attributes is invalid for {_common_name(signer_cert)}"
         raise _Unverified(msg) from None
-    if not _may_sign_code(signer_cert):
+    if not has_usage(signer_cert, ExtendedKeyUsageOID.CODE_SIGNING, when_absent=True):
         msg = f"the signer's certificate ({_common_name(signer_cert)}) is not valid for code signing"
         raise _Unverified(msg)
 
@@ -218,7 +218,7 @@ def _check_chain(signer_cert: x509.Certificate, signed_data: cms.SignedData) -> 
         if any(_issued_by(current, root) for root in _trusted_roots().get(issuer_name, ())):
             return
         issuer = next((c for c in intermediates if c != current and c.subject.public_bytes() == issuer_name
-                       and _is_ca(c) and _issued_by(current, c)), None)
+                       and is_ca(c) and _issued_by(current, c)), None)
         if issuer is None:
             msg = (f"the certificate chain of {_common_name(signer_cert)} does not reach a trusted root "
                    f"(stuck at {_common_name(current)})")
@@ -246,46 +246,12 @@ def _trusted_roots() -> dict[bytes, list[x509.Certificate]]:
     return roots
 
 
-def _is_ca(cert: x509.Certificate) -> bool:
-    """Only a certificate authority may vouch for another certificate: an ordinary code-signing
-    certificate that signs a certificate named "Microsoft Corporation" must not pass."""
-    try:
-        constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
-    except x509.ExtensionNotFound:
-        return False
-    if not constraints.ca:
-        return False
-    try:
-        usage = cert.extensions.get_extension_for_class(x509.KeyUsage).value
-    except x509.ExtensionNotFound:
-        return True
-    return usage.key_cert_sign
-
-
 def _issued_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
     try:
         cert.verify_directly_issued_by(issuer)
     except (ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm):
         return False
     return True
-
-
-def _verify(key: object, signature: bytes, data: bytes, algorithm: hashes.HashAlgorithm) -> None:
-    if isinstance(key, rsa.RSAPublicKey):
-        key.verify(signature, data, padding.PKCS1v15(), algorithm)
-    elif isinstance(key, ec.EllipticCurvePublicKey):
-        key.verify(signature, data, ec.ECDSA(algorithm))
-    else:
-        msg = f"unsupported public key type {type(key).__name__}"
-        raise TypeError(msg)
-
-
-def _may_sign_code(cert: x509.Certificate) -> bool:
-    try:
-        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
-    except x509.ExtensionNotFound:
-        return True
-    return ExtendedKeyUsageOID.CODE_SIGNING in usages
 
 
 def _load(der: bytes) -> x509.Certificate:

@@ -29,6 +29,7 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
+from bundler.readers.certificates import verify_signature
 from bundler.signing.credentials import Identity
 
 HASHES: dict[str, Callable[[], hashes.HashAlgorithm]] = {
@@ -173,20 +174,10 @@ def _check_signer_info(signer_info: cms.SignerInfo, signer: x509.Certificate, co
             raise SignatureProblem(msg)
         signed_bytes = cms.CMSAttributes(contents=signed_attrs.contents).dump()  # RFC 5652 §5.4: as a SET OF
     try:
-        verify_raw(signer.public_key(), signer_info["signature"].native, signed_bytes, HASHES[algorithm]())
+        verify_signature(signer.public_key(), signer_info["signature"].native, signed_bytes, HASHES[algorithm]())
     except (InvalidSignature, UnsupportedAlgorithm, TypeError):
         msg = f"{what}: the signature does not verify with the key of the certificate it names"
         raise SignatureProblem(msg) from None
-
-
-def verify_raw(key: object, signature: bytes, data: bytes, algorithm: hashes.HashAlgorithm) -> None:
-    if isinstance(key, rsa.RSAPublicKey):
-        key.verify(signature, data, padding.PKCS1v15(), algorithm)
-    elif isinstance(key, ec.EllipticCurvePublicKey):
-        key.verify(signature, data, ec.ECDSA(algorithm))
-    else:
-        msg = f"unsupported public key type {type(key).__name__}"
-        raise TypeError(msg)
 
 
 def _timestamp(signer_info: cms.SignerInfo) -> Timestamp | None:

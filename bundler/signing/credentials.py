@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from bundler.errors import UsageError
+from bundler.readers.certificates import has_usage
 from bundler.signing.pkix import describe
 
 PrivateKey = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey
@@ -135,20 +136,12 @@ def checked(identity: Identity, *, source: str, now: dt.datetime | None = None) 
 
 def may_sign_code(cert: x509.Certificate) -> bool:
     """An extended key usage that names code signing; a certificate without that extension does not qualify."""
-    try:
-        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
-    except x509.ExtensionNotFound:
-        return False
-    return ExtendedKeyUsageOID.CODE_SIGNING in usages
+    return has_usage(cert, ExtendedKeyUsageOID.CODE_SIGNING, when_absent=False)
 
 
 def may_stamp_time(cert: x509.Certificate) -> bool:
     """RFC 3161 §2.3: a time-stamping authority's certificate has the timeStamping extended key usage."""
-    try:
-        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
-    except x509.ExtensionNotFound:
-        return False
-    return ExtendedKeyUsageOID.TIME_STAMPING in usages
+    return has_usage(cert, ExtendedKeyUsageOID.TIME_STAMPING, when_absent=False)
 
 
 def _supported(key: object, path: Path) -> PrivateKey:

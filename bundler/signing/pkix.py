@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
+
+from bundler.readers.certificates import issued_by
 
 MAX_CHAIN = 8
 
@@ -39,12 +40,12 @@ def build_chain(leaf: x509.Certificate, pool: Sequence[x509.Certificate], anchor
     path = [leaf]
     for _ in range(MAX_CHAIN):
         current = path[-1]
-        anchor = next((a for a in anchors if _same(a, current) or _issued_by(current, a)), None)
+        anchor = next((a for a in anchors if _same(a, current) or issued_by(current, a)), None)
         if anchor is not None:
             if not _same(anchor, current):
                 path.append(anchor)
             return _with_lifetimes(path, at=at)
-        issuer = next((c for c in pool if not _same(c, current) and c not in path and _issued_by(current, c)), None)
+        issuer = next((c for c in pool if not _same(c, current) and c not in path and issued_by(current, c)), None)
         if issuer is None:
             return Chain(trusted=False, subjects=tuple(describe(c) for c in path),
                          reason=f"the chain of {describe(leaf)} does not reach the trust anchor (it ends at "
@@ -64,29 +65,6 @@ def _with_lifetimes(path: list[x509.Certificate], *, at: dt.datetime) -> Chain:
             return Chain(trusted=False, subjects=subjects, expired=True,
                          reason=f"{describe(cert)} is valid only from {cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC")
     return Chain(trusted=True, subjects=subjects)
-
-
-def _issued_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
-    if cert.issuer != issuer.subject or not _is_ca(issuer):
-        return False
-    try:
-        cert.verify_directly_issued_by(issuer)
-    except (ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm):
-        return False
-    return True
-
-
-def _is_ca(cert: x509.Certificate) -> bool:
-    try:
-        constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
-    except x509.ExtensionNotFound:
-        return False
-    if not constraints.ca:
-        return False
-    try:
-        return cert.extensions.get_extension_for_class(x509.KeyUsage).value.key_cert_sign
-    except x509.ExtensionNotFound:
-        return True
 
 
 def _same(a: x509.Certificate, b: x509.Certificate) -> bool:
