@@ -392,3 +392,33 @@ def test_an_ort_built_against_numpy_1_gets_numpy_1_in_its_isolated_environment()
     assert modelgate.isolated_requirements("1.17.1") == ["onnxruntime==1.17.1", "numpy<2"]
     assert modelgate.isolated_requirements("1.18.1") == ["onnxruntime==1.18.1", "numpy<2"]
     assert modelgate.isolated_requirements("1.23.1") == ["onnxruntime==1.23.1", "numpy"]
+
+
+def test_a_killed_gates_scratch_is_removed_by_the_next_gate_and_a_live_ones_kept(tmp_path: Path) -> None:
+    """Issue 18 §6 for the model gate: a SIGKILLed build leaves `gate-*` under cache/ort-envs/; the next gate
+    removes it, but never the folder of a gate that still runs in another process (it holds the lock)."""
+    import subprocess
+    import sys
+
+    dead = tmp_path / "gate-0123456789abcdef"
+    (dead / "selfcheck-reference.py").parent.mkdir(parents=True)
+    (dead / "selfcheck-reference.py").write_text("left by a killed build\n")
+    (tmp_path / "gate-0123456789abcdef.lock").write_text("")
+    old_style = tmp_path / "gate-k3j2h1g0"  # from a version that made it with TemporaryDirectory, no lock
+    old_style.mkdir()
+    live = tmp_path / "gate-fedcba9876543210"
+    live.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from filelock import FileLock; lock = FileLock(sys.argv[1]); lock.acquire(); "
+        "print('held', flush=True); time.sleep(60)"), str(tmp_path / "gate-fedcba9876543210.lock")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with modelgate.gate_scratch(tmp_path) as private:
+            assert private.is_dir() and private.name.startswith("gate-")
+            assert not dead.exists() and not old_style.exists()
+            assert live.is_dir()
+        assert not private.exists() and live.is_dir()
+    finally:
+        holder.kill()
+        holder.communicate()

@@ -12,19 +12,20 @@ self-check's `--reference` mode.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import sys
-import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 from packaging.version import InvalidVersion, Version
 
 from bundler import __version__
@@ -41,6 +42,8 @@ from bundler.runner import Runner
 from bundler.target import synth
 
 # The one line of selfcheck.py that the shipped copy replaces with synth.py's source.
+# The model gate's private folders under the isolated environments' folder (cache/ort-envs/).
+GATE_PREFIX = "gate-"
 # Dependencies first: the inlined modules run top to bottom in one namespace.
 INLINED = ("records", "synth", "dllsearch", "check_context", "interpreter", "cuda_check", "libraries")
 TARGET_IMPORT = "from bundler.target."
@@ -324,12 +327,51 @@ def isolated_python(ort_version: str, *, runner: Runner, work_dir: Path) -> Path
     return python
 
 
+@contextlib.contextmanager
+def gate_scratch(work_dir: Path) -> Iterator[Path]:
+    """A private `gate-<hex>` folder, locked while the gate uses it; a killed build's folders are removed by
+    the next gate, a live one's never (its lock is held)."""
+    remove_dead_gate_scratch(work_dir)
+    token = f"{GATE_PREFIX}{secrets.token_hex(8)}"
+    lock = FileLock(work_dir / f"{token}.lock")
+    lock.acquire()
+    folder = work_dir / token
+    try:
+        folder.mkdir()
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        lock.release()
+        (work_dir / f"{token}.lock").unlink(missing_ok=True)
+
+
+def remove_dead_gate_scratch(work_dir: Path) -> list[Path]:
+    """The `gate-*` folders whose owner died: their lock is free (or, from versions before the lock, absent)."""
+    removed = []
+    for folder in sorted(work_dir.glob(f"{GATE_PREFIX}*")):
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        lock_path = folder.with_name(f"{folder.name}.lock")
+        lock = FileLock(lock_path, timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            continue  # a live gate
+        try:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+        finally:
+            lock.release()
+            lock_path.unlink(missing_ok=True)
+    return removed
+
+
 def run_reference_worker(
     python: Path, models: Sequence[ModelInput], *, ort_version: str, runner: Runner, work_dir: Path
 ) -> dict[str, Json]:
     """Run the shipped self-check's `--reference` mode under `python` and read its JSON report."""
     work_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=work_dir, prefix="gate-") as private:  # one per build: builds may overlap
+    with gate_scratch(work_dir) as private:  # one per build: builds may overlap
         script = Path(private) / "selfcheck-reference.py"
         script.write_bytes(selfcheck_script_bytes())
         request = Path(private) / "model-gate-request.json"
