@@ -99,6 +99,30 @@ def parse_problems(source: bytes) -> list[str]:
             for n in _walk(tree.root_node) if n.type == "ERROR" or n.is_missing]
 
 
+def _squashed(node: Node) -> str:
+    """A node's text with white space folded, so a check reads the code, not its indentation."""
+    return " ".join(node.text.decode(errors="replace").split())
+
+
+def if_bodies(source: str, condition: str) -> list[str]:
+    """The (white-space folded) bodies of every `if` whose condition is `condition`, found in the parse tree."""
+    tree = _PARSER.parse(source.encode("utf-8"))
+    bodies = []
+    for node in _walk(tree.root_node):
+        if node.type == "if_statement":
+            parts = [c for c in node.children if c.type in ("pipeline", "statement_block")]
+            if len(parts) >= 2 and _squashed(parts[0]) == condition:
+                bodies.append(_squashed(parts[1]))
+    return bodies
+
+
+def catch_bodies(source: str) -> list[str]:
+    """The (white-space folded) body of every catch clause, from the parse tree."""
+    tree = _PARSER.parse(source.encode("utf-8"))
+    return [_squashed(block) for node in _walk(tree.root_node) if node.type == "catch_clause"
+            for block in node.children if block.type == "statement_block"]
+
+
 def powershell7_constructs(source: bytes) -> list[str]:
     """Syntax Windows PowerShell 5.1 cannot run, found in the parse tree (not by text search)."""
     tree = _PARSER.parse(source)
@@ -198,7 +222,7 @@ def test_install_ps1_rechecks_build_time_signatures_before_and_after_installing(
     assert not parse_problems(script.encode("utf-8"))
     body = script[script.index("function Assert-Signature"):]
     assert "Get-AuthenticodeSignature -LiteralPath $File" in body
-    assert "if ($status -eq 'HashMismatch') {\r\n        Stop-Script 'integrity'" in body
+    assert any(block.startswith("{ Stop-Script 'integrity'") for block in if_bodies(body, "$status -eq 'HashMismatch'"))
     install = script[script.index("function Invoke-Install"):]
     order = [install.index(step) for step in ("Unblock-Bundle", "Assert-BundleSignatures", "Assert-WheelSignatures",
                                               "Install-VcRuntime", "Invoke-Engine $python $Engine (Get-EngineArguments $target $reboot")]
@@ -460,7 +484,8 @@ def test_install_ps1_takes_the_mutex_before_the_log_and_every_exit_path_has_a_co
         log = _function(script, "Write-Log")
         assert log.count("try {") == 2 and log.count("catch { }") == 2 and "Add-Content" not in log
         handler = script[script.rindex("$exitCode = $ExitCodes.install"):]
-        assert "} catch {\r\n    $exitCode = Exit-Script $_" in handler and handler.rstrip().endswith("exit $exitCode")
+        assert any(block.startswith("{ $exitCode = Exit-Script $_") for block in catch_bodies(script))
+        assert handler.rstrip().endswith("exit $exitCode")
         assert "Assert-64BitHost" in main or "Assert-64BitHost" in _function(script, "Assert-Platform")
 
 
