@@ -56,9 +56,9 @@ def test_a_reader_refuses_another_format_and_unknown_or_missing_keys(tmp_path: P
         BundleInfo.read(tmp_path / "bundle.json")
 
 
-def powershell_bundle_keys(script: str) -> set[str]:
-    """Properties read from any variable that holds ConvertFrom-Json of bundle.json."""
-    holders = set(re.findall(r"\$(\w+)\s*=[^\n]*'bundle\.json'[^\n]*ConvertFrom-Json", script))
+def powershell_bundle_keys(script: str, record: str = "bundle.json") -> set[str]:
+    """Properties read from any variable that holds ConvertFrom-Json of `record`."""
+    holders = set(re.findall(rf"\$(\w+)\s*=[^\n]*'{re.escape(record)}'[^\n]*ConvertFrom-Json", script))
     return {key for var in holders for key in re.findall(rf"\${var}\.(\w+)", script)} - {"PSObject"}
 
 
@@ -98,3 +98,19 @@ def test_the_key_finders_see_a_key_that_is_not_defined() -> None:
     script = "$record = Get-Content -LiteralPath (Join-Path $Root 'bundle.json') -Raw | ConvertFrom-Json\n$record.nope\n"
     assert powershell_bundle_keys(script) == {"nope"}
     assert python_bundle_keys("def f(ctx):\n    return ctx.bundle.get('nope'), bundle['also']\n") == {"nope", "also"}
+
+
+def test_every_rendered_powershell_reader_of_the_receipt_asks_for_defined_keys() -> None:
+    """receipt.json is written by the engine through `Receipt` and read by uninstall.ps1 before the engine runs."""
+    from dataclasses import fields
+
+    from bundler.target.records import Receipt
+
+    defined = {f.name for f in fields(Receipt)}
+    read: set[str] = set()
+    for context in CONTEXTS.values():
+        for path, data in render_scripts(context).items():
+            if path.endswith(".ps1"):
+                read |= powershell_bundle_keys(data.decode("utf-8-sig"), "receipt.json")
+    assert read, "no PowerShell reader of receipt.json found: the check would prove nothing"
+    assert read <= defined, f"PowerShell reads receipt.json keys Receipt lacks: {sorted(read - defined)}"
