@@ -126,3 +126,14 @@ def test_a_program_importing_a_dll_the_bundle_lacks_fails_the_build_naming_it(
     assert "app/needs-helper.exe imports apphelper.dll, which is not in the payload" in proc.stderr
     assert "resolved from its own folder" in proc.stderr
     assert not out.exists() or not list(out.glob("*.zip"))
+
+
+def test_readme_install_says_why_the_runtime_sits_beside_the_program() -> None:
+    from test_scripts_windows import windows_context
+
+    from bundler.assembly.render import EntryPoint, render_scripts
+
+    text = render_scripts(windows_context(entry_point=EntryPoint(kind="program", value="app/ortprobe.exe")))[
+        "README-INSTALL.txt"].decode("utf-8")
+    folded = " ".join(text.split())
+    assert "beside the program" in folded and "System32" in folded and "its own folder first" in folded
