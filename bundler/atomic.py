@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -21,3 +22,12 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """Give `target` the bytes of `source` without reading them when the file system allows (a hard link), else
+    by a streamed copy: a multi-gigabyte input never passes through memory."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)

@@ -222,10 +222,12 @@ def test_reference_worker_in_a_real_subprocess_matches_in_process(tmp_path):
     bad = identity_with_opset(tmp_path / "new.onnx", 99)
     models = [model_input(path, "mm", shapes={"x": (2, 4)}), model_input(bad, "new")]
 
-    report = modelgate.run_reference_worker(Path(sys.executable), models, ort_version=HOST_ORT_VERSION,
+    paths = {model.name: model.path for model in models}
+    report = modelgate.run_reference_worker(Path(sys.executable), models, paths=paths, ort_version=HOST_ORT_VERSION,
                                             runner=runners.run, work_dir=tmp_path / "work")
 
-    in_process = modelgate.probe_models(models, ort_version=HOST_ORT_VERSION, runner=runners.run, work_dir=tmp_path)
+    in_process = modelgate.probe_models(models, paths=paths, ort_version=HOST_ORT_VERSION, runner=runners.run,
+                                        work_dir=tmp_path)
     assert report == json.loads(json.dumps(in_process))
     assert report["mm"]["ok"] and report["new"]["stage"] == "load"
 
@@ -234,8 +236,8 @@ def test_reference_worker_refuses_another_ort_version(tmp_path):
     path = make_identity_model(tmp_path / "m.onnx")
 
     with pytest.raises(BuildError, match=f"imports onnxruntime {re.escape(HOST_ORT_VERSION)}, expected 1.0.0"):
-        modelgate.run_reference_worker(Path(sys.executable), [model_input(path)], ort_version="1.0.0",
-                                       runner=runners.run, work_dir=tmp_path / "work")
+        modelgate.run_reference_worker(Path(sys.executable), [model_input(path)], paths={"m": path},
+                                       ort_version="1.0.0", runner=runners.run, work_dir=tmp_path / "work")
 
 
 @pytest.mark.integration

@@ -15,6 +15,7 @@ from bundler.assembly.facts import SelfCheckFact
 from bundler.errors import ManifestError
 from bundler.manifest import Manifest
 from bundler.readers.modelgate import (
+    DataFile,
     ModelInput,
     ModelRecord,
     gate_models,
@@ -28,7 +29,10 @@ from bundler.sources.lock import Lock, PinnedModel
 
 def model_inputs(manifest: Manifest, files: Mapping[str, Path]) -> list[ModelInput]:
     return [ModelInput(name=m.name, path=files[m.source.key], sha256=cached_sha256(files[m.source.key]),
-                       shapes=m.shapes) for m in manifest.models]
+                       shapes=m.shapes,
+                       data=tuple(DataFile(location=d.location, path=files[d.source.key],
+                                           sha256=cached_sha256(files[d.source.key])) for d in m.data))
+            for m in manifest.models]
 
 
 def pin_models(manifest: Manifest, files: Mapping[str, Path], cache: Cache,
@@ -55,7 +59,8 @@ def _still_pinned(pinned: PinnedModel, manifest: Manifest, inputs: Sequence[Mode
         record = ModelRecord.from_pinned(name=pinned.name, sha256=pinned.sha256, text=pinned.record)
     except (ManifestError, ValueError):
         return False
-    return record.shapes == {name: [int(dim) for dim in shape] for name, shape in sorted(model.shapes.items())}
+    shapes = {name: [int(dim) for dim in shape] for name, shape in sorted(model.shapes.items())}
+    return record.shapes == shapes and record.data == model.data_hashes
 
 
 def add_models(assembly: Assembly, build: BuildInputs) -> None:
@@ -65,10 +70,11 @@ def add_models(assembly: Assembly, build: BuildInputs) -> None:
     pinned = pinned_records(manifest, build.lock, inputs)
     records = gate_pinned(inputs, pinned, ort_version=manifest.ort.version, work_dir=cache.work_dir("ort-envs"),
                           results_dir=cache.work_dir("gate-results"))
-    for model in inputs:
-        bundle_path = f"payload/models/{model.name}.onnx"
-        assembly.add_file(bundle_path, model.path, model.sha256)
-        assembly.install(bundle_path, f"models/{model.name}.onnx")
+    for model in inputs:  # external data beside its model, at the location its tensors name
+        for name, path, sha256 in [(f"{model.name}.onnx", model.path, model.sha256),
+                                   *((data.location, data.path, data.sha256) for data in model.data)]:
+            assembly.add_file(f"payload/models/{name}", path, sha256)
+            assembly.install(f"payload/models/{name}", f"models/{name}")
     assembly.facts.models = tuple({**r.to_json(), "file": f"models/{r.name}.onnx"} for r in records)
 
 
@@ -100,6 +106,9 @@ def pinned_records(manifest: Manifest, lock: Lock | None, inputs: Sequence[Model
             if record.shapes != shapes:
                 problems.append(f"{lock_name}: {model.label} was pinned for shapes {record.shapes}, the manifest "
                                 f"gives {shapes}; {relock} again")
+            elif record.data != model.data_hashes:
+                problems.append(f"{lock_name}: {model.label} was pinned with the external data {record.data or 'none'}, "
+                                f"the manifest pins {model.data_hashes or 'none'}; {relock} again")
             records[model.name] = record
     if problems:
         raise ManifestError(problems)

@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.message import Message
@@ -168,13 +169,14 @@ def serial_number(manifest: Manifest, assembly: Assembly) -> uuid.UUID:
 def member_components(assembly: Assembly, *, manifest: Manifest) -> list[Component]:
     """One component per wheel, model and VC redistributable; the other members as files of a group."""
     gpu_files = gpu_origins(assembly)
+    data = model_data_components(assembly, manifest)
     singles: list[Component] = []
     grouped: dict[str, list[Component]] = {}
     for path in sorted(assembly.members):
-        if path == SBOM:
+        if path == SBOM or any(path in files for files in data.values()):
             continue
         member = assembly.members[path]
-        single = _single_component(path, member, manifest=manifest)
+        single = _single_component(path, member, manifest=manifest, data=data)
         if single is not None:
             singles.append(single)
             continue
@@ -195,12 +197,22 @@ def gpu_origins(assembly: Assembly) -> dict[str, dict[str, Any]]:
     return gpu.origins if gpu else {}
 
 
-def _single_component(path: str, member: Member, *, manifest: Manifest) -> Component | None:
+def model_data_components(assembly: Assembly, manifest: Manifest) -> dict[str, dict[str, Component]]:
+    """Each model's external data files as file components (by bundle path), which its component holds."""
+    return {model.name: {path: _file_component(path, assembly.members[path], version=None)
+                         for path in (f"payload/models/{data.location}" for data in model.data)}
+            for model in manifest.models if model.data}
+
+
+def _single_component(path: str, member: Member, *, manifest: Manifest,
+                      data: Mapping[str, Mapping[str, Component]]) -> Component | None:
     top = path.rsplit("/", 1)[0] + "/"
     if top in (WHEELS, "payload/installer/") and path.endswith(".whl"):  # the environment's and the engine's
         return wheel_component(path, _member_file(member), member.digest)
     if path.startswith("payload/models/"):
-        return model_component(path, member.digest, manifest=manifest)
+        component = model_component(path, member.digest, manifest=manifest)
+        component.components.update(data.get(component.name, {}).values())
+        return component
     if path.startswith("payload/vc_redist/") and path.lower().endswith(".exe"):
         return vc_redist_component(path, _member_file(member), member.digest)
     return None

@@ -24,6 +24,7 @@ from bundler.errors import InputUnavailableError, ManifestError, UsageError
 from bundler.hashing import file_sha256
 from bundler.manifest import parse
 from bundler.platforms import LINUX, WINDOWS
+from bundler.readers.externaldata import external_refs, location_problem, reference_problems
 from bundler.readers.names import reserved_on_windows
 
 ORT_WHEEL = re.compile(r"^onnxruntime(_gpu)?-(\d+\.\d+\.\d+)-.*\.whl$", re.IGNORECASE)
@@ -90,7 +91,8 @@ def _classify(files: Sequence[Path], base: Path) -> _Pins:
             pins.platform = "win_amd64" if name.lower().endswith(".zip") else "linux_x86_64"
             pins.python_runtime = _pin(path, base)
         elif name.lower().endswith(".onnx"):
-            pins.models.append({"name": _model_name(path.stem, [m["name"] for m in pins.models]), **_pin(path, base)})
+            model_name = _model_name(path.stem, [m["pin"]["name"] for m in pins.models])
+            pins.models.append({"pin": {"name": model_name, **_pin(path, base)}, "data": _data_pins(path, base)})
         else:
             msg = (f"--from {path}: cannot tell what this file is; expected an onnxruntime wheel, an "
                    "onnxruntime-<os>-x64-<version>.zip/.tgz, a VC_redist.x64.exe, an .onnx model, a "
@@ -99,6 +101,32 @@ def _classify(files: Sequence[Path], base: Path) -> _Pins:
         if not name.lower().endswith((".onnx", ".exe")):
             pins.implied[name] = pins.platform
     _require_one_platform(pins.implied)
+    return pins
+
+
+def _data_pins(model: Path, base: Path) -> list[dict[str, str]]:
+    """The model's external data files, found where its tensors say (below its folder) and pinned; a location
+    that leaves the folder, a link or a missing file is refused now rather than by the build."""
+    import onnx
+    from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
+
+    try:
+        refs = external_refs(onnx.load(str(model), load_external_data=False))
+    except (DecodeError, OSError, ValueError) as exc:
+        msg = f"--from {model}: not a readable ONNX model ({exc})"
+        raise UsageError(msg) from None
+    pins, sizes = [], {}
+    for location in sorted({ref.location for ref in refs}):
+        file = model.parent / location
+        if location_problem(location) is None and file.is_symlink():
+            msg = (f"--from {model}: its external data '{location}' is a symbolic link ({file}); expected the data "
+                   "file itself beside the model")
+            raise UsageError(msg)
+        if location_problem(location) is None and file.is_file():
+            pins.append({"location": location, **_pin(file, base)})
+            sizes[location] = file.stat().st_size
+    if problems := reference_problems(f"--from {model}", refs, sizes, missing="no such file is beside the model"):
+        raise UsageError(problems[0])
     return pins
 
 

@@ -35,7 +35,7 @@ def lock_manifest(manifest: Manifest, *, cache: Cache, options: FetchOptions, ru
                "so there is nothing to lock")
         raise UsageError(msg)
     target = target_of(manifest)
-    inputs = ([source] if source is not None else []) + [model.source for model in manifest.models]
+    inputs = ([source] if source is not None else []) + [i for model in manifest.models for i in model.inputs()]
     files = fetch_inputs(inputs, cache=cache, target=target, options=options, runner=runner)
     with cache.scratch(prefix="lock-") as tmp:
         lock = Lock(target=target, requirements=(), wheels=())

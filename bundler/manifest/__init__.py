@@ -5,7 +5,8 @@ frozen records (`records.py`) that the rest of the build reads and never changes
 requirement with its sha256) are checked in `inputs.py`.
 """
 
-from bundler.manifest.parse import MAX_SHAPE_ELEMENTS, load, parse
+from bundler.manifest.models import MAX_SHAPE_ELEMENTS
+from bundler.manifest.parse import load, parse
 from bundler.manifest.records import (
     DEFAULT_SOURCE_DATE_EPOCH,
     PLATFORMS,
@@ -18,10 +19,11 @@ from bundler.manifest.records import (
     Launch,
     Manifest,
     Model,
+    ModelData,
     Ort,
     Python,
     VcRedist,
 )
 
 __all__ = ["DEFAULT_SOURCE_DATE_EPOCH", "MAX_SHAPE_ELEMENTS", "PLATFORMS", "ZIP_EPOCH", "Bundle", "Gpu", "GpuSource",
-           "Input", "InputKind", "Launch", "Manifest", "Model", "Ort", "Python", "VcRedist", "load", "parse"]
+           "Input", "InputKind", "Launch", "Manifest", "Model", "ModelData", "Ort", "Python", "VcRedist", "load", "parse"]

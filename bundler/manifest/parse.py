@@ -7,7 +7,6 @@ problem names the file, the key path, what was found and what was expected.
 
 from __future__ import annotations
 
-import math
 import re
 import tomllib
 from collections.abc import Mapping
@@ -19,6 +18,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from bundler.errors import ManifestError
 from bundler.manifest.inputs import INPUT_KEYS, parse_input
+from bundler.manifest.models import parse_models
 from bundler.manifest.problems import Problems, string_at
 from bundler.manifest.records import (
     DEFAULT_SOURCE_DATE_EPOCH,
@@ -52,30 +52,6 @@ RESERVED_ENV = frozenset({
     "ROOT", "PYTHON", "PROGRAM", "CACHE", "CACHEFILE", "LIBRARY_PATH", "NEED", "FOLDER",
 })
 RESERVED_ENV_PREFIXES = ("ORT_BUNDLE_", "DYLD_", "LD_")
-# What a model's self-check may synthesise: the sum over its inputs of the product of the [[models]] shapes
-# dimensions. synth.py holds an int64 index array of that many elements (128 MiB at this cap).
-MAX_SHAPE_ELEMENTS = 1 << 24
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # -- the schema ------------------------------------------------------------------------------------
@@ -88,13 +64,8 @@ KEYS = {
     "vc_redist": INPUT_KEYS | {"min_version", "allow_unsigned"},
     "gpu": {"cuda", "cudnn", "sources"},
     "gpu.sources": INPUT_KEYS | {"include"},
-    "models": INPUT_KEYS | {"name", "shapes", "license"},
     "launch": {"module", "script", "program", "cache_dir", "env", "apply_tuning"},
 }
-
-
-
-
 
 
 def load(path: Path) -> Manifest:
@@ -132,7 +103,7 @@ def parse(data: Mapping[str, Any], *, path: Path) -> Manifest:
     python = _python(table_at(data, "python", problems), base, problems)
     vc_redist = _vc_redist(data, base, problems)
     gpu = _gpu(data, base, problems)
-    models = _models(data, base, problems)
+    models = parse_models(data, base, problems)
     launch = _launch(table_at(data, "launch", problems), base, problems)
     if bundle and vc_redist and not TARGETS[bundle.platform].windows:
         problems.add("vc_redist", f"found a VC++ redistributable for platform '{bundle.platform}', expected it only for win_amd64")
@@ -157,10 +128,6 @@ def _check_windows_names(bundle: Bundle, models: list[Model], problems: Problems
             problems.found(where, name, "a name that is not a device name Windows reserves (CON, NUL, COM1, ...)")
 
 
-
-
-
-
 def table_at(data: Mapping[str, Any], key: str, problems: Problems, *, required: bool = False) -> Mapping[str, Any] | None:
     value = data.get(key)
     if value is None:
@@ -172,7 +139,6 @@ def table_at(data: Mapping[str, Any], key: str, problems: Problems, *, required:
         return None
     problems.unknown_keys(key, value, KEYS[key])
     return value
-
 
 
 def _bundle(table: Mapping[str, Any] | None, problems: Problems) -> Bundle | None:
@@ -318,65 +284,6 @@ def _gpu(data: Mapping[str, Any], base: Path, problems: Problems) -> Gpu | None:
     return Gpu(cuda=cuda, cudnn=cudnn, sources=tuple(sources))
 
 
-def _models(data: Mapping[str, Any], base: Path, problems: Problems) -> list[Model]:
-    entries = data.get("models", [])
-    if not isinstance(entries, list):
-        problems.found("models", entries, "an array of tables [[models]]")
-        return []
-    models: list[Model] = []
-    seen: dict[str, int] = {}
-    for i, entry in enumerate(entries):
-        where = f"models[{i}]"
-        if not isinstance(entry, dict):
-            problems.found(where, entry, "a table")
-            continue
-        problems.unknown_keys(where, entry, KEYS["models"])
-        name = string_at(entry, "name", where, problems, pattern=NAME_RE,
-                       expected="a model name of letters, digits, '.', '_' or '-'")
-        if name is not None:
-            if name.lower() in seen:
-                problems.add(f"{where}.name", f"found '{name}' again (also models[{seen[name.lower()]}]), expected unique model names")
-            seen.setdefault(name.lower(), i)
-        source = parse_input(entry, where, base, problems, embedded=True)
-        shapes = _shapes(entry.get("shapes", {}), f"{where}.shapes", problems)
-        if shapes and (elements := sum(math.prod(dims) for dims in shapes.values())) > MAX_SHAPE_ELEMENTS:
-            problems.add(f"{where}.shapes", f"model {name or '?'!r} asks for {elements} synthesised input elements "
-                                            f"(the sum of the products of its shapes), expected at most "
-                                            f"{MAX_SHAPE_ELEMENTS}")
-            shapes = None
-        license_ = _spdx_license(entry, where, problems)
-        if name and source and shapes is not None:
-            models.append(Model(name=name, source=source, shapes=shapes, license=license_))
-    return models
-
-
-def _spdx_license(entry: Mapping[str, Any], where: str, problems: Problems) -> str | None:
-    """An optional SPDX licence expression, normalised ("mit" -> "MIT"); anything else is a manifest error."""
-    # Imported here: loading the SPDX index costs tens of milliseconds, paid only by manifests using the key.
-    from bundler.spdx import spdx_expression
-
-    value = string_at(entry, "license", where, problems, required=False,
-                    expected="an SPDX licence expression such as 'MIT' or 'Apache-2.0 OR MIT'")
-    expression = spdx_expression(value) if value else None
-    if value is not None and expression is None:
-        problems.found(f"{where}.license", value, "an SPDX licence expression such as 'MIT' or 'Apache-2.0 OR MIT' "
-                       "(LicenseRef-<name> for a licence SPDX does not list)")
-    return expression
-
-
-def _shapes(value: Any, where: str, problems: Problems) -> dict[str, tuple[int, ...]] | None:
-    if not isinstance(value, dict):
-        problems.found(where, value, "a table of input name = [dimensions]")
-        return None
-    shapes = {}
-    for name, dims in value.items():
-        if not isinstance(dims, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
-            problems.found(f"{where}.{name}", dims, "a list of positive integers such as [1, 3, 224, 224]")
-            continue
-        shapes[name] = tuple(dims)
-    return shapes
-
-
 def _launch(table: Mapping[str, Any] | None, base: Path, problems: Problems) -> Launch:
     table = table or {}
     module = string_at(table, "module", "launch", problems, required=False,
@@ -412,17 +319,5 @@ def _env_entry(name: str, value: str, problems: Problems) -> None:
                             "application's own")
     if control := next((c for c in value if ord(c) < 0x20 and c != "\t" or ord(c) == 0x7F), None):
         problems.found(where, value, f"a one-line value without control characters (found U+{ord(control):04X})")
-
-
-
-
-
-
-
-
-
-
-
-
 
 

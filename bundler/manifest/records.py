@@ -107,11 +107,24 @@ class Gpu:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ModelData:
+    """One external data file of a model: the location its tensors name (relative to the model's folder)."""
+
+    location: str
+    source: Input
+
+
+@dataclass(frozen=True, kw_only=True)
 class Model:
     name: str
     source: Input
     shapes: Mapping[str, tuple[int, ...]]
     license: str | None = None  # SPDX expression, checked on load; the SBOM says "unknown" without one
+    data: tuple[ModelData, ...] = ()  # installed beside the model, as models/<location>
+
+    def inputs(self) -> list[Input]:
+        """The model's file and its external data files: what the gate needs to load it."""
+        return [self.source, *(data.source for data in self.data)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,6 +156,6 @@ class Manifest:
             found.append(self.vc_redist.source)
         if self.gpu:
             found.extend(s.source for s in self.gpu.sources)
-        found.extend(m.source for m in self.models)
+        found.extend(source for m in self.models for source in m.inputs())
         found.extend([self.launch.script, self.launch.program])
         return [i for i in found if i is not None]

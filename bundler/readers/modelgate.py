@@ -30,14 +30,14 @@ from packaging.version import InvalidVersion, Version
 
 from bundler import __version__
 from bundler import runner as runners
-from bundler.atomic import write_atomic
+from bundler.atomic import link_or_copy, write_atomic
 from bundler.errors import (
     BuildError,
     HashMismatchError,
     ManifestError,
-    UnsupportedError,
 )
 from bundler.hashing import file_sha256, mismatch_message
+from bundler.readers.externaldata import external_refs, reference_problems, without_external_initializers
 from bundler.runner import Runner
 from bundler.target import synth
 
@@ -56,13 +56,27 @@ Json = dict[str, Any]
 
 
 @dataclass(frozen=True, kw_only=True)
+class DataFile:
+    """One external data file of a model, verified in the cache, and the location the model's tensors name."""
+
+    location: str
+    path: Path
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class ModelInput:
-    """One `[[models]]` entry, resolved to its verified file in the cache."""
+    """One `[[models]]` entry, resolved to its verified files in the cache."""
 
     name: str
     path: Path
     sha256: str
     shapes: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    data: tuple[DataFile, ...] = ()
+
+    @property
+    def data_hashes(self) -> dict[str, str]:
+        return {data.location: data.sha256 for data in sorted(self.data, key=lambda d: d.location)}
 
     @property
     def label(self) -> str:
@@ -80,9 +94,11 @@ class ModelRecord:
     outputs: list[Json]
     shapes: dict[str, list[int]]
     reference: Json
+    data: dict[str, str] = field(default_factory=dict)  # external data: location -> sha256
 
     def to_json(self) -> Json:
-        return {
+        """The record; "data" only for a model that has external data, so the records of others never change."""
+        record = {
             "name": self.name,
             "sha256": self.sha256,
             "opsets": dict(self.opsets),
@@ -91,6 +107,7 @@ class ModelRecord:
             "shapes": self.shapes,
             "reference": self.reference,
         }
+        return {**record, "data": dict(sorted(self.data.items()))} if self.data else record
 
     def pinned_json(self) -> str:
         """The record as the lock pins it: one canonical JSON line, without the name and hash the lock states."""
@@ -106,7 +123,7 @@ class ModelRecord:
             msg = f"the lock's record of model '{name}' lacks {', '.join(missing)}; run `ort-bundler lock` again"
             raise ManifestError(msg)
         return cls(name=name, sha256=sha256, opsets=data["opsets"], inputs=data["inputs"], outputs=data["outputs"],
-                   shapes=data["shapes"], reference=data["reference"])
+                   shapes=data["shapes"], reference=data["reference"], data=data.get("data", {}))
 
 
 def gate_models(
@@ -115,7 +132,9 @@ def gate_models(
     """Check every model and record it, or fail naming every model that cannot ship (run by `lock`)."""
     opsets, problems = check_model_files(models)
     parsed = [model for model in models if model.name in opsets]
-    probes = probe_models(parsed, ort_version=ort_version, runner=runner or runners.run, work_dir=work_dir)
+    with staged_models(parsed, work_dir) as paths:
+        probes = probe_models(parsed, paths=paths, ort_version=ort_version, runner=runner or runners.run,
+                              work_dir=work_dir)
     problems += [problem for model in parsed
                  if (problem := probe_problem(model, probes[model.name], opsets[model.name], ort_version))]
     if problems:
@@ -129,6 +148,7 @@ def gate_models(
             outputs=probes[model.name]["outputs"],
             shapes={name: [int(dim) for dim in shape] for name, shape in sorted(model.shapes.items())},
             reference=probes[model.name]["reference"],
+            data=model.data_hashes,
         )
         for model in models
     ]
@@ -148,7 +168,9 @@ def gate_pinned(
     parsed = [model for model in models if model.name in opsets]
     keys = {model.name: gate_key(model, pinned[model.name], ort_version) for model in parsed}
     todo = [model for model in parsed if not (results_dir / keys[model.name]).is_file()]
-    probes = probe_models(todo, ort_version=ort_version, runner=runner or runners.run, work_dir=work_dir)
+    with staged_models(todo, work_dir) as paths:
+        probes = probe_models(todo, paths=paths, ort_version=ort_version, runner=runner or runners.run,
+                              work_dir=work_dir)
     for model in parsed:
         if model in todo and (problem := probe_problem(model, probes[model.name], opsets[model.name], ort_version)
                               or pinned_problem(model, pinned[model.name], probes[model.name], ort_version)):
@@ -242,14 +264,12 @@ def check_model_file(model: ModelInput) -> dict[str, int]:
     except (DecodeError, OSError, ValueError) as exc:
         msg = f"{model.label}: {model.path} is not a readable ONNX model (truncated or corrupt): {exc}"
         raise BuildError(msg) from None
-    external = [tensor.name for tensor in proto.graph.initializer
-                if tensor.data_location == onnx.TensorProto.EXTERNAL]
-    if external:
-        msg = (f"{model.label}: initializers {external[:3]} keep their data in external files, "
-               "which a bundle does not ship yet; save the model as one .onnx file")
-        raise UnsupportedError(msg)
+    # Before the checker, which would follow the locations: each is checked as text first (CVE-2024-27318).
+    sizes = {data.location: data.path.stat().st_size for data in model.data}
+    if problems := reference_problems(model.label, external_refs(proto), sizes):
+        raise BuildError("\n".join(problems))
     try:
-        onnx.checker.check_model(proto, full_check=True)
+        onnx.checker.check_model(without_external_initializers(proto) if model.data else proto, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         msg = f"{model.label}: fails the ONNX checker: {' '.join(str(exc).split())}"
         raise BuildError(msg) from None
@@ -270,16 +290,40 @@ def probe_problem(model: ModelInput, probe: Json, opsets: Mapping[str, int], ort
     return f"{model.label}: {what}, ORT {ort_version} says: {probe['reason']}"
 
 
-def probe_models(models: Sequence[ModelInput], *, ort_version: str, runner: Runner, work_dir: Path) -> dict[str, Json]:
-    """Each model's probe from `synth.probe_model`, computed in the pinned ORT version."""
+def probe_models(models: Sequence[ModelInput], *, paths: Mapping[str, Path], ort_version: str, runner: Runner,
+                 work_dir: Path) -> dict[str, Json]:
+    """Each model's probe from `synth.probe_model`, computed in the pinned ORT version (`paths`: `staged_models`)."""
     if not models:
         return {}
     if in_process_ort_version() == ort_version:
         import onnxruntime
 
-        return {model.name: synth.probe_model(onnxruntime, str(model.path), model.shapes) for model in models}
+        return {model.name: synth.probe_model(onnxruntime, str(paths[model.name]), model.shapes) for model in models}
     python = isolated_python(ort_version, runner=runner, work_dir=work_dir)
-    return run_reference_worker(python, models, ort_version=ort_version, runner=runner, work_dir=work_dir)
+    return run_reference_worker(python, models, paths=paths, ort_version=ort_version, runner=runner, work_dir=work_dir)
+
+
+@contextlib.contextmanager
+def staged_models(models: Sequence[ModelInput], work_dir: Path) -> Iterator[dict[str, Path]]:
+    """Where ORT reads each model: in the cache when it has no external data, else in a folder of its own that
+    holds it and its data files at the locations its tensors name (linked from the cache, copied where a link
+    cannot be made), as they will be installed."""
+    if not any(model.data for model in models):
+        yield {model.name: model.path for model in models}
+        return
+    work_dir.mkdir(parents=True, exist_ok=True)
+    with gate_scratch(work_dir) as folder:
+        paths = {}
+        for model in models:
+            if not model.data:
+                paths[model.name] = model.path
+                continue
+            paths[model.name] = folder / model.name / f"{model.name}.onnx"
+            for target, source in [(paths[model.name], model.path),
+                                   *((folder / model.name / data.location, data.path) for data in model.data)]:
+                target.parent.mkdir(parents=True, exist_ok=True)  # the locations were checked: below the folder
+                link_or_copy(source, target)
+        yield paths
 
 
 def in_process_ort_version() -> str | None:
@@ -367,7 +411,8 @@ def remove_dead_gate_scratch(work_dir: Path) -> list[Path]:
 
 
 def run_reference_worker(
-    python: Path, models: Sequence[ModelInput], *, ort_version: str, runner: Runner, work_dir: Path
+    python: Path, models: Sequence[ModelInput], *, paths: Mapping[str, Path], ort_version: str, runner: Runner,
+    work_dir: Path,
 ) -> dict[str, Json]:
     """Run the shipped self-check's `--reference` mode under `python` and read its JSON report."""
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -375,7 +420,7 @@ def run_reference_worker(
         script = Path(private) / "selfcheck-reference.py"
         script.write_bytes(selfcheck_script_bytes())
         request = Path(private) / "model-gate-request.json"
-        request.write_text(json.dumps([{"name": model.name, "path": str(model.path), "shapes": dict(model.shapes)}
+        request.write_text(json.dumps([{"name": model.name, "path": str(paths[model.name]), "shapes": dict(model.shapes)}
                                        for model in models]), encoding="utf-8")
         stdout = runner([str(python), "-I", str(script), "--reference", str(request)])
     try:

@@ -27,6 +27,7 @@ from pathlib import Path
 import platformdirs
 from filelock import FileLock, Timeout
 
+from bundler.atomic import link_or_copy
 from bundler.errors import BundleError, InputUnavailableError
 
 # The OS errors that mean "this disk cannot take more" rather than a bug: translated into one sentence.
@@ -75,10 +76,7 @@ class Cache:
         if wanted not in names:
             with self.temporary() as tmp:
                 tmp.unlink()
-                try:
-                    os.link(names[0], tmp)
-                except OSError:
-                    shutil.copyfile(names[0], tmp)
+                link_or_copy(names[0], tmp)
                 self.adopt(tmp, sha256=sha256, filename=filename)
         return wanted
 

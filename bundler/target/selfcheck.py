@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Dict, List, Tuple
 
 from bundler.target.check_context import Context, is_below
@@ -226,12 +226,18 @@ def file_sha256(path: Path) -> str:
 
 
 def model_file_problem(ctx: Context, record: Dict[str, Any]) -> str | None:
-    path = ctx.root / record["file"]
-    if not path.is_file():
-        return f"model '{record['name']}' file {record['file']} is missing from {ctx.root}"
-    actual = file_sha256(path)
-    if actual != record["sha256"]:
-        return f"model '{record['name']}' file {path} has sha256 {actual}, the bundle recorded {record['sha256']}"
+    """The model file and its external data files (installed beside it, at the locations its tensors name)."""
+    folder = PurePosixPath(record["file"]).parent
+    files = [(record["file"], record["sha256"])]
+    files += [(str(folder / location), sha256) for location, sha256 in sorted(record.get("data", {}).items())]
+    for name, expected in files:
+        path = ctx.root / name
+        what = f"model '{record['name']}' file {name}"
+        if not path.is_file():
+            return f"{what} is missing from {ctx.root}"
+        actual = file_sha256(path)
+        if actual != expected:
+            return f"{what} has sha256 {actual}, the bundle recorded {expected}"
     return None
 
 
