@@ -333,3 +333,38 @@ def test_hashing_and_zipping_a_large_data_file_keeps_memory_bounded(tmp_path: Pa
     assert sha256 == hashlib.sha256(data.read_bytes()).hexdigest()
     with zipfile.ZipFile(tmp_path / "b.zip") as archive:
         assert archive.getinfo("top/payload/models/weights.bin").file_size == 64 << 20
+
+
+def zeros_bundle(path: Path, *, zeros: int, record: bytes = b"{}") -> Path:
+    """A bundle-shaped zip whose model data is `zeros` bytes of zeros: deflate packs it about 1000:1."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("top/bundle.json", record)
+        digest = hashlib.sha256(b"\0" * zeros).hexdigest()
+        archive.writestr("top/SHA256SUMS", f"{digest}  payload/models/zeros.bin\n")
+        with archive.open("top/payload/models/zeros.bin", "w") as member:
+            for _ in range(zeros >> 20):
+                member.write(bytes(1 << 20))
+    return path
+
+
+def test_a_bundle_whose_data_is_zeros_is_read_and_hashed_not_refused_as_a_bomb(tmp_path: Path) -> None:
+    """A tensor of zeros is sound data; the bundle reader streams it (the archive extractor's 200:1 rule would not)."""
+    from bundler.errors import UnsafeArchiveError
+    from bundler.readers.archives import SafeArchive
+    from bundler.readers.bundlezip import open_bundle
+
+    path = zeros_bundle(tmp_path / "b.zip", zeros=32 << 20)
+    with pytest.raises(UnsafeArchiveError, match="zip bomb"):
+        SafeArchive.open(path, label="b.zip")  # what an archive to extract gets
+    bundle = open_bundle(path)
+    assert bundle.sha256("payload/models/zeros.bin") == bundle.sums["payload/models/zeros.bin"]
+
+
+def test_a_bundle_member_read_whole_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bundler.errors import VerificationError
+    from bundler.readers import bundlezip
+
+    monkeypatch.setattr(bundlezip, "MAX_READ_BYTES", 1024)
+    path = zeros_bundle(tmp_path / "b.zip", zeros=1 << 20, record=b"{" + b" " * 2048 + b"}")
+    with pytest.raises(VerificationError, match=r"top/bundle.json declares 2050 bytes, expected at most 1024"):
+        bundlezip.open_bundle(path)

@@ -15,18 +15,25 @@ import struct
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from bundler.errors import VerificationError
 from bundler.hashing import CHUNK
-from bundler.readers.archives import SafeArchive
+from bundler.readers.archives import DEFAULT_LIMITS, SafeArchive
 
 # The members a signed bundle carries beside what the build wrote (the `sign` command's detached signature).
 SIGNATURE_SUFFIXES = (".p7s",)
 SIGNATURE_BLOCK = re.compile(r"^# SIG # Begin signature block$.*?^# SIG # End signature block$\n?", re.MULTILINE | re.DOTALL)
 LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # the zip local file header, up to the two length fields
+# A bundle is read in place, each member hashed as it streams from the zip and never extracted whole, and a
+# model's external data may be gigabytes that deflate close to deflate's own limit (1032:1, a tensor of
+# zeros). The ratio rule is for archives that get extracted; here it sits above what deflate can reach, and
+# the total above the largest release, so a sound bundle is never refused as a bomb. What is read whole
+# (records, scripts, the SBOM) is bounded on its own.
+BUNDLE_LIMITS = replace(DEFAULT_LIMITS, max_total_size=256 * 1024**3, max_ratio=1100.0)
+MAX_READ_BYTES = 256 * 1024**2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +60,11 @@ class BundleZip:
             yield member  # type: ignore[misc]
 
     def read(self, name: str) -> bytes:
+        """A member that is read whole: one declaring more than MAX_READ_BYTES is refused before it is read."""
+        if (size := self.infos[name].file_size) > MAX_READ_BYTES:
+            msg = (f"{self.path.name}: {self.top}/{name} declares {size} bytes, expected at most {MAX_READ_BYTES} "
+                   "for a member the bundle's readers hold in memory")
+            raise VerificationError(msg)
         with self.open(name) as member:
             return member.read()
 
@@ -87,7 +99,7 @@ def open_bundle(path: Path) -> BundleZip:
     if not path.is_file():
         msg = f"{path}: no such bundle file"
         raise VerificationError(msg)
-    with SafeArchive.open(path, label=path.name):
+    with SafeArchive.open(path, label=path.name, limits=BUNDLE_LIMITS):
         pass  # every entry checked: nothing unsafe is read below
     try:
         with zipfile.ZipFile(path) as archive:
