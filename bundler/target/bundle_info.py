@@ -39,7 +39,7 @@ class BundleInfo:
     wheels: List[Json]  # every wheel of the environment: name, version, filename, sha256
     expected_providers: List[str]
     selfcheck: Json  # script and identity model, install-relative
-    models: List[Json]  # name, file, sha256, inputs, outputs, reference digests
+    models: List[Json]  # name, file, sha256, inputs, outputs, reference digests; "data": location -> sha256
     entry_point: Optional[Json]  # {"module": …} | {"script": …} | {"program": …}
     app_local_runtime: List[str]  # install paths of the ORT (and GPU) DLLs placed beside a native program
     gpu: Optional[Json]  # CUDA/cuDNN versions, DLLs and their origins, minimum driver
