@@ -195,10 +195,24 @@ def test_every_failing_model_is_named_at_once(tmp_path):
         "model 'a' (models/a.onnx)", "model 'c' (models/c.onnx)", "model 'd' (models/d.onnx)"]
 
 
-def test_identity_model_bytes_are_deterministic_and_run_exactly():
+def made_identity_model() -> bytes:
+    """The self-check's identity model as onnx's helpers make it: Identity over float32[2, 8], opset 13, IR 8
+    (opset 13 needs IR 7+; 8 loads in every ORT the bundler supports)."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"], name="identity")],
+                              "ort-bundler-selfcheck", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], producer_name="ort-bundler")
+    model.ir_version = 8
+    return model.SerializeToString(deterministic=True)
+
+
+def test_identity_model_bytes_are_the_shipped_file_onnx_makes_and_run_exactly():
     first = modelgate.identity_model_bytes()
 
-    assert first == modelgate.identity_model_bytes()
+    assert first == made_identity_model()
     onnx.checker.check_model(onnx.load_from_string(first), full_check=True)
     session = onnxruntime.InferenceSession(first, providers=["CPUExecutionProvider"])
     feeds = synthesize_inputs([{"name": "x", "type": "tensor(float)", "shape": [2, 8]}])
@@ -327,13 +341,19 @@ def test_build_gate_ships_the_pinned_record_even_when_this_cpu_rounds_one_ulp_di
 def test_a_gate_result_is_reused_for_the_same_model_ort_and_pinned_record(tmp_path, monkeypatch):
     model, pinned = pinned_matmul(tmp_path)
     probed: list[str] = []
-    real = modelgate.probe_models
+    checked: list[str] = []
+    real, real_check = modelgate.probe_models, modelgate.check_model_files
 
     def counting(models, **kwargs):
         probed.extend(m.name for m in models)
         return real(models, **kwargs)
 
+    def counting_checks(models):
+        checked.extend(m.name for m in models)
+        return real_check(models)
+
     monkeypatch.setattr(modelgate, "probe_models", counting)
+    monkeypatch.setattr(modelgate, "check_model_files", counting_checks)
     for _ in range(2):
         modelgate.gate_pinned([model], {"mm": pinned}, ort_version=ORT_VERSION, work_dir=gate_work(),
                               results_dir=tmp_path / "results")
@@ -341,7 +361,7 @@ def test_a_gate_result_is_reused_for_the_same_model_ort_and_pinned_record(tmp_pa
     modelgate.gate_pinned([model], {"mm": changed}, ort_version=ORT_VERSION, work_dir=gate_work(),
                           results_dir=tmp_path / "results")
 
-    assert probed == ["mm", "mm"]  # once, then again only for the changed pinned record
+    assert probed == checked == ["mm", "mm"]  # once, then again only for the changed pinned record
 
 
 def test_a_pinned_reference_the_pinned_ort_cannot_reproduce_fails_naming_the_largest_difference(tmp_path):
