@@ -89,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("manifest", type=Path)
     p.add_argument("-o", "--output", type=Path, default=Path("dist"), help="output folder (default: dist)")
     p.add_argument("-j", "--jobs", type=int, default=None, help="compression threads (default: CPU count)")
+    p.add_argument("--no-reuse", action="store_true",
+                   help="assemble the bundle even when the cache holds the one built from exactly the same inputs")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(action=_build)
 
@@ -219,11 +221,13 @@ def _build(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs: found {args.jobs}, expected a positive number")
     result = build(_manifest(args), cache=_cache(args), out_dir=args.output, jobs=args.jobs,
-                   quiet=args.quiet or args.json)
+                   quiet=args.quiet or args.json, reuse=not args.no_reuse)
     if args.json:
-        print(json.dumps({"zip": str(result.zip_path), "sha256": result.sha256, "size": result.size}, indent=2))
+        print(json.dumps({"zip": str(result.zip_path), "sha256": result.sha256, "size": result.size,
+                          "reused": result.reused}, indent=2))
     else:
-        _say(args, f"wrote {result.zip_path} ({result.size:,} bytes)\nsha256 {result.sha256}")
+        how = " (the same inputs as a build before: its zip, reused)" if result.reused else ""
+        _say(args, f"wrote {result.zip_path} ({result.size:,} bytes){how}\nsha256 {result.sha256}")
     return 0
 
 

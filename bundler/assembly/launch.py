@@ -54,7 +54,7 @@ def add_scripts(assembly: Assembly, build: BuildInputs) -> None:
         runtime_python=facts.runtime.interpreter if facts.runtime else None,
         runtime_bundle_python=facts.runtime.bundle_interpreter if facts.runtime else None,
     )
-    for path, data in render_scripts(context).items():
+    for path, data in render_scripts(context, compiled=build.cache.root / "templates").items():
         executable = path.endswith(".sh")
         assembly.add_bytes(path, data, executable=executable)
         name = path.rsplit("/", 1)[-1]

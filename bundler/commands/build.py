@@ -15,17 +15,17 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from bundler.assembly.assembly import Assembly, BuildInputs
-from bundler.assembly.parts import add_all
-from bundler.assembly.records import add_records, sha256sums
-from bundler.assembly.sbom import add_sbom, install_sbom
 from bundler.errors import BuildError, HashMismatchError
 from bundler.hashing import file_sha256
 from bundler.manifest import Manifest
 from bundler.sources.cache import Cache, disk_errors
 from bundler.sources.fetch import cached_inputs
 from bundler.sources.inputs import load_lock, lock_inputs
+from bundler.sources.lock import Lock
 from bundler.writer.members import Member, MemberCache
+from bundler.writer.reuse import bundle_key
+from bundler.writer.reuse import keep as keep_bundle
+from bundler.writer.reuse import reuse as reuse_bundle
 from bundler.writer.zipwriter import prepare_destination, write_zip
 
 
@@ -34,14 +34,35 @@ class BuildResult:
     zip_path: Path
     sha256: str
     size: int
+    reused: bool = False  # the zip a build from the same inputs made before (`writer/reuse.py`)
 
 
-def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None = None, quiet: bool = True) -> BuildResult:
+def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None = None, quiet: bool = True,
+          reuse: bool = True) -> BuildResult:
+    """Assemble the bundle, or, with `reuse`, publish the one assembled before from exactly the same inputs."""
     lock = load_lock(manifest)
     files = cached_inputs(manifest.inputs() + lock_inputs(lock), cache)
     verify_transformed(manifest, files, jobs=jobs)
     stem = manifest.bundle.stem
-    prepare_destination(out_dir / f"{stem}.zip")  # fail fast on a bad -o; clear what killed builds left there
+    zip_path, sidecar = out_dir / f"{stem}.zip", out_dir / f"{stem}.zip.sha256"
+    prepare_destination(zip_path)  # fail fast on a bad -o; clear what killed builds left there
+    key = bundle_key(manifest, lock, files)
+    if reuse and (sha256 := reuse_bundle(cache, key, zip_path, sidecar)) is not None:
+        return BuildResult(zip_path=zip_path, sha256=sha256, size=zip_path.stat().st_size, reused=True)
+    result = _assemble(manifest, lock=lock, files=files, cache=cache, zip_path=zip_path, sidecar=sidecar, jobs=jobs,
+                       quiet=quiet)
+    keep_bundle(cache, key, result.zip_path, result.sha256)
+    return result
+
+
+def _assemble(manifest: Manifest, *, lock: Lock | None, files: Mapping[str, Path], cache: Cache, zip_path: Path,
+              sidecar: Path, jobs: int | None, quiet: bool) -> BuildResult:
+    from bundler.assembly.assembly import Assembly, BuildInputs
+    from bundler.assembly.parts import add_all
+    from bundler.assembly.records import add_records, sha256sums
+    from bundler.assembly.sbom import add_sbom, install_sbom
+
+    stem = manifest.bundle.stem
     with cache.scratch(prefix="build-") as work, disk_errors(BuildError, "build"):
         assembly, inputs = Assembly(), BuildInputs(manifest=manifest, lock=lock, files=files, work=work, cache=cache)
         add_all(assembly, inputs)
@@ -50,8 +71,6 @@ def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None =
         add_sbom(assembly, manifest=manifest)  # after the records: it describes every member but itself
         members = [_rooted(stem, m) for m in assembly.members.values()]
         members.append(Member(name=f"{stem}/SHA256SUMS", data=sha256sums(assembly.members).encode("utf-8")))
-        zip_path = out_dir / f"{stem}.zip"
-        sidecar = out_dir / f"{stem}.zip.sha256"
         with tqdm(total=sum(m.size for m in members), desc="zip", unit="B", unit_scale=True, unit_divisor=1024,
                   disable=quiet, leave=False) as bar:
             digest = write_zip(members, zip_path, epoch=manifest.bundle.source_date_epoch,
@@ -76,12 +95,6 @@ def verify_transformed(manifest: Manifest, files: Mapping[str, Path], *, jobs: i
             msg = (f"{files[item.key]}: sha256 is {actual[item.key]}, expected {' or '.join(item.sha256)} (for "
                    f"{item.key}); the cache is corrupt: delete that file and run `ort-bundler fetch` again")
             raise HashMismatchError(msg)
-
-
-
-
-
-
 
 
 def _rooted(stem: str, member: Member) -> Member:

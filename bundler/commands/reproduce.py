@@ -110,7 +110,7 @@ def reproduce(path: Path, *, cache: Cache, options: FetchOptions, keep: Path | N
                 lines = [*altered, f"and the input could not be found elsewhere: {exc}"]
                 raise VerificationError("\n".join(lines)) from None
             raise
-        result = build(manifest, cache=cache, out_dir=Path(tmp) / "out", jobs=jobs)
+        result = build(manifest, cache=cache, out_dir=Path(tmp) / "out", jobs=jobs, reuse=False)
         rebuilt = open_bundle(result.zip_path)
         differences = compare_bundles(original, rebuilt, pinned=pinned_hashes(inputs))
         kept = _keep(result.zip_path, keep) if keep else None

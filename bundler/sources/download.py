@@ -13,12 +13,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
-
-import requests
+from typing import TYPE_CHECKING, NoReturn
 
 from bundler.errors import InputUnavailableError
 from bundler.hashing import CHUNK
+
+if TYPE_CHECKING:  # imported where a download runs: a build from the cache never pays for requests
+    import requests
 
 Progress = Callable[[int], None]
 
@@ -176,6 +177,8 @@ def _check_room(resp: requests.Response, partial: Path, *, label: str, url: str,
 def _attempt(url: str, partial: Path, *, label: str, session: requests.Session, digest: hashlib._Hash,
              offset: int, progress: Progress | None, timeout: float,
              stop: threading.Event, max_size: int) -> tuple[hashlib._Hash, int]:
+    import requests
+
     headers = {"Range": f"bytes={offset}-", "Accept-Encoding": "identity"} if offset else {"Accept-Encoding": "identity"}
     try:
         with session.get(url, stream=True, timeout=timeout, headers=headers) as resp:

@@ -15,11 +15,10 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
 
-import requests
 from tqdm import tqdm
 
 from bundler.errors import BundleError, HashMismatchError, InputUnavailableError
@@ -29,6 +28,9 @@ from bundler.runner import Runner, run
 from bundler.sources.cache import Cache
 from bundler.sources.download import DEFAULT_MAX_DOWNLOAD, RetryPolicy, download
 from bundler.sources.lock import Target
+
+if TYPE_CHECKING:  # imported where a download runs: a build from the cache never pays for requests
+    import requests
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -253,6 +255,8 @@ class _Fetcher:
     def _session(self) -> requests.Session:
         session = getattr(self._local, "session", None)
         if session is None:
+            import requests
+
             session = self._local.session = requests.Session()
         return session
 

@@ -1,0 +1,122 @@
+"""Finished bundles kept in the cache by the hash of everything that makes them, so that a rebuild with
+nothing changed publishes the zip it made before instead of assembling it again.
+
+The key covers what the bytes of a bundle depend on: the manifest as parsed, the lock, every input by its
+sha256 and file name, ort-bundler's own files (code, templates, the identity model), the versions of the
+libraries it builds with, and the Python and zlib that write the zip. The build is reproducible (the same
+key gives the same bytes on any machine), so the kept zip is the zip a full build would write. It is
+checked against the sha256 recorded with it while it is published; a kept zip that differs is dropped and
+the bundle is assembled again. `reproduce` never reuses: it exists to assemble.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import sys
+import zlib
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+
+from bundler import __version__
+from bundler.atomic import link_or_copy, write_atomic
+from bundler.hashing import file_sha256
+from bundler.manifest import Manifest
+from bundler.sources.cache import Cache, cached_sha256
+from bundler.sources.lock import Lock, lock_data
+from bundler.writer.temps import locked_temp
+
+STORE = "bundles"
+RECORD = "bundle.sha256"
+_PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+_TEMPLATES = "bundler.templates"
+
+
+def bundle_key(manifest: Manifest, lock: Lock | None, files: Mapping[str, Path]) -> str:
+    """The hash of everything the bundle's bytes depend on (see the module's docstring)."""
+    digest = hashlib.sha256()
+    facts = {
+        "ort-bundler": __version__,
+        "python": list(sys.version_info[:3]),
+        "zlib": zlib.ZLIB_RUNTIME_VERSION,
+        "libraries": _library_versions(),
+        "manifest": [manifest.path.name, manifest.raw],
+        "lock": lock_data(lock) if lock is not None else None,
+        "inputs": {key: [cached_sha256(path), path.name] for key, path in sorted(files.items())},
+    }
+    digest.update(json.dumps(facts, sort_keys=True, default=str).encode("utf-8"))
+    for path in _own_files():
+        digest.update(f"\n{path.relative_to(_PACKAGE_ROOT.parent).as_posix()}\n".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _own_files() -> list[Path]:
+    """ort-bundler's code and data, and the templates (package data installed beside it)."""
+    from importlib import resources
+
+    templates = Path(str(resources.files(_TEMPLATES)))
+    found = [p for root in (_PACKAGE_ROOT, templates) for p in root.rglob("*")
+             if p.is_file() and "__pycache__" not in p.parts]
+    return sorted(set(found))
+
+
+def _library_versions() -> dict[str, str]:
+    """The installed version of every distribution ort-bundler requires (its own metadata lists them)."""
+    versions = {}
+    for requirement in metadata.requires("ort-bundler") or ():
+        if "extra ==" in requirement:
+            continue
+        name = re.split(r"[\s<>=!~;\[(]", requirement, maxsplit=1)[0]
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions[name] = metadata.version(name)
+    return versions
+
+
+def reuse(cache: Cache, key: str, dest: Path, sidecar: Path) -> str | None:
+    """Publish the kept zip for `key` at `dest` (and its sidecar) and return its sha256, or None to build."""
+    folder = cache.root / STORE / key[:2] / key
+    try:
+        sha256, _, name = (folder / RECORD).read_text(encoding="ascii").strip().partition("  ")
+    except (OSError, UnicodeDecodeError):
+        return None
+    kept = folder / name
+    if name != dest.name or not kept.is_file():
+        return None
+    fd, tmp = locked_temp(dest.parent, prefix=f".{dest.name}.")
+    try:
+        os.close(fd)
+        os.unlink(tmp)
+        link_or_copy(kept, Path(tmp))
+        if file_sha256(Path(tmp)) != sha256:  # altered since it was kept: never published, assembled again
+            with contextlib.suppress(OSError):
+                kept.unlink()
+            Path(tmp).unlink()
+            return None
+        os.chmod(tmp, 0o644)
+        if dest.exists() and os.path.samefile(tmp, dest):  # rename() between two links of one file does nothing
+            Path(tmp).unlink()
+        else:
+            os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    write_atomic(sidecar, f"{sha256}  {dest.name}\n".encode("ascii"))
+    return sha256
+
+
+def keep(cache: Cache, key: str, zip_path: Path, sha256: str) -> None:
+    """Keep a finished zip under its key (a hard link where the file system allows); a cache that cannot
+    take it only costs the next rebuild its speed."""
+    folder = cache.root / STORE / key[:2] / key
+    with contextlib.suppress(OSError):
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{zip_path.name}.{os.getpid()}.tmp"
+        tmp.unlink(missing_ok=True)
+        link_or_copy(zip_path, tmp)
+        os.replace(tmp, folder / zip_path.name)
+        write_atomic(folder / RECORD, f"{sha256}  {zip_path.name}\n".encode("ascii"))
