@@ -73,6 +73,6 @@ def test_a_changed_manifest_is_not_a_reuse(bundler_cache: Path, tmp_path: Path) 
 
 
 def test_the_key_covers_the_code_templates_and_data_the_bundle_is_made_with() -> None:
-    names = {path.name for path in reuse._own_files()}
+    names = {path.name for _, path in reuse._own_files()}
     assert {"install.ps1.j2", "install.sh.j2", "identity.onnx", "engine.py", "selfcheck.py", "reuse.py"} <= names
     assert {"onnx", "cyclonedx-python-lib", "jinja2"} <= set(reuse._library_versions())

@@ -49,20 +49,21 @@ def bundle_key(manifest: Manifest, lock: Lock | None, files: Mapping[str, Path])
         "inputs": {key: [cached_sha256(path), path.name] for key, path in sorted(files.items())},
     }
     digest.update(json.dumps(facts, sort_keys=True, default=str).encode("utf-8"))
-    for path in _own_files():
-        digest.update(f"\n{path.relative_to(_PACKAGE_ROOT.parent).as_posix()}\n".encode())
+    for name, path in _own_files():
+        digest.update(f"\n{name}\n".encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
-def _own_files() -> list[Path]:
-    """ort-bundler's code and data, and the templates (package data installed beside it)."""
+def _own_files() -> list[tuple[str, Path]]:
+    """ort-bundler's code and data, and the templates (package data, beside the code or, in a checkout, not),
+    each named relative to its folder so that the key does not depend on where ort-bundler is installed."""
     from importlib import resources
 
-    templates = Path(str(resources.files(_TEMPLATES)))
-    found = [p for root in (_PACKAGE_ROOT, templates) for p in root.rglob("*")
-             if p.is_file() and "__pycache__" not in p.parts]
-    return sorted(set(found))
+    roots = {"bundler": _PACKAGE_ROOT, "templates": Path(str(resources.files(_TEMPLATES)))}
+    found = {(f"{label}/{path.relative_to(root).as_posix()}", path) for label, root in roots.items()
+             for path in root.rglob("*") if path.is_file() and "__pycache__" not in path.parts}
+    return sorted(found)
 
 
 def _library_versions() -> dict[str, str]:
