@@ -169,19 +169,15 @@ def gate_pinned(
     """
     keys = {model.name: gate_key(model, pinned[model.name], ort_version) for model in models}
     todo = [model for model in models if not (results_dir / keys[model.name]).is_file()]
-    problems: list[str] = []
-    verified = []
     for model in todo:
-        if problem := changed_model(model):
-            problems.append(problem)
-        else:
-            verified.append(model)
-    with staged_models(verified, work_dir) as paths:
-        probes = probe_models(verified, paths=paths, ort_version=ort_version, runner=runner or runners.run,
+        if problem := changed_model(model):  # the cache was altered after the file was verified on entry
+            raise HashMismatchError(problem)
+    with staged_models(todo, work_dir) as paths:
+        probes = probe_models(todo, paths=paths, ort_version=ort_version, runner=runner or runners.run,
                               work_dir=work_dir)
-    problems += [problem for model in verified
-                 if (problem := probe_problem(model, probes[model.name], pinned[model.name].opsets, ort_version)
-                     or pinned_problem(model, pinned[model.name], probes[model.name], ort_version))]
+    problems = [problem for model in todo
+                if (problem := probe_problem(model, probes[model.name], pinned[model.name].opsets, ort_version)
+                    or pinned_problem(model, pinned[model.name], probes[model.name], ort_version))]
     if problems:
         raise BuildError("\n".join(problems))
     results_dir.mkdir(parents=True, exist_ok=True)
