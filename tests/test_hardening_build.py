@@ -42,8 +42,11 @@ def private_cache(bundler_cache: Path, tmp_path_factory: pytest.TempPathFactory)
     return cache
 
 
-def build_cmd(cache: Path, out: Path, manifest: Path = MANIFESTS / "quickstart-linux.toml") -> list[str]:
-    return [sys.executable, "-m", "bundler", "build", "-q", "--cache", str(cache), "-o", str(out), str(manifest)]
+def build_cmd(cache: Path, out: Path, manifest: Path = MANIFESTS / "quickstart-linux.toml", *,
+              reuse: bool = False) -> list[str]:
+    """The build, assembled every time unless `reuse`: what these tests attack is the assembly."""
+    return [sys.executable, "-m", "bundler", "build", "-q", "--cache", str(cache), "-o", str(out),
+            *([] if reuse else ["--no-reuse"]), str(manifest)]
 
 
 def build(cache: Path, out: Path, manifest: Path = MANIFESTS / "quickstart-linux.toml",
@@ -202,6 +205,40 @@ def test_a_read_only_cache_is_named_by_build(private_cache: Path, tmp_path: Path
         assert list((tmp_path / "out").iterdir()) == []
     finally:
         subprocess.run(["umount", str(view)], check=True)
+
+
+@needs_mount
+def test_a_read_only_cache_holding_the_kept_bundle_still_serves_a_rebuild(private_cache: Path,
+                                                                           tmp_path: Path) -> None:
+    """Reusing writes nothing to the cache: a shared, read-only cache that kept the bundle publishes it."""
+    expected = sha256_of(private_cache.parent / "warm" / f"{STEM}.zip")
+    view = tmp_path / "ro-cache"
+    view.mkdir()
+    subprocess.run(["mount", "--bind", str(private_cache), str(view)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(view)], check=True)
+        proc = subprocess.run(build_cmd(view, tmp_path / "out", reuse=True), capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+    finally:
+        subprocess.run(["umount", str(view)], check=True)
+    assert sha256_of(tmp_path / "out" / f"{STEM}.zip") == expected
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [f"{STEM}.zip", f"{STEM}.zip.sha256"]
+
+
+def test_sigkill_while_a_kept_bundle_is_published_leaves_nothing_after_the_next_build(private_cache: Path,
+                                                                                     tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    subprocess.run(build_cmd(private_cache, out, reuse=True), check=True, capture_output=True)
+    reference = sha256_of(out / f"{STEM}.zip")
+    for moment in [random.Random(6).uniform(0.1, 0.6) for _ in range(6)]:
+        proc = subprocess.Popen(build_cmd(private_cache, out, reuse=True), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        time.sleep(moment)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert sha256_of(out / f"{STEM}.zip") == reference, f"kill at {moment:.2f} s"
+    subprocess.run(build_cmd(private_cache, out, reuse=True), check=True, capture_output=True)
+    assert leftovers(private_cache, out) == [] and sha256_of(out / f"{STEM}.zip") == reference
 
 
 # -- item 3: a capi source whose METADATA names a path ------------------------------------------------
