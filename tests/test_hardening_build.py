@@ -148,15 +148,19 @@ def test_a_folder_where_the_zip_goes_is_refused_with_exit_7(private_cache: Path,
 # -- item 11: full and read-only disks ----------------------------------------------------------------
 
 @needs_mount
-def test_a_disk_that_fills_during_the_zip_write_keeps_the_old_zip(private_cache: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("reuse", [False, True])
+def test_a_disk_that_fills_during_the_zip_write_keeps_the_old_zip(private_cache: Path, tmp_path: Path,
+                                                                  reuse: bool) -> None:
+    """Also when the zip is a kept one, copied to another file system (the tmpfs) as it is published."""
     disk = Tmpfs(tmp_path / "out", "60m")
     try:
         build(private_cache, disk.path)
         old = snapshot(disk.path)
         assert (disk.path / f"{STEM}.zip").stat().st_size > 30 * 1024**2  # a second copy cannot fit beside it
-        code, line = failed_build(private_cache, disk.path)
-        assert code == 7
-        assert f"{disk.path / (STEM + '.zip')}: the bundle cannot be written: No space left on device" in line
+        proc = subprocess.run(build_cmd(private_cache, disk.path, reuse=reuse), capture_output=True, text=True)
+        lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("licences: ")]
+        assert proc.returncode == 7 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert f"{disk.path / (STEM + '.zip')}: the bundle cannot be written: No space left on device" in lines[0]
         assert snapshot(disk.path) == old  # the old zip and its sidecar as they were, no temporary file
     finally:
         disk.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -37,7 +36,6 @@ _CODE_SUFFIXES = (".py", ".pyc", ".pyi", ".h", ".c", ".cpp")
 WHEELS = "payload/wheels/"
 ORT_LICENSE = "MIT"
 NO_LICENSE_FILE = "ships no licence file"
-log = logging.getLogger(__name__)
 
 
 def bundled_wheels(assembly: Assembly) -> list[tuple[str, Path]]:
@@ -115,9 +113,7 @@ def add_licenses(assembly: Assembly, build: BuildInputs) -> None:
             _add_member_copy(assembly, path, member)
             assembly.install(path, path)
         index.append(found.to_json())
-        for note in found.notes():
-            log.warning("licences: %s: %s", found.component, note)
-    assembly.facts.licenses = tuple(index)
+    assembly.facts.licenses = tuple(index)  # `ort-bundler build` says each entry's notes
 
 
 def _add_member_copy(assembly: Assembly, path: str, member: Member) -> None:

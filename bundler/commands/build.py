@@ -7,11 +7,15 @@ The data flows one way: manifest → cached inputs → inspected and derived par
 
 from __future__ import annotations
 
+import json
+import logging
 import os
-from collections.abc import Mapping
+import zipfile
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
@@ -27,6 +31,8 @@ from bundler.writer.reuse import bundle_key
 from bundler.writer.reuse import keep as keep_bundle
 from bundler.writer.reuse import reuse as reuse_bundle
 from bundler.writer.zipwriter import prepare_destination, write_zip
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +54,8 @@ def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None =
     prepare_destination(zip_path)  # fail fast on a bad -o; clear what killed builds left there
     key = bundle_key(manifest, lock, files)
     if reuse and (sha256 := reuse_bundle(cache, key, zip_path, sidecar)) is not None:
+        with zipfile.ZipFile(zip_path) as archive:
+            say_licence_notes(json.loads(archive.read(f"{stem}/bundle.json"))["licenses"])
         return BuildResult(zip_path=zip_path, sha256=sha256, size=zip_path.stat().st_size, reused=True)
     result = _assemble(manifest, lock=lock, files=files, cache=cache, zip_path=zip_path, sidecar=sidecar, jobs=jobs,
                        quiet=quiet)
@@ -66,6 +74,7 @@ def _assemble(manifest: Manifest, *, lock: Lock | None, files: Mapping[str, Path
     with cache.scratch(prefix="build-") as work, disk_errors(BuildError, "build"):
         assembly, inputs = Assembly(), BuildInputs(manifest=manifest, lock=lock, files=files, work=work, cache=cache)
         add_all(assembly, inputs)
+        say_licence_notes(assembly.facts.licenses)
         install_sbom(assembly)  # planned before install-plan.json is written; the SBOM itself comes after it
         add_records(assembly, inputs)
         add_sbom(assembly, manifest=manifest)  # after the records: it describes every member but itself
@@ -95,6 +104,14 @@ def verify_transformed(manifest: Manifest, files: Mapping[str, Path], *, jobs: i
             msg = (f"{files[item.key]}: sha256 is {actual[item.key]}, expected {' or '.join(item.sha256)} (for "
                    f"{item.key}); the cache is corrupt: delete that file and run `ort-bundler fetch` again")
             raise HashMismatchError(msg)
+
+
+def say_licence_notes(index: Sequence[Mapping[str, Any]]) -> None:
+    """What the licence index (bundle.json "licenses") could not make certain, said by every build: also by
+    one that reuses a kept zip, whose bundle.json holds the same index."""
+    for entry in index:
+        for note in entry["notes"]:
+            log.warning("licences: %s: %s", entry["component"], note)
 
 
 def _rooted(stem: str, member: Member) -> Member:

@@ -24,9 +24,10 @@ from pathlib import Path
 
 from bundler import __version__
 from bundler.atomic import link_or_copy, write_atomic
+from bundler.errors import BuildError
 from bundler.hashing import file_sha256
 from bundler.manifest import Manifest
-from bundler.sources.cache import Cache, cached_sha256
+from bundler.sources.cache import DISK_ERRNOS, Cache, cached_sha256
 from bundler.sources.lock import Lock, lock_data
 from bundler.writer.temps import locked_temp
 
@@ -103,6 +104,12 @@ def reuse(cache: Cache, key: str, dest: Path, sidecar: Path) -> str | None:
             Path(tmp).unlink()
         else:
             os.replace(tmp, dest)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.errno not in DISK_ERRNOS:
+            raise
+        msg = f"{dest}: the bundle cannot be written: {exc.strerror}; free space on that disk or choose another folder"
+        raise BuildError(msg) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
