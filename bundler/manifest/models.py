@@ -77,7 +77,10 @@ def _data_files(entries: Any, where: str, base: Path, problems: Problems) -> tup
             ok = False
             continue
         source = parse_input(entry, key, base, problems, embedded=True)
-        location = entry.get("location", source.filename if source else None)
+        if source is None:  # parse_input said why
+            ok = False
+            continue
+        location = entry.get("location", source.filename)
         if not isinstance(location, str):
             problems.found(f"{key}.location", location, "the location the model's tensors name, such as 'weights.bin'")
             ok = False
@@ -89,9 +92,6 @@ def _data_files(entries: Any, where: str, base: Path, problems: Problems) -> tup
         if "path" in entry and isinstance(entry["path"], str) and (base / entry["path"]).is_symlink():
             problems.found(f"{key}.path", entry["path"], "the data file itself, not a symbolic link (a link can point "
                                                          "anywhere; pin the file it names)")
-            ok = False
-            continue
-        if source is None:
             ok = False
             continue
         files.append(ModelData(location=location, source=source))
