@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime
 import pytest
-from conftest import ORT_VERSION
+from conftest import ORT_VERSION, cache_root
 from onnx import TensorProto, helper
 
 from bundler.readers.modelgate import (
@@ -230,7 +230,7 @@ def install_root(tmp_path, ort_venv) -> Path:
     model = matmul_model(tmp_path / "mm.onnx")
     sha = hashlib.sha256(model.read_bytes()).hexdigest()
     (record,) = gate_models([ModelInput(name="mm", path=model, sha256=sha, shapes={"x": (3, 4)})],
-                            ort_version=ORT_VERSION, work_dir=tmp_path / "gate")
+                            ort_version=ORT_VERSION, work_dir=cache_root() / "modelgate")  # its ORT env made once
     (root / "models").mkdir()
     shutil.copyfile(model, root / "models/mm.onnx")
     bundle = {"format": 1, "name": "demo", "version": "1.0.0", "platform": "linux_x86_64", "python": "3.11",
