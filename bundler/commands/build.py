@@ -92,8 +92,9 @@ def verify_transformed(manifest: Manifest, files: Mapping[str, Path], *, jobs: i
     """Hash again, from the cache, the inputs the build unpacks or rebuilds instead of copying.
 
     Inputs copied into the zip as they are (wheels, the entry point, VC_redist) are hashed in the pass that
-    compresses them, and models by the model gate; archives (the ORT release archive, a capi source, GPU
-    sources) are only ever extracted, so without this their bytes would never be checked at build time.
+    compresses them (a later build takes their deflated bytes from the member cache, which trusts the
+    content-addressed cache), models by the model gate when it runs; archives (the ORT release archive, a
+    capi source, GPU sources) are only ever extracted, so without this their bytes would never be checked.
     """
     transformed = [i for i in (manifest.ort.archive, manifest.ort.capi, manifest.python.runtime) if i is not None]
     transformed += [s.source for s in manifest.gpu.sources] if manifest.gpu else []
