@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import MANIFESTS, run_cli
+from test_provenance import all_components
 
 from bundler.hashing import file_sha256
 from bundler.readers.externaldata import external_refs, location_problem, reference_problems
@@ -92,10 +93,6 @@ def write_manifest(folder: Path, data: list[tuple[str, str]] | None = None) -> P
              f'sha256 = "{file_sha256(folder / "app" / "run_big.py")}" }}\n')
     (folder / "big.toml").write_text(text, encoding="utf-8")
     return folder / "big.toml"
-
-
-def all_components(components: list[dict]) -> list[dict]:
-    return [c for top in components for c in [top, *all_components(top.get("components", []))]]
 
 
 @pytest.fixture(scope="module")

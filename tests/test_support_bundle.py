@@ -13,9 +13,8 @@ from pathlib import Path
 
 import onnxruntime
 import pytest
-from test_tuning import PROBE_APP, bundle_info, make_model
+from test_tuning import PROBE_APP, bundle_info, make_model, shipped_package
 
-from bundler.assembly.runtime_package import package_files
 from bundler.readers.modelgate import selfcheck_script_bytes
 from bundler.target.support import REMOVED, relevant_environment
 
@@ -30,10 +29,7 @@ def python(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 @pytest.fixture()
 def installation(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """An install folder (bundle.json, receipt.json, the self-check, a model), its log, and decoys beside them."""
-    site = tmp_path / "site"
-    for relative, data in package_files().items():
-        (site / relative).parent.mkdir(parents=True, exist_ok=True)
-        (site / relative).write_bytes(data)
+    site = shipped_package(tmp_path / "site")
     root = tmp_path / "root"
     model = make_model(root / "models" / "mlp.onnx")
     info = bundle_info(model).to_json()

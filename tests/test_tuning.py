@@ -148,13 +148,18 @@ def bundle_info(model: Path) -> BundleInfo:
     return BundleInfo(**{**empty, **values})
 
 
-@pytest.fixture()
-def install(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    """(an install root with bundle.json and the model, the environment that imports the shipped ort_bundle)."""
-    site = tmp_path / "site"
+def shipped_package(site: Path) -> Path:
+    """The `ort_bundle` package as the bundle ships it, written to a folder put on PYTHONPATH."""
     for relative, data in package_files().items():
         (site / relative).parent.mkdir(parents=True, exist_ok=True)
         (site / relative).write_bytes(data)
+    return site
+
+
+@pytest.fixture()
+def install(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """(an install root with bundle.json and the model, the environment that imports the shipped ort_bundle)."""
+    site = shipped_package(tmp_path / "site")
     root = tmp_path / "root"
     model = make_model(root / "models" / "mlp.onnx")
     (root / "bundle.json").write_text(json.dumps(bundle_info(model).to_json()), encoding="utf-8")
