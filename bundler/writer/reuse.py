@@ -25,7 +25,7 @@ from pathlib import Path
 from bundler import __version__
 from bundler.atomic import link_or_copy, write_atomic
 from bundler.errors import BuildError
-from bundler.hashing import file_sha256
+from bundler.hashing import CHUNK
 from bundler.manifest import Manifest
 from bundler.sources.cache import DISK_ERRNOS, Cache, cached_sha256
 from bundler.sources.lock import Lock, lock_data
@@ -91,19 +91,25 @@ def reuse(cache: Cache, key: str, dest: Path, sidecar: Path) -> str | None:
         return None
     fd, tmp = locked_temp(dest.parent, prefix=f".{dest.name}.")
     try:
-        os.close(fd)
-        os.unlink(tmp)
-        link_or_copy(kept, Path(tmp))
-        if file_sha256(Path(tmp)) != sha256:  # altered since it was kept: never published, assembled again
-            with contextlib.suppress(OSError):
-                kept.unlink()
-            Path(tmp).unlink()
-            return None
-        os.chmod(tmp, 0o644)
-        if dest.exists() and os.path.samefile(tmp, dest):  # rename() between two links of one file does nothing
-            Path(tmp).unlink()
-        else:
-            os.replace(tmp, dest)
+        # Copied into the locked temporary file (a dead build's temporaries are cleaned, a live one's not)
+        # and hashed in the same pass: the kept zip is read once.
+        with os.fdopen(fd, "wb") as out, kept.open("rb") as source:
+            digest = hashlib.sha256()
+            while chunk := source.read(CHUNK):
+                digest.update(chunk)
+                out.write(chunk)
+            if digest.hexdigest() != sha256:  # altered since it was kept: never published, assembled again
+                with contextlib.suppress(OSError):
+                    kept.unlink()
+                Path(tmp).unlink()
+                return None
+            out.flush()
+            os.fsync(out.fileno())
+            os.chmod(tmp, 0o644)
+            if os.name != "nt":
+                os.replace(tmp, dest)  # while still locked, so no cleaner can take it first
+        if os.name == "nt":
+            os.replace(tmp, dest)  # Windows renames only a closed file
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
         if exc.errno not in DISK_ERRNOS:
