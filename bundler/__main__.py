@@ -1,5 +1,3 @@
-import sys
+from bundler.cli import run
 
-from bundler.cli import main
-
-sys.exit(main())
+run()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -9,11 +10,14 @@ from conftest import MANIFESTS, part_inputs
 
 from bundler.assembly.assembly import Assembly
 from bundler.assembly.facts import FactOrderError, Facts, SelfCheckFact
+from bundler.assembly import parts
 from bundler.assembly.launch import add_scripts
+from bundler.assembly.models import add_models
 from bundler.assembly.parts import PARTS, add_all
 from bundler.assembly.records import bundle_info
 from bundler.assembly.sdk import add_sdk
 from bundler.assembly.windows import add_vc_redist, check_windows
+from bundler.errors import BuildError
 from bundler.manifest import load, parse
 
 
@@ -68,3 +72,36 @@ def test_bundle_info_reads_only_facts_that_parts_set(tmp_path: Path) -> None:
     manifest = load(MANIFESTS / "quickstart-linux.toml")
     with pytest.raises(FactOrderError, match="part 'python_env'"):
         bundle_info(Assembly(), part_inputs(manifest, work=tmp_path))
+
+
+def test_the_model_gate_runs_beside_the_parts_before_add_models(tmp_path: Path, monkeypatch) -> None:
+    """The gate waits on ORT in a process of its own: it starts with the build, and add_models takes its records."""
+    started = threading.Event()
+
+    def gate(build):  # a stand-in for models.gate: when it runs is what this test is about, not ORT
+        started.set()
+        return []
+
+    waited = []
+    monkeypatch.setattr(parts, "gate", gate)
+    manifest = parse({**load(MANIFESTS / "quickstart-linux.toml").raw, "models": []},
+                     path=MANIFESTS / "quickstart-linux.toml")
+    assembly = Assembly()
+    add_all(assembly, part_inputs(manifest, work=tmp_path),
+            parts=(lambda _assembly, _build: waited.append(started.wait(timeout=60)), add_models))
+
+    assert waited == [True]  # the gate had started while the part before add_models ran
+    assert assembly.facts.models == ()
+
+
+def test_the_model_gate_fails_the_build_at_add_models_after_the_parts_before_it(tmp_path: Path, monkeypatch) -> None:
+    def gate(build):  # a stand-in for models.gate that finds a model ORT cannot run
+        raise BuildError("model 'm' (models/m.onnx): does not load")
+
+    ran = []
+    monkeypatch.setattr(parts, "gate", gate)
+    manifest = load(MANIFESTS / "quickstart-linux.toml")
+    with pytest.raises(BuildError, match="model 'm' .*does not load"):
+        add_all(Assembly(), part_inputs(manifest, work=tmp_path),
+                parts=(lambda _assembly, _build: ran.append("earlier"), add_models))
+    assert ran == ["earlier"]

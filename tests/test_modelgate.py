@@ -445,3 +445,22 @@ def test_a_killed_gates_scratch_is_removed_by_the_next_gate_and_a_live_ones_kept
     finally:
         holder.kill()
         holder.communicate()
+
+
+@pytest.mark.parametrize(("fresh", "pinned", "expected"), [
+    ([1.0, "nan", "inf"], [1.0, "nan", "inf"], None),  # NaN matches NaN, an infinity itself: as numpy.isclose
+    ([1.0, 2.00001, 3.0], [1.0, 2.0, 3.0], None),  # within rtol 1e-4
+    ([1.0, 2.5, 3.75], [1.0, 2.0, 3.0], "the largest difference is 0.75 in output 'y' element 2 (3.75 here, 3.0 pinned)"),
+    ([1.0, "nan"], [1.0, 2.0], "the largest difference is inf in output 'y' element 1 (nan here, 2.0 pinned)"),
+    (["-inf", 2.0], ["inf", 2.0], "the largest difference is inf in output 'y' element 0 (-inf here, inf pinned)"),
+    ([1.0], [1.0, 2.0], "output 'y' has 1 reference values, pinned 2"),
+])
+def test_the_largest_difference_compares_values_as_numpy_isclose_does(fresh, pinned, expected):
+    """The build compares a handful of reference values in plain Python, NumPy never imported into it."""
+    def output(values):
+        return {"y": {"shape": [2, 3], "dtype": "float32", "digest": "d", "values": values}}
+
+    assert modelgate.largest_difference(output(fresh), output(pinned), rtol=1e-4, atol=1e-5) == expected
+    if len(fresh) == len(pinned):  # and NumPy, asked the same, agrees
+        numeric = [[float(v) for v in values] for values in (fresh, pinned)]
+        assert np.isclose(*numeric, rtol=1e-4, atol=1e-5, equal_nan=True).all() == (expected is None)

@@ -7,8 +7,10 @@ part, so the parts can be tested one at a time and the order lives in one place 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bundler.assembly.facts import Facts
 from bundler.errors import BuildError
@@ -17,6 +19,9 @@ from bundler.platforms import TargetPlatform, target_platform
 from bundler.sources.cache import Cache
 from bundler.sources.lock import Lock
 from bundler.writer.members import Member
+
+if TYPE_CHECKING:
+    from bundler.readers.modelgate import ModelRecord
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +69,8 @@ class BuildInputs:
     files: Mapping[str, Path]
     work: Path
     cache: Cache
+    # The model gate's records, computed beside the parts that run before `add_models` (`parts.add_all`).
+    model_gate: Future[list[ModelRecord]] | None = None
 
     @property
     def target(self) -> TargetPlatform:

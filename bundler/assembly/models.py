@@ -63,14 +63,23 @@ def _still_pinned(pinned: PinnedModel, manifest: Manifest, inputs: Sequence[Mode
     return record.shapes == shapes and record.data == model.data_hashes
 
 
-def add_models(assembly: Assembly, build: BuildInputs) -> None:
-    """Every model passes the gate in the pinned ORT version; the signature and reference the lock pins are recorded."""
+def gate(build: BuildInputs) -> list[ModelRecord]:
+    """Every model passes the gate in the pinned ORT version: the records the lock pins, checked.
+
+    It reads only the build's inputs and spends its time waiting on ORT in a process of its own, so
+    `parts.add_all` runs it on a thread beside the parts before `add_models`.
+    """
     manifest, cache = build.manifest, build.cache
     inputs = model_inputs(manifest, build.files)
     pinned = pinned_records(manifest, build.lock, inputs)
-    records = gate_pinned(inputs, pinned, ort_version=manifest.ort.version, work_dir=cache.work_dir("ort-envs"),
-                          results_dir=cache.work_dir("gate-results"))
-    for model in inputs:  # external data beside its model, at the location its tensors name
+    return gate_pinned(inputs, pinned, ort_version=manifest.ort.version, work_dir=cache.work_dir("ort-envs"),
+                       results_dir=cache.work_dir("gate-results"))
+
+
+def add_models(assembly: Assembly, build: BuildInputs) -> None:
+    """The models that passed the gate, and the signature and reference the lock pins for each."""
+    records = build.model_gate.result() if build.model_gate is not None else gate(build)
+    for model in model_inputs(build.manifest, build.files):  # external data beside its model, at the location its tensors name
         for name, path, sha256 in [(f"{model.name}.onnx", model.path, model.sha256),
                                    *((data.location, data.path, data.sha256) for data in model.data)]:
             assembly.add_file(f"payload/models/{name}", path, sha256)

@@ -194,10 +194,10 @@ def _tree_package(root: Path, metadata: Message | None) -> str:
     capi = root / PACKAGE / "capi"
     if metadata and metadata["Name"]:
         name = metadata["Name"]
-    elif isinstance(declared := _module_constants(capi / "build_and_package_info.py").get("package_name"), str):
+    elif isinstance(declared := module_constants(capi / "build_and_package_info.py").get("package_name"), str):
         name = declared
     else:
-        name = f"{PACKAGE}-gpu" if _module_constants(capi / "version_info.py").get("use_cuda") is True else PACKAGE
+        name = f"{PACKAGE}-gpu" if module_constants(capi / "version_info.py").get("use_cuda") is True else PACKAGE
     return distribution_name(canonicalize_name(name).replace("-", "_"), where=f"{root}: the distribution name")
 
 
@@ -205,9 +205,9 @@ def _tree_version(root: Path, metadata: Message | None, *, label: str) -> str:
     """`__version__` of the package, cross-checked with every other place the tree states its version."""
     init = root / PACKAGE / "__init__.py"
     claims = {
-        f"{init}": _module_constants(init).get("__version__"),
+        f"{init}": module_constants(init).get("__version__"),
         f"{root / PACKAGE / 'capi' / 'build_and_package_info.py'}":
-            _module_constants(root / PACKAGE / "capi" / "build_and_package_info.py").get("__version__"),
+            module_constants(root / PACKAGE / "capi" / "build_and_package_info.py").get("__version__"),
         "the dist-info METADATA": metadata["Version"] if metadata else None,
     }
     stated = {where: value for where, value in claims.items() if isinstance(value, str)}
@@ -221,7 +221,7 @@ def _tree_version(root: Path, metadata: Message | None, *, label: str) -> str:
     return version_text(next(iter(stated.values())), where=f"{label}: the version")
 
 
-def _module_constants(path: Path) -> dict[str, object]:
+def module_constants(path: Path) -> dict[str, object]:
     """Top-level `name = <literal>` assignments, read with ast: a capi tree is never imported."""
     if not path.is_file():
         return {}

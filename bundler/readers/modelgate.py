@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import json
+import math
 import os
 import secrets
 import shutil
@@ -23,6 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from filelock import FileLock, Timeout
@@ -37,6 +40,7 @@ from bundler.errors import (
     ManifestError,
 )
 from bundler.hashing import file_sha256, mismatch_message
+from bundler.readers.capi import module_constants
 from bundler.readers.externaldata import external_refs, reference_problems, without_external_initializers
 from bundler.runner import Runner
 from bundler.target import synth
@@ -214,30 +218,41 @@ def largest_difference(fresh: Mapping[str, Json], pinned: Mapping[str, Json], *,
     """None when every output is within the tolerance, else the largest difference, said in one phrase.
 
     The values decide, not the digests: a digest differs after a one-ulp change that the tolerance allows.
+    A reference holds a few values (`synth.REFERENCE_VALUES`): plain Python compares them, as `numpy.isclose`
+    would (NaN matches NaN, an infinity only itself), without importing NumPy into the build.
     """
-    import numpy as np
-
     failures = []
     for name, recorded in sorted(pinned.items()):
         value = fresh.get(name)
         if value is None:
-            failures.append((float("inf"), f"output '{name}' is missing"))
+            failures.append((math.inf, f"output '{name}' is missing"))
             continue
         if recorded.get("digest") is None:  # not a tensor: nothing numeric was pinned
             continue
         if (value.get("shape"), value.get("dtype")) != (recorded["shape"], recorded["dtype"]):
-            failures.append((float("inf"), (f"output '{name}' is {value.get('dtype')}{value.get('shape')}, "
-                                            f"pinned {recorded['dtype']}{recorded['shape']}")))
+            failures.append((math.inf, (f"output '{name}' is {value.get('dtype')}{value.get('shape')}, "
+                                        f"pinned {recorded['dtype']}{recorded['shape']}")))
             continue
-        actual, expected = (np.asarray([float(v) if isinstance(v, str) else v for v in values], dtype=np.float64)
-                            for values in (value["values"], recorded["values"]))
-        close = np.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
-        if not close.all():
-            gap = np.where(close, 0.0, np.nan_to_num(np.abs(actual - expected), nan=np.inf))
-            index = int(np.argmax(gap))
-            failures.append((float(gap[index]), (f"the largest difference is {gap[index]:g} in output '{name}' "
-                                                f"element {index} ({actual[index]!r} here, {expected[index]!r} pinned)")))
+        actual, expected = ([float(v) for v in values] for values in (value["values"], recorded["values"]))
+        if len(actual) != len(expected):
+            failures.append((math.inf, f"output '{name}' has {len(actual)} reference values, pinned {len(expected)}"))
+            continue
+        gaps = [(_gap(a, e, rtol=rtol, atol=atol), index) for index, (a, e) in enumerate(zip(actual, expected))]
+        gap, index = max(gaps, key=lambda g: (g[0], -g[1]), default=(0.0, 0))  # the first of equal gaps
+        if gap > 0:
+            failures.append((gap, (f"the largest difference is {gap:g} in output '{name}' element {index} "
+                                   f"({actual[index]!r} here, {expected[index]!r} pinned)")))
     return max(failures)[1] if failures else None
+
+
+def _gap(actual: float, expected: float, *, rtol: float, atol: float) -> float:
+    """0.0 within the tolerance, else how far apart: infinite when a NaN or an infinity is involved."""
+    if math.isnan(actual) or math.isnan(expected):
+        return 0.0 if math.isnan(actual) and math.isnan(expected) else math.inf
+    if math.isinf(actual) or math.isinf(expected):
+        return 0.0 if actual == expected else math.inf
+    gap = abs(actual - expected)
+    return 0.0 if gap <= atol + rtol * abs(expected) else gap
 
 
 def check_model_files(models: Sequence[ModelInput]) -> tuple[dict[str, dict[str, int]], list[str]]:
@@ -300,9 +315,7 @@ def probe_models(models: Sequence[ModelInput], *, paths: Mapping[str, Path], ort
     """Each model's probe from `synth.probe_model`, computed in the pinned ORT version (`paths`: `staged_models`)."""
     if not models:
         return {}
-    if in_process_ort_version() == ort_version:
-        import onnxruntime
-
+    if (onnxruntime := in_process_ort(ort_version)) is not None:
         return {model.name: synth.probe_model(onnxruntime, str(paths[model.name]), model.shapes) for model in models}
     python = isolated_python(ort_version, runner=runner, work_dir=work_dir)
     return run_reference_worker(python, models, paths=paths, ort_version=ort_version, runner=runner, work_dir=work_dir)
@@ -331,12 +344,19 @@ def staged_models(models: Sequence[ModelInput], work_dir: Path) -> Iterator[dict
         yield paths
 
 
-def in_process_ort_version() -> str | None:
-    try:
-        import onnxruntime
-    except ImportError:
+def in_process_ort(ort_version: str) -> ModuleType | None:
+    """This process's onnxruntime when it is the pinned version, else None.
+
+    Importing it takes a quarter of a second, so it is imported only when the `__version__` its package
+    states (read without importing, as `readers.capi` reads a capi tree) is the pinned one; the imported
+    module's own version then decides.
+    """
+    spec = importlib.util.find_spec("onnxruntime")
+    if spec is None or spec.origin is None or module_constants(Path(spec.origin)).get("__version__") != ort_version:
         return None
-    return str(onnxruntime.__version__)
+    import onnxruntime
+
+    return onnxruntime if onnxruntime.__version__ == ort_version else None
 
 
 def isolated_requirements(ort_version: str) -> list[str]:
