@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -13,7 +14,6 @@ from bundler.assembly.facts import OrtFact, PythonEnvFact
 from bundler.assembly.runtime import runtime_site_packages
 from bundler.assembly.wheelbuild import capi_wheel
 from bundler.errors import ManifestError
-from bundler.hashing import file_sha256
 from bundler.manifest import Manifest
 from bundler.platforms import target_platform
 from bundler.readers.archives import SafeArchive
@@ -32,23 +32,30 @@ def site_packages(manifest: Manifest) -> str:
     return target.site_packages(manifest.bundle.python)
 
 
-def ort_wheel(manifest: Manifest, files: Mapping[str, Path], work: Path,
-              cache: Cache | None = None) -> tuple[Path, tuple[str, ...]]:
-    """The ORT wheel for the bundle and its Requires-Dist: an official wheel as is, or one built from capi."""
+@dataclass(frozen=True, kw_only=True)
+class OrtWheel:
+    path: Path
+    sha256: str  # the official wheel's pin, or the built wheel's hash, taken as it was stored
+    requires: tuple[str, ...]  # its Requires-Dist, or the manifest's [ort] dependencies
+
+
+def ort_wheel(manifest: Manifest, files: Mapping[str, Path], work: Path, cache: Cache | None = None) -> OrtWheel:
+    """The ORT wheel for the bundle: an official wheel as is, or one built from capi."""
     ort, bundle = manifest.ort, manifest.bundle
     if ort.wheel is not None:
         path = files[ort.wheel.key]
         name = Requirement(ort.wheel.location).name if ort.wheel.kind == "requirement" else path.name.split("-")[0]
         verify_official_wheel(path, expected_name=name, expected_version=ort.version, target_platform=bundle.platform,
                               target_python=bundle.python, label="ort.wheel")
-        return path, ort.dependencies if ort.dependencies is not None else wheel_requires(path)
+        requires = ort.dependencies if ort.dependencies is not None else wheel_requires(path)
+        return OrtWheel(path=path, sha256=cached_sha256(path), requires=requires)
     assert ort.capi is not None
-    source = files[ort.capi.key]
-    built = capi_wheel(source, source_sha256=file_sha256(source), platform=bundle.platform,
+    source = files[ort.capi.key]  # hashed against its pin when the build began (`verify_transformed`)
+    built = capi_wheel(source, source_sha256=cached_sha256(source), platform=bundle.platform,
                        target_python=bundle.python, expected_version=ort.version, requires=ort.dependencies,
                        source_date_epoch=bundle.source_date_epoch, work=work,
                        cache=DerivedCache(cache.work_dir("derived")) if cache is not None else None)
-    return built.path, wheel_requires(built.path)
+    return OrtWheel(path=built.path, sha256=built.sha256, requires=wheel_requires(built.path))
 
 
 def wheel_requires(path: Path) -> tuple[str, ...]:
@@ -82,13 +89,13 @@ def add_python(assembly: Assembly, build: BuildInputs) -> None:
         msg = (f"{manifest.path.name}: python.lock: missing; the ORT wheel's dependencies must be locked for the "
                f"target: run `ort-bundler lock {manifest.path.name}` and add `lock = \"<file>\"` under [python]")
         raise ManifestError(msg)
-    wheel, requires = ort_wheel(manifest, files, build.work, build.cache)
-    expected = lock_requirements(manifest, requires)
+    ort_built = ort_wheel(manifest, files, build.work, build.cache)
+    wheel, ort_sha = ort_built.path, ort_built.sha256
+    expected = lock_requirements(manifest, ort_built.requires)
     if tuple(sorted(lock.requirements)) != expected:
         msg = (f"{lock_name(manifest)}: locked requirements {list(lock.requirements)} differ from what the "
                f"manifest needs now {list(expected)}; run `ort-bundler lock {manifest.path.name}` again")
         raise ManifestError(msg)
-    ort_sha = cached_sha256(wheel) if manifest.ort.wheel else file_sha256(wheel)
     pinned = [wheel_requirement(wheel, ort_sha)]
     assembly.add_file(f"payload/wheels/{wheel.name}", wheel, ort_sha)
     for locked in lock.wheels:

@@ -40,7 +40,7 @@ def lock_manifest(manifest: Manifest, *, cache: Cache, options: FetchOptions, ru
     with cache.scratch(prefix="lock-") as tmp:
         lock = Lock(target=target, requirements=(), wheels=())
         if source is not None:
-            _, requires = ort_wheel(manifest, files, Path(tmp))
+            requires = ort_wheel(manifest, files, Path(tmp)).requires
             lock = resolve(lock_requirements(manifest, requires), target=target, runner=runner, work_dir=Path(tmp))
         lock = replace(lock, installer=resolve_installer(target=target, runner=runner, work_dir=Path(tmp)))
     path = default_lock_path(manifest)

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlparse
-from urllib.request import url2pathname
 
 from packaging.requirements import InvalidRequirement, Requirement
 
@@ -114,6 +113,8 @@ def _file_url(host: str, path: str, value: str, where: str, base: Path, problems
     if host not in ("", "localhost"):
         problems.found(where, value, "a file URL on this machine (file:///path), not on the host " + repr(host))
         return None
+    from urllib.request import url2pathname  # 50 ms of imports (http.client, email): only for a file: URL
+
     local = Path(url2pathname(path))
     return value if local.is_absolute() else (base / local).resolve().as_uri()
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol, cast
+from typing import IO, Any, BinaryIO, Protocol, cast
 
 from bundler.errors import (
     InputUnavailableError,
@@ -118,6 +118,7 @@ class RawEntry:
 
 class Reader(Protocol):
     fmt: str
+    parallel: bool  # members may be read on several threads at once, each through its own stream
 
     def members(self) -> Iterator[RawEntry]: ...
 
@@ -132,16 +133,34 @@ def _kind_from_mode(mode: int, *, is_dir: bool) -> str:
     return kinds.get(stat.S_IFMT(mode), "dir" if is_dir else "file")
 
 
+class _ThreadSafeZipFile(zipfile.ZipFile):
+    """A ZipFile whose members can be read on several threads at once.
+
+    zipfile reads each member's bytes under the file's lock, but counts the members open on the file
+    without it (`_fpRefCount`, in `open` and `_fpclose`): a lost update would close the file under a
+    reader. Both are done under that lock here (it is reentrant: `open` reads the header under it).
+    """
+
+    def open(self, *args: Any, **kwargs: Any) -> IO[bytes]:
+        with self._lock:  # type: ignore[attr-defined]  # zipfile's own lock, not in the stubs
+            return super().open(*args, **kwargs)
+
+    def _fpclose(self, fp: IO[bytes]) -> None:
+        with self._lock:  # type: ignore[attr-defined]
+            super()._fpclose(fp)  # type: ignore[misc]  # private, not in the stubs
+
+
 class _ZipReader:
     """zipfile plus the checks it does not make: encryption flags, bombs, overlapping entries."""
 
     fmt = "zip"
+    parallel = True
 
     def __init__(self, path: Path, *, label: str, limits: Limits) -> None:
         self._path, self._label, self._limits = path, label, limits
         _require_zip_end_record(path, label=label)
         with translated_errors(label, self.fmt):
-            self._zip = zipfile.ZipFile(path)
+            self._zip = _ThreadSafeZipFile(path)
 
     def members(self) -> Iterator[RawEntry]:
         infos = self._zip.infolist()
@@ -263,6 +282,8 @@ def check_tar_budget(label: str, name: str, *, count: int, total: int, archive_s
 
 class _TarReader:
     """tarfile plus the end-of-archive check it skips: it stops silently at a corrupt or missing header."""
+
+    parallel = False  # one stream, read front to back
 
     def __init__(self, path: Path, *, kind: str, label: str, limits: Limits) -> None:
         self._label, self._limits = label, limits

@@ -126,6 +126,7 @@ class DerivedCache:
             (staging / DIGEST_FILE).write_text(f"{sha256}\n", encoding="ascii")
             try:
                 os.replace(staging, parent / key)
+                return Derived(path=parent / key / artifact.name, sha256=sha256)  # hashed just now, in place
             except OSError:
                 pass  # another build stored this key first
         finally:

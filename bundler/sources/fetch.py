@@ -17,9 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
-from urllib.request import url2pathname
-
-from tqdm import tqdm
 
 from bundler.errors import BundleError, HashMismatchError, InputUnavailableError
 from bundler.hashing import CHUNK, file_sha256, mismatch_message
@@ -29,8 +26,9 @@ from bundler.sources.cache import Cache
 from bundler.sources.download import DEFAULT_MAX_DOWNLOAD, RetryPolicy, download
 from bundler.sources.lock import Target
 
-if TYPE_CHECKING:  # imported where a download runs: a build from the cache never pays for requests
+if TYPE_CHECKING:  # imported where they are used: a build from the cache never pays for them (0.1 s)
     import requests
+    from tqdm import tqdm
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +59,8 @@ def cached_inputs(inputs: Sequence[Input], cache: Cache) -> dict[str, Path]:
 def fetch_inputs(inputs: Sequence[Input], *, cache: Cache, target: Target, options: FetchOptions = FetchOptions(),
                  runner: Runner = run) -> dict[str, Path]:
     """Fetch every input (in parallel) and return key → cached file; all failures are reported together."""
+    from tqdm import tqdm
+
     fetcher = _Fetcher(cache=cache, target=target, options=options, runner=runner)
     overall = tqdm(total=len(inputs), desc="inputs", unit="file", disable=options.quiet, position=0, leave=False)
     try:
@@ -159,6 +159,8 @@ class _Fetcher:
                 return self._from_pip(item)
             parsed = urlparse(item.location)
             if item.kind == "path" or parsed.scheme == "file":
+                from urllib.request import url2pathname
+
                 local = Path(item.location) if item.kind == "path" else Path(url2pathname(unquote(parsed.path)))
                 return self._copy(item, local)
             return self._download(item)
@@ -274,6 +276,8 @@ class _Bar:
     def __enter__(self) -> tqdm[Any]:
         with self.fetcher._slot_lock:
             self.slot = self.fetcher._slots.pop() if self.fetcher._slots else 1
+        from tqdm import tqdm
+
         name = self.item.filename or self.item.key
         self.bar = tqdm(desc=name[:40], unit="B", unit_scale=True, unit_divisor=1024, leave=False,
                         position=self.slot, disable=self.fetcher.options.quiet)
