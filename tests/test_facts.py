@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import MANIFESTS, part_inputs
 
+from bundler.assembly import parts
 from bundler.assembly.assembly import Assembly
 from bundler.assembly.facts import FactOrderError, Facts, SelfCheckFact
-from bundler.assembly import parts
 from bundler.assembly.launch import add_scripts
 from bundler.assembly.models import add_models
 from bundler.assembly.parts import PARTS, add_all

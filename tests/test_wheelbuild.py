@@ -190,6 +190,52 @@ def test_unsafe_zip_source_is_refused(tmp_path: Path, host_extension: Path) -> N
     assert not (tmp_path / "escaped.txt").exists()
 
 
+def zipped_tree(tmp_path: Path, host_extension: Path, *, compression: dict[str, int]) -> Path:
+    """A capi zip of a small tree plus onnxruntime/tools/notes.txt, each member compressed as `compression`
+    says (deflated by default)."""
+    root = host_tree(tmp_path / "src", host_extension, capi_files={"_pybind_state.py": "# ORT's loader\n" * 50})
+    (root / "onnxruntime" / "tools").mkdir()
+    (root / "onnxruntime" / "tools" / "notes.txt").write_text("left in the zip\n" * 100, encoding="utf-8")
+    source = tmp_path / "capi.zip"
+    with zipfile.ZipFile(source, "w") as archive:
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            name = path.relative_to(root).as_posix()
+            archive.write(path, name, compress_type=compression.get(name, zipfile.ZIP_DEFLATED))
+    return source
+
+
+@pytest.mark.parametrize("method", [zipfile.ZIP_DEFLATED, zipfile.ZIP_STORED, zipfile.ZIP_BZIP2])
+def test_files_a_zip_source_leaves_unextracted_reach_the_wheel_with_their_record(tmp_path, host_extension, method):
+    """Only what is read as a file is extracted; the rest is copied from the zip as compressed there, or (a
+    method a wheel may not hold) inflated and deflated again, and RECORD hashes what the zip holds."""
+    source = zipped_tree(tmp_path, host_extension, compression={"onnxruntime/tools/notes.txt": method})
+    tree = read_capi(source, work_dir=tmp_path / "work", platform="linux_x86_64", label="ort.capi")
+    assert tree.in_archive == ("onnxruntime/capi/__init__.py", "onnxruntime/capi/_pybind_state.py",
+                               "onnxruntime/tools/notes.txt")
+    assert not (tree.root / "onnxruntime" / "tools" / "notes.txt").exists()
+    wheel = build_wheel(tree, expected_version="1.23.1", requires=ORT_REQUIRES, out_dir=tmp_path / "out",
+                        source_date_epoch=EPOCH)
+    with InstallerWheelFile.open(wheel) as built:
+        built.validate_record()  # installer's own check: every file's hash and size against RECORD
+    with zipfile.ZipFile(wheel) as built, zipfile.ZipFile(source) as original:
+        for name in ("onnxruntime/tools/notes.txt", "onnxruntime/capi/_pybind_state.py", "onnxruntime/__init__.py"):
+            assert built.read(name) == original.read(name)
+            assert built.getinfo(name).compress_type in (zipfile.ZIP_DEFLATED, zipfile.ZIP_STORED)
+
+
+def test_a_corrupt_member_left_in_the_zip_is_named_when_the_wheel_is_built(tmp_path, host_extension):
+    source = zipped_tree(tmp_path, host_extension, compression={"onnxruntime/tools/notes.txt": zipfile.ZIP_STORED})
+    data = bytearray(source.read_bytes())
+    at = data.index(b"left in the zip")
+    data[at:at + 4] = b"LEFT"  # the stored bytes no longer match the member's CRC
+    source.write_bytes(bytes(data))
+    tree = read_capi(source, work_dir=tmp_path / "work", platform="linux_x86_64", label="ort.capi")
+    with pytest.raises(UnsafeArchiveError, match=r"capi\.zip: entry 'onnxruntime/tools/notes\.txt' .*corrupt"):
+        build_wheel(tree, expected_version="1.23.1", requires=ORT_REQUIRES, out_dir=tmp_path / "out",
+                    source_date_epoch=EPOCH)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
 def test_version_other_than_the_manifest_is_refused(tmp_path: Path, host_extension: Path) -> None:
     root = host_tree(tmp_path / "src", host_extension, version="1.22.0")
     tree = read_capi(root, work_dir=tmp_path, platform="linux_x86_64", label="ort.capi")
@@ -274,8 +320,12 @@ def test_windows_built_wheel_is_valid_and_reproducible(ort_win_wheel: Path, tmp_
         source.validate_record()
         assert Parser().parsestr(source.read_dist_info("METADATA")).get_all("Requires-Dist") == list(ORT_REQUIRES)
 
-    # Again from a folder copy with shuffled mtimes, in a fresh interpreter with another umask and TZ.
-    copy = shutil.copytree(tree.root, tmp_path / "b" / "tree")
+    # Again from the same files as a folder (the zip unpacked: its build read most of them from the zip)
+    # with shuffled mtimes, in a fresh interpreter with another umask and TZ.
+    assert tree.in_archive and not any((tree.root / name).exists() for name in tree.in_archive)
+    copy = tmp_path / "b" / "tree"
+    with zipfile.ZipFile(ort_win_wheel) as archive:
+        archive.extractall(copy)
     for index, path in enumerate(sorted(p for p in copy.rglob("*") if p.is_file())):
         os.utime(path, (EPOCH - index * 7919, EPOCH - index * 7919))
         path.chmod(0o600)  # as extracted under umask 077

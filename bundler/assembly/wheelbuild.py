@@ -10,6 +10,7 @@ metadata text. An official wheel is never rebuilt; it is checked against the man
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import re
@@ -18,10 +19,10 @@ import struct
 import tempfile
 import time
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import parse_tag
@@ -30,6 +31,7 @@ from wheel.wheelfile import WheelFile
 
 from bundler.errors import BuildError
 from bundler.hashing import file_sha256
+from bundler.readers.archives import SafeArchive
 from bundler.readers.capi import PACKAGE, CapiTree, _files, _version, read_capi
 from bundler.readers.wheel_binaries import seed_wheel_binaries
 from bundler.sources.derived import Derived, DerivedCache, code_digest, derived_key
@@ -86,11 +88,12 @@ def build_wheel(tree: CapiTree, *, expected_version: str, requires: Sequence[str
     staging = Path(tempfile.mkdtemp(prefix=".wheelbuild-", dir=out_dir))
     try:
         with _FixedTimeWheelFile(staging / name, "w", date_time=date_time) as wheel, _RawSource(tree) as raw:
-            for arcname, path in _package_files(tree.root):
-                wheel.add_file(arcname, path, mode=_mode(arcname), raw=raw.member(path))
+            for arcname, path in _package_files(tree):
+                wheel.add_file(arcname, path, mode=_mode(arcname), raw=raw.member(arcname, path), source=raw)
             generated = {"METADATA": metadata, "WHEEL": _wheel_text(tree.tag)}
             for arcname, path in _dist_info_files(tree.dist_info, dist_info):
-                wheel.add_file(arcname, path, mode=FILE_MODE, raw=raw.member(path))
+                wheel.add_file(arcname, path, mode=FILE_MODE,
+                               raw=raw.member(path.relative_to(tree.root).as_posix(), path), source=raw)
             for member, text in sorted(generated.items()):
                 wheel.write_member(f"{dist_info}/{member}", text)
         target = out_dir / name
@@ -122,7 +125,8 @@ def capi_wheel(source: Path, *, source_sha256: str, platform: str, target_python
         return Derived(path=built, sha256=file_sha256(built))
     stored = cache.store(WHEEL_KIND, key, built)
     # The DLL closure and the signature check read the wheel's binaries: they are the tree's files.
-    seed_wheel_binaries(stored.sha256, dict(_package_files(tree.root)), store=cache.root)
+    seed_wheel_binaries(stored.sha256, {name: path for name, path in _package_files(tree) if path is not None},
+                        store=cache.root)
     return stored
 
 
@@ -140,18 +144,24 @@ class _FixedTimeWheelFile(WheelFile):  # type: ignore[misc]  # wheel publishes n
         super().__init__(path, mode, compression=zipfile.ZIP_DEFLATED)
         self._date_time = date_time
 
-    def add_file(self, arcname: str, path: Path, *, mode: int, raw: _RawMember | None) -> None:
-        """Reuse the source zip's compressed bytes when the file came from one, else deflate it."""
+    def add_file(self, arcname: str, path: Path | None, *, mode: int, raw: _RawMember | None,
+                 source: _RawSource) -> None:
+        """Reuse the source zip's compressed bytes when the file came from one, else deflate it; `path` is
+        None for a file left in the source zip (`CapiTree.in_archive`)."""
         if raw is not None:
-            self.copy_raw(arcname, path, raw, mode=mode)
+            self.copy_raw(arcname, path, raw, mode=mode, source=source)
+        elif path is not None:
+            with path.open("rb") as stream:
+                self.write_stream(arcname, stream, size=path.stat().st_size, mode=mode)
         else:
-            self.write_file(arcname, path, mode=mode)
+            with source.open(arcname) as (stream, size):
+                self.write_stream(arcname, stream, size=size, mode=mode)
 
-    def copy_raw(self, arcname: str, path: Path, raw: _RawMember, *, mode: int) -> None:
+    def copy_raw(self, arcname: str, path: Path | None, raw: _RawMember, *, mode: int, source: _RawSource) -> None:
         """Lay down a member compressed by the source zip, unchanged: deflating 35 MB of ORT binaries again
         costs seconds and gives nothing, and the bytes then depend only on the pinned source, not on the
-        local zlib. CRC and sizes are the source's (checked when the tree was extracted from it); RECORD's
-        hash is taken from the extracted file, which holds the same bytes."""
+        local zlib. CRC and sizes are the source's (checked when the tree was read from it); RECORD's hash
+        is taken from the extracted file, which holds the same bytes, or from the member's own stream."""
         info = self._zipinfo(arcname, mode)
         info.compress_type = raw.info.compress_type
         info.CRC, info.compress_size, info.file_size = raw.info.CRC, raw.info.compress_size, raw.info.file_size
@@ -163,20 +173,25 @@ class _FixedTimeWheelFile(WheelFile):  # type: ignore[misc]  # wheel publishes n
         self.filelist.append(info)
         self.NameToInfo[arcname] = info
         self.start_dir = self.fp.tell()
-        self._file_hashes[arcname] = ("sha256", _record_digest(path))
+        if path is not None:
+            with path.open("rb") as stream:
+                digest = _record_digest(stream)
+        else:
+            with source.open(arcname) as (stream, _):
+                digest = _record_digest(stream)
+        self._file_hashes[arcname] = ("sha256", digest)
         self._file_sizes[arcname] = info.file_size
 
     def write_member(self, arcname: str, data: bytes | str, *, mode: int = FILE_MODE) -> None:
         self.writestr(self._zipinfo(arcname, mode), data)
 
-    def write_file(self, arcname: str, path: Path, *, mode: int) -> None:
+    def write_stream(self, arcname: str, src: BinaryIO, *, size: int, mode: int) -> None:
         """Stream a file in (a CUDA provider DLL is 400 MB): deflate and hash it in chunks, so memory does
         not grow with the file. RECORD takes the hash and size from the same tables `writestr` fills."""
-        size = path.stat().st_size
         digest = hashlib.sha256()
         info = self._zipinfo(arcname, mode)
         # ZipFile's own open: WheelFile.open is the hash-checking reader.
-        with path.open("rb") as src, zipfile.ZipFile.open(self, info, "w", force_zip64=size >= zipfile.ZIP64_LIMIT) as dst:
+        with zipfile.ZipFile.open(self, info, "w", force_zip64=size >= zipfile.ZIP64_LIMIT) as dst:
             while chunk := src.read(CHUNK):
                 digest.update(chunk)
                 dst.write(chunk)
@@ -225,7 +240,9 @@ class _RawSource:
     """The zip a capi tree was extracted from, if any: which of its members hold which extracted file."""
 
     def __init__(self, tree: CapiTree) -> None:
-        self._root, self._prefix = tree.root, f"{tree.archive_root}/" if tree.archive_root else ""
+        self._prefix = f"{tree.archive_root}/" if tree.archive_root else ""
+        # What reads a member's bytes: counted, CRC-checked, and a corrupt member named as extracting names it.
+        self._safe = SafeArchive.open(tree.archive, label=str(tree.archive)) if tree.archive is not None else None
         self._file = tree.archive.open("rb") if tree.archive is not None else None
         self._zip = zipfile.ZipFile(self._file) if self._file is not None else None
 
@@ -236,24 +253,32 @@ class _RawSource:
         if self._zip is not None and self._file is not None:
             self._zip.close()
             self._file.close()
+        if self._safe is not None:
+            self._safe.close()
 
-    def member(self, path: Path) -> _RawMember | None:
-        """The entry whose bytes `path` was extracted from, when it can be copied as it is (stored or
-        deflated, not encrypted, same size)."""
+    def member(self, name: str, path: Path | None) -> _RawMember | None:
+        """The entry of the tree's file `name`, when it can be copied as it is (stored or deflated, not
+        encrypted, and the size of `path` when it was extracted)."""
         if self._zip is None or self._file is None:
             return None
-        info = self._zip.NameToInfo.get(self._prefix + path.relative_to(self._root).as_posix())
+        info = self._zip.NameToInfo.get(self._prefix + name)
         if (info is None or info.compress_type not in RAW_METHODS or info.flag_bits & ENCRYPTED
-                or info.file_size != path.stat().st_size):
+                or (path is not None and info.file_size != path.stat().st_size)):
             return None
         return _RawMember(info=info, source=self._file)
 
+    @contextlib.contextmanager
+    def open(self, name: str) -> Iterator[tuple[BinaryIO, int]]:
+        """The uncompressed stream and size of a file left in the source zip."""
+        assert self._safe is not None, "only a zip source leaves files in the archive"
+        with self._safe.open_member(self._prefix + name) as stream:
+            yield stream, self._safe.entry(self._prefix + name).size
 
-def _record_digest(path: Path) -> str:
+
+def _record_digest(stream: BinaryIO | IO[bytes]) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(CHUNK):
-            digest.update(chunk)
+    while chunk := stream.read(CHUNK):
+        digest.update(chunk)
     return base64.urlsafe_b64encode(digest.digest()).decode("ascii").rstrip("=")
 
 
@@ -375,14 +400,14 @@ def _dist_info_files(source: Path | None, dist_info: str) -> list[tuple[str, Pat
     return sorted(kept)
 
 
-def _package_files(root: Path) -> list[tuple[str, Path]]:
-    """(archive name, file) for the package, in archive-name order; links must stay inside the tree."""
-    package = root / PACKAGE
-    files = []
-    for path in _files(package):
-        _check_inside(path, root)
-        files.append((path.relative_to(root).as_posix(), path))
-    return sorted(files)
+def _package_files(tree: CapiTree) -> list[tuple[str, Path | None]]:
+    """(archive name, file) for the package, in archive-name order, None for a file left in the source zip;
+    links must stay inside the tree."""
+    files: list[tuple[str, Path | None]] = [(name, None) for name in tree.in_archive]
+    for path in _files(tree.root / PACKAGE):
+        _check_inside(path, tree.root)
+        files.append((path.relative_to(tree.root).as_posix(), path))
+    return sorted(files, key=lambda file: file[0])
 
 
 def _check_inside(path: Path, root: Path) -> None:
