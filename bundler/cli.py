@@ -135,12 +135,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run() -> NoReturn:
-    """The `ort-bundler` program: `main`, then an exit that skips the interpreter's repeated last collections.
+    """The `ort-bundler` program: `main`, with the cyclic garbage collector kept off what lives to the end.
 
-    While it tears down its modules at exit, CPython walks every object still tracked, several times: a
-    quarter of a second after a build. One collection here runs what cyclic garbage there is (and its
-    finalizers); `gc.freeze` then puts what is left out of the later walks. Atexit handlers run as ever.
+    The modules imported so far live as long as the process, yet every full collection walks them again,
+    and so does CPython's exit, several times while it tears the modules down: a quarter of a second of a
+    build. `gc.freeze` puts them out of those walks (objects are still freed when their last reference
+    goes). At the end one collection runs what cyclic garbage there is, finalizers included, and what is
+    left is frozen too. Atexit handlers run as ever.
     """
+    gc.freeze()
     code = main()
     gc.collect()
     gc.freeze()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 
 from bundler.assembly.assembly import Assembly, BuildInputs
@@ -36,14 +37,19 @@ def payload_binaries(assembly: Assembly, work: Path, *, store: Path | None = Non
     wheel's binaries are extracted once per wheel hash and kept for later builds (`wheel_binaries`).
     """
     found: dict[str, Path] = {}
+    if store is not None:  # wheels inflate on threads of their own: zlib and the file system let go of the GIL
+        wheels = {name: member for name, member in assembly.members.items()
+                  if name not in assembly.binaries and name.endswith(".whl") and member.source is not None}
+        with ThreadPoolExecutor(max_workers=min(4, len(wheels)) or 1) as pool:
+            extracted = {name: pool.submit(wheel_binaries, name, member.source, member.digest, store=store)
+                         for name, member in wheels.items() if member.source is not None}
+            assembly.binaries.update({name: done.result() for name, done in sorted(extracted.items())})
     for name, member in sorted(assembly.members.items()):
         if name not in assembly.binaries:
             if name.lower().endswith(PE_SUFFIXES):
                 assembly.binaries[name] = {name: member.source or _written(member.data, work / "pe" / name)}
             elif member.source is None:
                 assembly.binaries[name] = {}
-            elif name.endswith(".whl") and store is not None:
-                assembly.binaries[name] = wheel_binaries(name, member.source, member.digest, store=store)
             elif name.endswith(".whl"):
                 assembly.binaries[name] = _wheel_binaries(name, member.source, work / "pe" / PurePosixPath(name).name)
             else:
