@@ -33,8 +33,8 @@ _SECURITY = pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_SECURITY"]
 # Searching for the ".dll" suffix first and walking back over name characters is ~50x faster on a
 # 19 MB binary than one regex with a leading character class.
 _NAME_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
-_ASCII_SUFFIX = re.compile(rb"\.dll(?![A-Za-z0-9_])", re.IGNORECASE)
-_UTF16_SUFFIX = re.compile(rb"\.\x00[dD]\x00[lL]\x00[lL]\x00")
+# ".dll" ending a name in ASCII or in UTF-16-LE: one pass over the file finds both (a 400 MB DLL is read once).
+_SUFFIX = re.compile(rb"\.(?:dll(?![A-Za-z0-9_])|\x00d\x00l\x00l\x00)", re.IGNORECASE)
 _MAX_NAME = 100
 X64_MACHINE = 0x8664  # IMAGE_FILE_MACHINE_AMD64
 _PARSED_MAX = 4096
@@ -187,27 +187,29 @@ def runtime_dll_names(data: bytes | mmap.mmap, *, exclude: set[str]) -> tuple[st
     lower-case names to leave out. Order: first occurrence, ASCII before UTF-16, one spelling each.
     """
     found: dict[str, str] = {}
-    candidates = [*_names_before(data, _ASCII_SUFFIX, width=1), *_names_before(data, _UTF16_SUFFIX, width=2)]
-    for candidate in candidates:
+    names: dict[int, list[str]] = {1: [], 2: []}  # by character width
+    for match in _SUFFIX.finditer(data):
+        width = 2 if match.group()[1] == 0 else 1
+        if name := _name_before(data, match, width=width):
+            names[width].append(name)
+    for candidate in [*names[1], *names[2]]:
         key = candidate.lower()
         if key not in exclude and key not in found:
             found[key] = candidate
     return tuple(found.values())
 
 
-def _names_before(data: bytes | mmap.mmap, suffix: re.Pattern[bytes], *, width: int) -> list[str]:
-    """The name ending at each `suffix` match, read backwards one character of `width` bytes at a time."""
-    names = []
-    for match in suffix.finditer(data):
-        start = match.start()
-        limit = max(0, start - _MAX_NAME * width)
-        while start - width >= limit and _is_name_char(data, start - width, width=width):
-            start -= width
-        while start < match.start() and data[start] in b".-":
-            start += width
-        if start < match.start():
-            names.append(data[start:match.end()].decode("ascii" if width == 1 else "utf-16-le"))
-    return names
+def _name_before(data: bytes | mmap.mmap, match: re.Match[bytes], *, width: int) -> str | None:
+    """The name ending at a `.dll` match, read backwards one character of `width` bytes at a time."""
+    start = match.start()
+    limit = max(0, start - _MAX_NAME * width)
+    while start - width >= limit and _is_name_char(data, start - width, width=width):
+        start -= width
+    while start < match.start() and data[start] in b".-":
+        start += width
+    if start < match.start():
+        return data[start:match.end()].decode("ascii" if width == 1 else "utf-16-le")
+    return None
 
 
 def _is_name_char(data: bytes | mmap.mmap, offset: int, *, width: int) -> bool:
