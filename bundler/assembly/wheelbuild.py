@@ -34,7 +34,7 @@ from bundler.hashing import file_sha256
 from bundler.readers.archives import SafeArchive
 from bundler.readers.capi import PACKAGE, CapiTree, _files, _version, read_capi
 from bundler.readers.wheel_binaries import seed_wheel_binaries
-from bundler.sources.derived import Derived, DerivedCache, code_digest, derived_key
+from bundler.sources.derived import Derived, DerivedCache, code_digest, content_sha256, derived_key
 
 GENERATOR = "ort-bundler"
 CHUNK = 1 << 20
@@ -173,9 +173,8 @@ class _FixedTimeWheelFile(WheelFile):  # type: ignore[misc]  # wheel publishes n
         self.filelist.append(info)
         self.NameToInfo[arcname] = info
         self.start_dir = self.fp.tell()
-        if path is not None:
-            with path.open("rb") as stream:
-                digest = _record_digest(stream)
+        if path is not None:  # hashed as it was extracted, or read now for a folder source
+            digest = base64.urlsafe_b64encode(bytes.fromhex(content_sha256(path))).decode("ascii").rstrip("=")
         else:
             with source.open(arcname) as (stream, _):
                 digest = _record_digest(stream)

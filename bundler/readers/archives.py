@@ -9,10 +9,10 @@ lie about sizes. zipfile and tarfile exceptions never leave this module: they be
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import re
-import shutil
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -253,6 +253,9 @@ class SafeArchive:
     def __init__(self, *, reader: Reader, label: str, members: dict[str, _Member]) -> None:
         self._reader, self._label, self._members = reader, label, members
         self.entries: tuple[Entry, ...] = tuple(member.entry for member in members.values())
+        # The sha256 of every file `extract` wrote, hashed on its way out: nothing extracted is read again to
+        # be hashed (`bundler.sources.derived.known_sha256` hands it to later readers of those files).
+        self.extracted_sha256: dict[Path, str] = {}
 
     @classmethod
     def open(cls, path: Path, *, label: str, limits: Limits = DEFAULT_LIMITS) -> SafeArchive:
@@ -362,8 +365,11 @@ class SafeArchive:
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
         with self.open_member(member.entry.name) as source:
             try:
+                digest = hashlib.sha256()
                 with os.fdopen(os.open(target, flags, 0o644), "wb") as out:
-                    shutil.copyfileobj(source, out, CHUNK)
+                    while chunk := source.read(CHUNK):
+                        digest.update(chunk)
+                        out.write(chunk)
             except BaseException as exc:
                 target.unlink(missing_ok=True)
                 if isinstance(exc, OSError):
@@ -371,6 +377,7 @@ class SafeArchive:
                     raise BuildError(msg) from exc
                 raise
         os.chmod(target, 0o755 if member.raw.executable else 0o644)
+        self.extracted_sha256[target] = digest.hexdigest()
 
 
 def _make_folders(folder: Path, *, label: str, name: str | None) -> None:

@@ -56,13 +56,27 @@ _SHA256: dict[tuple[int, int, int, int], str] = {}  # by file identity, see cont
 def content_sha256(path: Path) -> str:
     """A file's sha256, computed once per process for each file identity (device, inode, size,
     modification time): the wheel-binaries check, the PE facts and the signature evidence all key on it."""
-    stat = path.stat()
-    identity = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    identity = _identity(path)
     if identity not in _SHA256:
-        if len(_SHA256) >= 4096:
-            _SHA256.clear()
-        _SHA256[identity] = file_sha256(path)
+        _remember(identity, file_sha256(path))
     return _SHA256[identity]
+
+
+def known_sha256(path: Path, sha256: str) -> None:
+    """Record the sha256 of a file just written (and hashed on the way, `SafeArchive.extracted_sha256`), so
+    `content_sha256` does not read it again; a link or a rename keeps the identity it is recorded under."""
+    _remember(_identity(path), sha256)
+
+
+def _identity(path: Path) -> tuple[int, int, int, int]:
+    stat = path.stat()
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def _remember(identity: tuple[int, int, int, int], sha256: str) -> None:
+    if len(_SHA256) >= 4096:
+        _SHA256.clear()
+    _SHA256[identity] = sha256
 
 
 def read_entry(path: Path) -> Any:
