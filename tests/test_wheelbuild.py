@@ -236,6 +236,15 @@ def test_a_corrupt_member_left_in_the_zip_is_named_when_the_wheel_is_built(tmp_p
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+def test_a_second_tree_of_only_files_left_in_the_zip_is_still_found(tmp_path: Path, host_extension: Path) -> None:
+    """Files that are not extracted still have their folders made, so two trees are two trees, as before."""
+    source = zip_folder(host_tree(tmp_path / "src", host_extension), tmp_path / "capi.zip", prefix="build/")
+    with zipfile.ZipFile(source, "a") as archive:
+        archive.writestr("other/onnxruntime/capi/_pybind_state.py", "# a second package tree, with no binary\n")
+    with pytest.raises(BuildError, match=r"found 2 onnxruntime/capi/ folders"):
+        read_capi(source, work_dir=tmp_path / "work", platform="linux_x86_64", label="ort.capi")
+
+
 def test_version_other_than_the_manifest_is_refused(tmp_path: Path, host_extension: Path) -> None:
     root = host_tree(tmp_path / "src", host_extension, version="1.22.0")
     tree = read_capi(root, work_dir=tmp_path, platform="linux_x86_64", label="ort.capi")

@@ -163,7 +163,10 @@ def _materialize(source: Path, *, work_dir: Path, label: str) -> tuple[Path, lis
                                        if entry.is_dir or ON_DISK.search(entry.name)])
     for path, sha256 in archive.extracted_sha256.items():  # for RECORD and the binaries' facts
         known_sha256(path, sha256)
-    return dest, [name for name in files if not ON_DISK.search(name)]
+    left = [name for name in files if not ON_DISK.search(name)]
+    for name in left:  # their folders, so the tree is found as it would be fully extracted (names checked)
+        dest.joinpath(*name.split("/")[:-1]).mkdir(parents=True, exist_ok=True)
+    return dest, left
 
 
 def _skipped(name: str) -> bool:
