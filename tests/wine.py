@@ -96,8 +96,14 @@ def wine(tmp_path_factory: pytest.TempPathFactory):
     w = Wine(exe=exe, prefix=prefix)
     server = shutil.which("wineserver") or "/usr/lib/wine/wineserver64"
     subprocess.run([server, "-p"], env=w.env, check=False)
-    boot = w.run(["cmd", "/c", "exit /b 0"], timeout=300)
-    assert boot.returncode == 0, f"wine prefix did not boot: {boot.stderr[-2000:]}"
+    # The first program run in a fresh prefix makes it (wineboot), and now and then reports a failure of
+    # its own while the prefix is still being set up (seen once in 60 CI runs, exit 1 and no output): it is
+    # run again, up to three times in all, before the prefix counts as broken.
+    for _ in range(3):
+        boot = w.run(["cmd", "/c", "exit /b 0"], timeout=300)
+        if boot.returncode == 0:
+            break
+    assert boot.returncode == 0, f"wine prefix did not boot (exit {boot.returncode}): {boot.stderr[-2000:]}"
     yield w
     subprocess.run([server, "-k"], env=w.env, check=False)
 
