@@ -97,7 +97,7 @@ def wine(tmp_path_factory: pytest.TempPathFactory):
     server = shutil.which("wineserver") or "/usr/lib/wine/wineserver64"
     subprocess.run([server, "-p"], env=w.env, check=False)
     # The first program run in a fresh prefix makes it (wineboot), and now and then reports a failure of
-    # its own while the prefix is still being set up (seen once in 60 CI runs, exit 1 and no output): it is
+    # its own while the prefix is still being set up (seen once in a full CI run: exit 1, no output): it is
     # run again, up to three times in all, before the prefix counts as broken.
     for _ in range(3):
         boot = w.run(["cmd", "/c", "exit /b 0"], timeout=300)
