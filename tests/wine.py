@@ -96,9 +96,9 @@ def wine(tmp_path_factory: pytest.TempPathFactory):
     w = Wine(exe=exe, prefix=prefix)
     server = shutil.which("wineserver") or "/usr/lib/wine/wineserver64"
     subprocess.run([server, "-p"], env=w.env, check=False)
-    # The first program run in a fresh prefix makes it (wineboot), and now and then reports a failure of
-    # its own while the prefix is still being set up (seen once in a full CI run: exit 1, no output): it is
-    # run again, up to three times in all, before the prefix counts as broken.
+    # The first program run in a fresh prefix also makes the prefix (wineboot). Once, in a full CI run, it
+    # exited 1 with no output, and the same test passed when run again alone: so it is run up to three
+    # times before the prefix counts as broken.
     for _ in range(3):
         boot = w.run(["cmd", "/c", "exit /b 0"], timeout=300)
         if boot.returncode == 0:
