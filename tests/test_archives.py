@@ -143,6 +143,19 @@ def test_every_name_in_real_wheels_gets_the_same_answer_from_the_fast_path():
         _checked_name(n, label=LABEL, limits=limits) for n in names]
 
 
+def test_deflated_members_inflated_with_isal_are_byte_for_byte_what_zipfile_reads():
+    """Deflated members are inflated with ISA-L, not zlib: every member of real wheels must come out as zipfile
+    (zlib) reads it, the numpy wheel's 20 MB OpenBLAS DLL included."""
+    for requirement in ("numpy==2.4.6", "protobuf==7.36.2"):
+        wheel = pip_download(requirement, "win_amd64")
+        with zipfile.ZipFile(wheel) as plain, SafeArchive.open(wheel, label=LABEL) as archive:
+            deflated = [info for info in plain.infolist() if info.compress_type == zipfile.ZIP_DEFLATED]
+            assert len(deflated) > 10
+            for info in deflated:
+                with archive.open_member(info.filename) as stream:
+                    assert stream.read() == plain.read(info), info.filename
+
+
 def test_a_path_of_exactly_the_limit_is_accepted(tmp_path):
     name = "lib/" + "x" * 196
     path = make_zip(tmp_path / "a.zip", {name: b"x"})
