@@ -52,7 +52,7 @@ class Entry:
 
 
 # How many members of a zip are written at once: the build's inputs are extracted on a 2-core machine
-# as on a 32-core one, and beyond a few threads the file system, not zlib, is the limit.
+# as on a 32-core one, and beyond a few threads the file system, not inflating, is the limit.
 EXTRACT_THREADS = min(4, os.cpu_count() or 1)
 # read() holds a member in memory; anything bigger must be streamed so peak memory stays flat.
 _READ_LIMIT = 256 * 1024 * 1024
@@ -349,7 +349,7 @@ class SafeArchive:
             raise unsafe(self._label, name, f"would be written outside {root} through a link already there")
 
     def _write_files(self, files: Sequence[tuple[_Member, Path]]) -> None:
-        """Inflating and creating files wait mostly outside the GIL (zlib, the file system): a zip's members
+        """Inflating and creating files wait mostly outside the GIL (ISA-L, the file system): a zip's members
         are written on a few threads, the largest first; a tar, one stream, in order. Every target's folder
         was made, and checked to lie inside the extraction folder, before the first file is written."""
         if not self._reader.parallel or len(files) < 2:
