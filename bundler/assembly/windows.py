@@ -37,7 +37,7 @@ def payload_binaries(assembly: Assembly, work: Path, *, store: Path | None = Non
     wheel's binaries are extracted once per wheel hash and kept for later builds (`wheel_binaries`).
     """
     found: dict[str, Path] = {}
-    if store is not None:  # wheels inflate on threads of their own: zlib and the file system let go of the GIL
+    if store is not None:  # wheels inflate on threads of their own: ISA-L and the file system let go of the GIL
         wheels = {name: member for name, member in assembly.members.items()
                   if name not in assembly.binaries and name.endswith(".whl") and member.source is not None}
         with ThreadPoolExecutor(max_workers=min(4, len(wheels)) or 1) as pool:
