@@ -38,11 +38,11 @@ def payload_binaries(assembly: Assembly, work: Path, *, store: Path | None = Non
     """
     found: dict[str, Path] = {}
     if store is not None:  # wheels inflate on threads of their own: ISA-L and the file system let go of the GIL
-        wheels = {name: member for name, member in assembly.members.items()
+        wheels = {name: (member.source, member.digest) for name, member in assembly.members.items()
                   if name not in assembly.binaries and name.endswith(".whl") and member.source is not None}
         with ThreadPoolExecutor(max_workers=min(4, len(wheels)) or 1) as pool:
-            extracted = {name: pool.submit(wheel_binaries, name, member.source, member.digest, store=store)
-                         for name, member in wheels.items() if member.source is not None}
+            extracted = {name: pool.submit(wheel_binaries, name, source, digest, store=store)
+                         for name, (source, digest) in wheels.items()}
             assembly.binaries.update({name: done.result() for name, done in sorted(extracted.items())})
     for name, member in sorted(assembly.members.items()):
         if name not in assembly.binaries:

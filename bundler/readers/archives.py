@@ -37,6 +37,7 @@ from bundler.readers.archive_formats import (
     translated_errors,
     unsafe,
 )
+from bundler.sources.derived import known_sha256
 
 # The archive API the rest of the build uses: `SafeArchive` and what describes its limits and inputs.
 __all__ = ["DEFAULT_LIMITS", "Entry", "Limits", "SafeArchive", "check_tar_budget", "is_archive"]
@@ -253,9 +254,6 @@ class SafeArchive:
     def __init__(self, *, reader: Reader, label: str, members: dict[str, _Member]) -> None:
         self._reader, self._label, self._members = reader, label, members
         self.entries: tuple[Entry, ...] = tuple(member.entry for member in members.values())
-        # The sha256 of every file `extract` wrote, hashed on its way out: nothing extracted is read again to
-        # be hashed (`bundler.sources.derived.known_sha256` hands it to later readers of those files).
-        self.extracted_sha256: dict[Path, str] = {}
 
     @classmethod
     def open(cls, path: Path, *, label: str, limits: Limits = DEFAULT_LIMITS) -> SafeArchive:
@@ -377,7 +375,7 @@ class SafeArchive:
                     raise BuildError(msg) from exc
                 raise
         os.chmod(target, 0o755 if member.raw.executable else 0o644)
-        self.extracted_sha256[target] = digest.hexdigest()
+        known_sha256(target, digest.hexdigest())  # hashed on its way out: whoever hashes it next is answered
 
 
 def _make_folders(folder: Path, *, label: str, name: str | None) -> None:

@@ -24,7 +24,6 @@ from bundler.platforms import TARGETS
 from bundler.readers.archives import SafeArchive
 from bundler.readers.names import distribution_name, read_utf8, version_text
 from bundler.readers.pe import X64_MACHINE, inspect_pe, is_x86_64_elf
-from bundler.sources.derived import known_sha256
 
 WIN_PYTHON_DLL_RE = re.compile(r"^python3(\d+)\.dll$", re.IGNORECASE)
 
@@ -161,8 +160,6 @@ def _materialize(source: Path, *, work_dir: Path, label: str) -> tuple[Path, lis
         files = [entry.name for entry in archive.entries if not entry.is_dir and not _skipped(entry.name)]
         archive.extract(dest, members=[entry.name for entry in archive.entries
                                        if entry.is_dir or ON_DISK.search(entry.name)])
-    for path, sha256 in archive.extracted_sha256.items():  # for RECORD and the binaries' facts
-        known_sha256(path, sha256)
     left = [name for name in files if not ON_DISK.search(name)]
     for name in left:  # their folders, so the tree is found as it would be fully extracted (names checked)
         dest.joinpath(*name.split("/")[:-1]).mkdir(parents=True, exist_ok=True)

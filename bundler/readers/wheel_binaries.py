@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bundler.errors import BuildError
 from bundler.readers.archives import SafeArchive
-from bundler.sources.derived import content_sha256, known_sha256
+from bundler.sources.derived import content_sha256
 
 PE_SUFFIXES = (".dll", ".pyd")
 INDEX = "INDEX.json"  # {member name: sha256 of the extracted file}
@@ -85,8 +85,6 @@ def _extract(name: str, wheel: Path, folder: Path) -> dict[str, str]:
             wanted = [e.name for e in archive.entries if not e.is_dir and e.name.lower().endswith(PE_SUFFIXES)]
             if wanted:
                 archive.extract(staging, members=wanted)
-        for path, sha256 in archive.extracted_sha256.items():
-            known_sha256(path, sha256)
         index = {member: content_sha256(staging / member) for member in wanted}  # a rename keeps identity
         (staging / INDEX).write_text(json.dumps(index, sort_keys=True), encoding="utf-8")
         shutil.rmtree(folder, ignore_errors=True)

@@ -63,7 +63,7 @@ def content_sha256(path: Path) -> str:
 
 
 def known_sha256(path: Path, sha256: str) -> None:
-    """Record the sha256 of a file just written (and hashed on the way, `SafeArchive.extracted_sha256`), so
+    """Record the sha256 of a file just written (and hashed on the way: `SafeArchive.extract`), so
     `content_sha256` does not read it again; a link or a rename keeps the identity it is recorded under."""
     _remember(_identity(path), sha256)
 
