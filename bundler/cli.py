@@ -14,13 +14,18 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from bundler import __version__
+from bundler.commands.registry_args import add_registry_options, mirror_arg
 from bundler.errors import BundleError, UsageError
 from bundler.manifest import Manifest
 from bundler.sources.cache import CACHE_ENV, Cache, default_cache_dir
 from bundler.sources.fetch import FetchOptions
+
+if TYPE_CHECKING:
+    from bundler.packaging.msi_verify import MsiReport
+    from bundler.signing.verify import Report
 
 EXIT_CODES = """exit codes:
   0  success
@@ -41,7 +46,8 @@ EXAMPLES = {
              "  ort-bundler fetch app.toml --mirror /media/usb/inputs",
     "build": "examples:\n  ort-bundler build manifests/quickstart-linux.toml\n  ort-bundler build app.toml -o out/",
     "verify": "examples:\n  ort-bundler verify dist/quickstart-linux-1.0.0-linux_x86_64.zip --json\n"
-              "  ort-bundler verify --trust our-root-ca.pem signed/app-1.0.0-win_amd64.zip",
+              "  ort-bundler verify --trust our-root-ca.pem signed/app-1.0.0-win_amd64.zip\n"
+              "  ort-bundler verify --trust our-root-ca.pem packages/app-1.0.0-win_amd64.msi",
     "inspect": "examples:\n  ort-bundler inspect onnxruntime.dll\n  ort-bundler inspect model.onnx --json",
     "reproduce": "examples:\n  ort-bundler reproduce dist/quickstart-linux-1.0.0-linux_x86_64.zip\n"
                  "  ort-bundler reproduce release.zip --mirror /media/usb/inputs -o rebuilt/ --json\n"
@@ -57,11 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Turn one pinned manifest into a verified, reproducible, offline ONNX Runtime bundle.",
         epilog=EXIT_CODES)
     parser.add_argument("--version", action="version", version=f"ort-bundler {__version__}")
+    _common_options(parser, defaults=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-v", "--verbose", action="store_true", help="log every step; show tracebacks")
-    common.add_argument("-q", "--quiet", action="store_true", help="print only errors; no progress bars")
-    common.add_argument("--cache", type=Path, default=None,
-                        help=f"the content-addressed cache (default: ${CACHE_ENV} or {default_cache_dir()})")
+    _common_options(common, defaults=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -82,9 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("fetch", "download every pinned input into the cache, verifying hashes as they stream")
     p.add_argument("manifest", type=Path)
     p.add_argument("--offline", action="store_true", help="use only the cache; never the network")
-    p.add_argument("--mirror", type=Path, help="look for inputs in DIR (by file name or sha256), never the network")
+    p.add_argument("--mirror", type=mirror_arg, metavar="DIR|oci://HOST/REPO",
+                   help="look for inputs in DIR (by file name or sha256), or by digest in a registry "
+                        "(see `cache push`), never the network")
     p.add_argument("-j", "--jobs", type=int, default=4, help="parallel downloads (default 4)")
     p.add_argument("--json", action="store_true", help="print what was fetched as JSON")
+    add_registry_options(p)
     p.set_defaults(action=_fetch)
 
     p = command("build", "build the bundle zip from the cache only")
@@ -96,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(action=_build)
 
-    p = command("verify", "check a finished bundle: structure, bundle.json, every SHA256SUMS entry")
+    p = command("verify", "check a finished bundle (structure, bundle.json, every SHA256SUMS entry) or the MSI "
+                          "package --msi wrote (its files against its receipt, its signature)")
     p.add_argument("bundle", type=Path)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--trust", type=Path, metavar="CA.pem",
@@ -131,7 +139,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scripts", action="store_true", help="show a unified diff of every changed script")
     p.add_argument("--json", action="store_true", help="print the changes as JSON")
     p.set_defaults(action=_diff)
+
+    # A team's cache and releases on an OCI registry, and the Windows packages: each module configures its parser
+    # and runs it.
+    from bundler.commands import cache as cache_command
+    from bundler.commands import package, publish, pull
+
+    for module in (cache_command, publish, pull, package):
+        p = sub.add_parser(module.NAME, parents=[] if module is cache_command else [common], help=module.HELP,
+                           description=module.HELP, epilog=module.EXAMPLES,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.configure(p, common)
+        p.set_defaults(action=lambda args, run=module.run: run(args, cache=_cache(args)))
     return parser
+
+
+def _common_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """The options every command takes, accepted before the command (`ort-bundler --cache DIR build …`) and after.
+
+    The program's parser holds the defaults; each command's copy has none (`SUPPRESS`), so an option given
+    before the command is not overwritten by the command's default, and one given after it wins.
+    """
+    flag_default: bool | str = False if defaults else argparse.SUPPRESS
+    cache_default: Path | str | None = None if defaults else argparse.SUPPRESS
+    parser.add_argument("-v", "--verbose", action="store_true", default=flag_default,
+                        help="log every step; show tracebacks")
+    parser.add_argument("-q", "--quiet", action="store_true", default=flag_default,
+                        help="print only errors; no progress bars")
+    parser.add_argument("--cache", type=Path, default=cache_default,
+                        help=f"the content-addressed cache (default: ${CACHE_ENV} or {default_cache_dir()})")
 
 
 def run() -> NoReturn:
@@ -216,16 +252,20 @@ def _lock(args: argparse.Namespace) -> int:
 
 
 def _fetch(args: argparse.Namespace) -> int:
-    from bundler.commands.fetch import fetch_manifest
+    from bundler.commands.fetch import fetch_manifest, registry_mirror
 
     if args.jobs < 1:
         raise UsageError(f"--jobs: found {args.jobs}, expected a positive number")
     if args.offline and args.mirror:
         raise UsageError("--offline and --mirror: choose one (both never use the network)")
-    if args.mirror and not args.mirror.is_dir():
+    mirror = args.mirror if isinstance(args.mirror, Path) else None
+    if mirror and not mirror.is_dir():
         raise UsageError(f"--mirror: {args.mirror} is not a directory")
-    options = FetchOptions(offline=args.offline, mirror=args.mirror, jobs=args.jobs, quiet=args.quiet or args.json)
-    files = fetch_manifest(_manifest(args), cache=_cache(args), options=options)
+    manifest = _manifest(args)
+    registry = registry_mirror(args, args.mirror, manifest) if isinstance(args.mirror, str) else None
+    options = FetchOptions(offline=args.offline, mirror=mirror, registry=registry, jobs=args.jobs,
+                           quiet=args.quiet or args.json)
+    files = fetch_manifest(manifest, cache=_cache(args), options=options)
     if args.json:
         print(json.dumps({key: str(path) for key, path in sorted(files.items())}, indent=2))
     else:
@@ -238,7 +278,9 @@ def _build(args: argparse.Namespace) -> int:
 
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs: found {args.jobs}, expected a positive number")
-    result = build(_manifest(args), cache=_cache(args), out_dir=args.output, jobs=args.jobs,
+    manifest = _manifest(args)
+    warn_absent_local_files(manifest)
+    result = build(manifest, cache=_cache(args), out_dir=args.output, jobs=args.jobs,
                    quiet=args.quiet or args.json, reuse=not args.no_reuse)
     if args.json:
         print(json.dumps({"zip": str(result.zip_path), "sha256": result.sha256, "size": result.size,
@@ -249,11 +291,28 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _verify(args: argparse.Namespace) -> int:
-    from bundler.commands.verify import verify_bundle
-    from bundler.errors import VerificationError
+def warn_absent_local_files(manifest: Manifest) -> None:
+    """build reads the cache only, so a wrong `path` whose pinned bytes are cached still builds, and so does one
+    outside the manifest's folder that fetch will refuse: say the manifest is wrong (a warning, not an error:
+    the bundle is right, the manifest is not). Not in `build` itself, which
+    `reproduce` runs on a manifest whose local files are deliberately absent."""
+    from bundler.sources.inputs import absent_local_files, outside_folder
 
-    report = verify_bundle(args.bundle, trust=args.trust, cache=_cache(args))
+    inputs = manifest.inputs()
+    for problem in [*outside_folder(inputs, manifest.path.parent), *absent_local_files(inputs)]:
+        logging.getLogger("bundler").warning("warning: %s (this build used the cached file)", problem)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from bundler.errors import VerificationError
+    from bundler.signing.verify import verify_bundle
+
+    if args.bundle.suffix.lower() == ".msi":
+        from bundler.packaging.msi_verify import verify_msi
+
+        report: Report | MsiReport = verify_msi(args.bundle, trust=args.trust)
+    else:
+        report = verify_bundle(args.bundle, trust=args.trust, cache=_cache(args))
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     elif not report.ok or not args.quiet:

@@ -18,7 +18,7 @@ def file_sha256(path: Path) -> str:
 
 
 def mismatch_message(what: str, source: str, expected: tuple[str, ...] | str, actual: str) -> str:
-    """One sentence; calls out the empty-download trap (FACTS.md §2), the most common cause."""
+    """One sentence; calls out the empty-download trap (docs/facts.md §2), the most common cause."""
     wanted = expected if isinstance(expected, str) else " or ".join(expected)
     msg = f"{what}: hash mismatch for {source}: expected sha256 {wanted}, got {actual}"
     if actual == EMPTY_SHA256:

@@ -40,7 +40,8 @@ class TargetPlatform:
         return "venv/Scripts/python.exe" if self.windows else "venv/bin/python"
 
     def default_install_dir(self, name: str) -> str:
-        return f"C:\\ort\\{name}" if self.windows else f"/opt/{name}"
+        # Windows: the engine expands %ProgramFiles% on the target; a folder only administrators can write.
+        return f"%ProgramFiles%\\{name}" if self.windows else f"/opt/{name}"
 
     def pip_platforms(self) -> list[str]:
         """The `--platform` values for pip, most preferred first."""

@@ -68,12 +68,16 @@ class LicenseFinding:
 
     expression: str | None  # SPDX, normalised by the index
     declared: str | None  # as the package or manifest wrote it
-    source: str  # "License-Expression", "License", "Classifier", "manifest", "ort-bundler"
+    source: str  # "License-Expression", "License", "Classifier", "manifest", "ort-bundler", "licence text"
     reason: str | None = None  # why there is no expression; None when there is one
+    # The licence files an expression was concluded from (bundler/license_match.py), not declared by the package.
+    concluded_from: tuple[str, ...] = ()
 
     @property
     def text(self) -> str:
         """One line for messages and the licence index."""
+        if self.expression and self.concluded_from:
+            return f"{self.expression}, concluded from the text of {', '.join(self.concluded_from)}"
         if self.expression:
             return self.expression
         return f"unknown: {self.declared!r} {self.reason}" if self.declared else f"unknown: {self.reason}"

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 ORT_VERSION = "1.23.1"
 
@@ -34,15 +35,16 @@ def pip_download(requirement: str, platform: str, python_version: str = "3.11") 
     dest.mkdir(parents=True, exist_ok=True)
     name, _, version = requirement.partition("==")
     stem = f"{name.replace('-', '_')}-{version}-"
-    found = sorted(p for p in dest.glob("*.whl") if p.name.lower().startswith(stem.lower()))
-    if found:
-        return found[0]
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--python-version", python_version, "--implementation", "cp", "-d", str(dest), requirement]
-    for tag in PLATFORM_TAGS.get(platform, [platform]):
-        cmd[5:5] = ["--platform", tag]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    found = sorted(p for p in dest.glob("*.whl") if p.name.lower().startswith(stem.lower()))
+    with FileLock(dest / f"{stem}lock"):  # test workers share the cache: one downloads, the others wait
+        found = sorted(p for p in dest.glob("*.whl") if p.name.lower().startswith(stem.lower()))
+        if found:
+            return found[0]
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--python-version", python_version, "--implementation", "cp", "-d", str(dest), requirement]
+        for tag in PLATFORM_TAGS.get(platform, [platform]):
+            cmd[5:5] = ["--platform", tag]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        found = sorted(p for p in dest.glob("*.whl") if p.name.lower().startswith(stem.lower()))
     assert found, f"pip download {requirement} for {platform} produced no wheel in {dest}"
     return found[0]
 
@@ -92,8 +94,10 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = No
 def bundler_cache() -> Path:
     """One ort-bundler cache for the whole test run, holding the quickstart inputs (fetched for real)."""
     cache = cache_root() / "bundler-cache"
-    for name in ("quickstart-linux.toml", "quickstart-win.toml"):
-        run_cli("fetch", "-q", "--cache", str(cache), str(MANIFESTS / name))
+    cache.mkdir(exist_ok=True)
+    with FileLock(cache_root() / "bundler-cache.fetch.lock"):  # the first worker fetches, the others find it there
+        for name in ("quickstart-linux.toml", "quickstart-win.toml"):
+            run_cli("fetch", "-q", "--cache", str(cache), str(MANIFESTS / name))
     return cache
 
 

@@ -1,7 +1,7 @@
 """Stand-ins for the ONNX Runtime release archives, built from the real libraries of the real wheels.
 
 The official `onnxruntime-linux-x64-<ver>.tgz` and `onnxruntime-win-x64-<ver>.zip` cannot be downloaded
-here, so the tests assemble archives in the official layout (FACTS.md §1) around the REAL
+here, so the tests assemble archives in the official layout (docs/facts.md §1) around the REAL
 `libonnxruntime.so.1.23.1` and `onnxruntime.dll` taken from the 1.23.1 wheels. Three pieces are stand-ins
 and named so: the headers (written here, declaring only what the test programs call), the Windows import
 library (made with mingw's dlltool; the real zip's `.lib` is MSVC's) and, for one test, an upstream CMake
@@ -17,7 +17,7 @@ import zipfile
 from pathlib import Path
 
 ORT_VERSION = "1.23.1"
-# The commit ORT 1.23.1 was built from; its DLLs' FileVersion is 1.23.20251002.1.d9b2048 (FACTS.md §1).
+# The commit ORT 1.23.1 was built from; its DLLs' FileVersion is 1.23.20251002.1.d9b2048 (docs/facts.md §1).
 ORT_COMMIT = "d9b2048791efb5804fe3d53a04b4971256addebf"
 LINUX_TOP = f"onnxruntime-linux-x64-{ORT_VERSION}"
 WIN_TOP = f"onnxruntime-win-x64-{ORT_VERSION}"
@@ -41,7 +41,7 @@ const OrtApiBase *OrtGetApiBase(void);
 #endif
 """
 
-# The functions of the real OrtApi table the SDK sample calls, by slot (FACTS.md §7; tests/native/ortprobe.c).
+# The functions of the real OrtApi table the SDK sample calls, by slot (docs/facts.md §7; tests/native/ortprobe.c).
 _SAMPLE_SLOTS = {
     2: "const char *(*GetErrorMessage)(const OrtStatus *status)",
     3: "OrtStatus *(*CreateEnv)(OrtLoggingLevel level, const char *logid, OrtEnv **out)",

@@ -21,6 +21,8 @@ pytestmark = pytest.mark.integration
 
 LINUX_STEM = "quickstart-linux-1.0.0-linux_x86_64"
 WIN_STEM = "quickstart-win-1.0.0-win_amd64"
+#: What every Windows bundle carries for "Try it first in Windows Sandbox" (issue 28).
+SANDBOX_FILES = ("try-in-sandbox.cmd", "payload/installer/sandbox.py", "payload/installer/ortengine/sandbox.py")
 
 
 def copy_manifests(dest: Path) -> Path:
@@ -45,13 +47,19 @@ def test_quickstart_bundles_have_the_documented_layout(linux_zip: Path, bundler_
                                                        tmp_path: Path) -> None:
     win_zip = build(MANIFESTS / "quickstart-win.toml", tmp_path, bundler_cache)
     for path, stem, scripts in ((linux_zip, LINUX_STEM, {"install.sh", "uninstall.sh"}),
-                                (win_zip, WIN_STEM, {"install.ps1", "install.cmd", "uninstall.ps1"})):
+                                (win_zip, WIN_STEM, {"install.ps1", "install.cmd", "uninstall.ps1", "uninstall.cmd",
+                                                     *SANDBOX_FILES})):
         with zipfile.ZipFile(path) as archive:
             names = {n[len(stem) + 1:] for n in archive.namelist() if not n.endswith("/")}
             assert all(n.startswith(stem + "/") for n in archive.namelist())
             record = json.loads(archive.read(f"{stem}/bundle.json"))
             sums = archive.read(f"{stem}/SHA256SUMS").decode()
         assert scripts <= names
+        if stem == LINUX_STEM:
+            assert not names & set(SANDBOX_FILES)
+        else:  # try-in-sandbox.cmd's module runs from the bundle (issue 28): listed in SHA256SUMS, never installed
+            plan = json.loads(zipfile.ZipFile(path).read(f"{stem}/install-plan.json"))
+            assert not {entry["from"] for entry in plan["copy"]} & set(SANDBOX_FILES)
         assert {"bundle.json", "install-plan.json", "SHA256SUMS", "README-INSTALL.txt",
                 "payload/models/tiny-mlp.onnx", "payload/wheels/requirements.txt"} <= names
         assert record["ort"]["version"] == "1.23.1" and record["ort"]["route"] == "capi"

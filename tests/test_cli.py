@@ -12,7 +12,7 @@ from bundler.cli import main
 from bundler.manifest import load
 
 
-@pytest.mark.parametrize("command", ["init", "lock", "fetch", "build", "verify", "inspect"])
+@pytest.mark.parametrize("command", ["init", "lock", "fetch", "build", "verify", "inspect", "package"])
 def test_every_command_has_help_with_examples(command: str) -> None:
     proc = run_cli(command, "--help")
     assert "examples:" in proc.stdout and f"ort-bundler {command}" in proc.stdout
@@ -53,7 +53,7 @@ def test_init_writes_a_manifest_that_loads_and_pins_local_files(tmp_path: Path) 
     assert manifest.ort.capi.sha256 == (hashlib.sha256(wheel.read_bytes()).hexdigest(),)
     assert manifest.models[0].name == "my-model"
     assert manifest.models[0].source.location == str(model)
-    assert "# [launch]" in out.read_text()  # commented, not bare
+    assert manifest.launch.module == "ort_bundle.infer"  # a working default entry point (tests/test_first_use_init.py)
     again = run_cli("init", "-o", str(out), check=False)
     assert again.returncode == 2 and "already exists" in again.stderr
     unknown = tmp_path / "inputs" / "notes.txt"
@@ -69,3 +69,15 @@ def test_plain_init_loads_after_the_placeholders_are_filled(tmp_path: Path) -> N
     text = out.read_text().replace("<sha256 of the wheel for your platform>", "0" * 64)
     out.write_text(text)
     assert load(out).ort.capi.location == "onnxruntime==1.23.1"
+
+
+def test_common_options_are_accepted_before_the_command(tmp_path: Path, bundler_cache: Path) -> None:
+    """Issue 26: `ort-bundler --cache DIR build …` failed with "invalid choice"; the README says every command takes it."""
+    manifest = str(MANIFESTS / "quickstart-linux.toml")
+    before = run_cli("--cache", str(bundler_cache), "-q", "fetch", "--offline", manifest)
+    assert before.stdout == "" and before.stderr == ""  # -q before the command is honoured too
+    empty = tmp_path / "empty-cache"
+    missing = run_cli("--cache", str(empty), "fetch", "--offline", manifest, check=False)
+    assert missing.returncode == 4 and str(empty) in missing.stderr  # the cache named before the command is used
+    after_wins = run_cli("--cache", str(empty), "fetch", "--offline", manifest, "--cache", str(bundler_cache))
+    assert after_wins.returncode == 0 and str(bundler_cache) in after_wins.stdout

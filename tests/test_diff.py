@@ -167,3 +167,23 @@ def test_a_new_bundle_version_is_one_change_not_every_script_that_names_it(two_v
     report = json.loads(run_cli("diff", "--json", str(old), str(new)).stdout)
     assert [(c["kind"], c["subject"], c["old"], c["new"]) for c in report["changes"]] == [
         ("bundle", "version", "1.0.0", "1.1.0")]
+
+
+def test_linux_to_windows_names_both_ort_wheels_and_the_new_vc_runtime_without_none(bundler_cache, tmp_path):
+    """Issue 26: `diff` linux→win said "the ORT wheel …win_amd64.whl has other bytes" (change "rebuilt", only
+    the new file named) and "minimum Visual C++ runtime None -> 14.44.35208"."""
+    for name in ("quickstart-linux.toml", "quickstart-win.toml"):
+        run_cli("build", "-q", "--cache", str(bundler_cache), "-o", str(tmp_path), str(MANIFESTS / name))
+    old, new = tmp_path / f"{STEM}.zip", tmp_path / f"{WIN_STEM}.zip"
+    report = json.loads(run_cli("diff", "--json", str(old), str(new)).stdout)
+    text = run_cli("diff", str(old), str(new)).stdout
+    assert "None" not in text and "null" not in text
+    ort = [c for c in report["changes"] if c["kind"] == "ort"]
+    assert [(c["change"], c["subject"]) for c in ort] == [("changed", "wheel")]
+    with zipfile.ZipFile(old) as a, zipfile.ZipFile(new) as b:
+        wheels = [json.loads(z.read(f"{stem}/bundle.json"))["ort"]["wheel"] for z, stem in ((a, STEM), (b, WIN_STEM))]
+    assert (ort[0]["old"], ort[0]["new"]) == tuple(wheels)
+    assert ort[0]["text"].startswith(f"the ORT wheel {wheels[0]} -> {wheels[1]} for win_amd64 instead of linux_x86_64")
+    vc = [c for c in report["changes"] if c["kind"] == "vc_runtime"]
+    assert len(vc) == 1 and vc[0]["change"] == "added" and vc[0]["old"] is None
+    assert vc[0]["text"] == f"the bundle now needs the Visual C++ runtime {vc[0]['new']} or later"

@@ -101,7 +101,7 @@ def test_the_native_check_skips_python_entry_points(tmp_path: Path) -> None:
 
 
 def test_the_shipped_self_check_carries_the_search_inlined() -> None:
-    from bundler.readers.modelgate import selfcheck_script_bytes
+    from bundler.assembly.selfcheck_script import selfcheck_script_bytes
 
     script = selfcheck_script_bytes().decode()
     compile(script, "selfcheck.py", "exec")

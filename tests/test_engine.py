@@ -91,7 +91,7 @@ def test_bytecode_is_deterministic_and_names_the_final_folder(tmp_path: Path) ->
         engine.install(engine.Options(bundle=bundle, install_dir=target, force=True, self_check=False), engine.Log(None))
         receipt = Receipt.loads((target / "receipt.json").read_text())
         pycs.append({f.path: f.sha256 for f in receipt.files if f.path.endswith(".pyc")})
-    assert len(pycs[0]) == 51 and pycs[0] == pycs[1]  # __init__ and 50 modules of the wheel
+    assert len(pycs[0]) == 52 and pycs[0] == pycs[1]  # __init__, 50 modules of the wheel and the DLL hook
     [pyc] = [p for p in target.rglob("mod0007.cpython-*.pyc")]
     assert pyc.read_bytes()[4:8] == (0b01).to_bytes(4, "little")  # hash-based, unchecked: no timestamp
     assert str(target).encode() in pyc.read_bytes() and b".staging" not in pyc.read_bytes()

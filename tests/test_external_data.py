@@ -20,7 +20,8 @@ from conftest import MANIFESTS, run_cli
 from test_provenance import all_components
 
 from bundler.hashing import file_sha256
-from bundler.readers.externaldata import external_refs, location_problem, reference_problems
+from bundler.names import location_problem
+from bundler.readers.externaldata import external_refs, reference_problems
 from bundler.writer.members import Member, MemberCache
 from bundler.writer.zipwriter import write_zip
 
@@ -219,6 +220,9 @@ def hostile(folder: Path, variant: str) -> Path:
         (models / "elsewhere").mkdir()
         shutil.move(models / "weights_b", models / "elsewhere" / "weights_b")
         (models / "weights_b").symlink_to(models / "elsewhere" / "weights_b")
+    elif variant == "linked-folder":
+        shutil.move(models, folder / "elsewhere")
+        models.symlink_to(folder / "elsewhere", target_is_directory=True)
     elif variant == "unreferenced":
         (models / "extra.bin").write_bytes(b"not referenced")
         data.append(("extra.bin", "models/extra.bin"))
@@ -238,8 +242,11 @@ def hostile(folder: Path, variant: str) -> Path:
     ("absolute", 7, "tensor 'weights_a' keeps its data at location '/"),
     ("parent", 7, "tensor 'weights_b' keeps its data at location '../weights_b', which climbs out of the "
                   "model's folder with '..'"),
-    ("symlink", 3, "models[0].data[1].path: found 'models/weights_b', expected the data file itself, not a "
-                   "symbolic link"),
+    ("symlink", 3, "models[0].data[1].path: found 'models/weights_b', expected the file itself, not a path "
+                   "through a symbolic link (models/weights_b is one"),
+    # issue 27: a linked folder let in what a linked file could not; one rule now, the first link named
+    ("linked-folder", 3, "models[0].path: found 'models/big.onnx', expected the file itself, not a path through "
+                         "a symbolic link (models is one"),
     ("unreferenced", 7, "data file 'extra.bin' is pinned, but no tensor of the model references it"),
     ("unpinned", 7, "tensor 'weights_b' keeps its data at location 'weights_b', but the manifest pins no such "
                     "data file"),

@@ -32,7 +32,7 @@ python = "3.11"
 
 [ort]
 version = "{version}"
-capi = {{ path = "{ort_wheel}", sha256 = "{sha}" }}
+capi = {{ path = "{ort_wheel}", sha256 = "{sha}", allow_outside = true }}
 
 [python]
 lock = "gpu.lock.toml"

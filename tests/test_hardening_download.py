@@ -8,17 +8,19 @@ the same way; a full or read-only cache is named in one line. Disks are real: sm
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import random
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hardening import Tmpfs, needs_mount, one_line, run, snapshot
-from http_server import LocalHTTPServer, declares, endless, serve
+from http_server import Behaviour, Handler, LocalHTTPServer, declares, endless, serve
 
 from bundler.sources.cache import Cache
-from bundler.sources.download import DEFAULT_MAX_DOWNLOAD
+from bundler.sources.download import DEFAULT_MAX_DOWNLOAD, FREE_SPACE_MARGIN
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -129,18 +131,94 @@ def test_a_download_larger_than_the_free_space_is_refused_up_front(server: Local
 
 
 @needs_mount
-def test_a_disk_that_fills_mid_download_is_named_and_the_bytes_kept(server: LocalHTTPServer, tmp_path: Path,
+def test_an_endless_body_without_a_length_stops_short_of_a_full_disk(server: LocalHTTPServer, tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    """No Content-Length, so no check up front: the disk fills while writing, and the partial stays resumable."""
-    disk = Tmpfs(tmp_path / "small", "3m")
+    """No Content-Length and no `size` (issue 27, item 7): cut off at the disk's room less the margin, the
+    partial removed, and the next run fails the same way rather than on a disk the first one filled."""
+    disk = Tmpfs(tmp_path / "small", "48m")
     try:
         url = server.route("/m.zip", endless())
-        path = manifest(tmp_path / "project", url, "d" * 64, size=100 * 1024**2)
+        path = manifest(tmp_path / "project", url, "d" * 64)
+        for _ in range(2):
+            code, err = run(capsys, "fetch", "-q", "--cache", str(disk.path / "cache"), str(path))
+            assert code == 4, err
+            line = one_line(err, "fetch")
+            assert f"ort.archive: {url} sent " in line and "bytes without ending, all the room the cache folder" in line
+            assert "the partial download was removed" in line
+            assert cache_files(disk.path / "cache") == {"sha256": [], "partial": []}
+            assert shutil.disk_usage(disk.path).free > FREE_SPACE_MARGIN
+    finally:
+        disk.close()
+
+
+def fills_the_disk_after(first: int, disk: Path) -> Behaviour:
+    """An endless body whose disk another writer fills once `first` bytes are out: the download meets ENOSPC."""
+
+    def behaviour(handler: Handler, index: int) -> None:
+        handler.send_response(200)
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        handler.close_connection = True
+        try:
+            handler.write_body(b"\xab" * first)
+            with contextlib.suppress(OSError), (disk / "someone-else.bin").open("wb", buffering=0) as other:
+                while True:
+                    other.write(b"\0" * 65536)
+            while not handler.server.owner.release.is_set():
+                handler.write_body(b"\xab" * 65536)
+        except OSError:
+            return
+
+    return behaviour
+
+
+@needs_mount
+def test_a_disk_another_writer_fills_mid_download_is_exit_4_and_the_partial_goes(
+        server: LocalHTTPServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    disk = Tmpfs(tmp_path / "small", "32m")
+    try:
+        url = server.route("/m.zip", fills_the_disk_after(256 * 1024, disk.path))
+        path = manifest(tmp_path / "project", url, "d" * 64)
         code, err = run(capsys, "fetch", "-q", "--cache", str(disk.path / "cache"), str(path))
         assert code == 4, err
         line = one_line(err, "fetch")
-        assert "No space left on device" in line and "check the cache folder's space and permissions" in line
-        assert cache_files(disk.path / "cache")["sha256"] == []
+        assert "No space left on device" in line and "the partial download was removed" in line
+        assert cache_files(disk.path / "cache") == {"sha256": [], "partial": []}
+    finally:
+        disk.close()
+
+
+def test_a_declared_size_beyond_the_free_space_is_refused_before_a_request(
+        server: LocalHTTPServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = server.route("/huge.zip", serve(b"small"))
+    size = 10 * 1024**4  # 10 TiB: no disk of this machine has the room
+    path = manifest(tmp_path / "project", url, "e" * 64, size=size)
+    code, err = run(capsys, "fetch", "-q", "--cache", str(tmp_path / "cache"), str(path))
+    assert code == 4, err
+    assert f"ort.archive: {url} needs {size} bytes but the cache folder" in one_line(err, "fetch")
+    assert server.seen() == []
+    assert cache_files(tmp_path / "cache") == {"sha256": [], "partial": []}
+
+
+@needs_mount
+def test_a_full_cache_disk_before_pip_runs_is_exit_4_not_an_internal_error(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A requirement's scratch (its requirements file) on a disk that is already full."""
+    disk = Tmpfs(tmp_path / "small", "2m")
+    try:
+        cache = disk.path / "cache"
+        Cache(cache).work_dir("tmp")
+        Cache(cache).work_dir("locks")
+        with contextlib.suppress(OSError), (disk.path / "filler.bin").open("wb", buffering=0) as filler:
+            while True:
+                filler.write(b"\0" * 4096)
+        path = manifest(tmp_path / "project", "https://127.0.0.1:9/unused.tgz", "f" * 64)
+        text = path.read_text(encoding="utf-8").replace(
+            'archive = { url = "https://127.0.0.1:9/unused.tgz"', 'capi = { requirement = "onnxruntime==1.23.1"')
+        path.write_text(text, encoding="utf-8")
+        code, err = run(capsys, "fetch", "-q", "--cache", str(cache), str(path))
+        assert code == 4, err
+        assert "No space left on device" in one_line(err, "fetch")
     finally:
         disk.close()
 
@@ -149,7 +227,7 @@ def test_a_disk_that_fills_mid_download_is_named_and_the_bytes_kept(server: Loca
 def test_a_read_only_cache_is_named_by_fetch(server: LocalHTTPServer, tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     cached, missing = payload(50_000, 10), payload(50_000, 11)
-    disk = Tmpfs(tmp_path / "ro", "16m")
+    disk = Tmpfs(tmp_path / "ro", "64m")
     try:
         cache = disk.path / "cache"
         have = manifest(tmp_path / "have", server.route("/a.zip", serve(cached)), hashlib.sha256(cached).hexdigest())

@@ -244,7 +244,9 @@ def small_disk(tmp_path: Path):  # type: ignore[no-untyped-def]
     """A 200 MB tmpfs: a real file system that fills up. Needs mount rights (root in CI); skipped otherwise."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200m", "tmpfs", str(mount)], capture_output=True, text=True)
+    # mode=755: a tmpfs root is 1777 by default, a parent the engine refuses (others could plant leftovers there)
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200m,mode=755", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.strip()}); the full-disk case needs mount rights")
     yield mount

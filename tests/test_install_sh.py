@@ -323,11 +323,12 @@ def test_uninstall_removes_exactly_what_install_created(installed: Path, bundle:
 
 def test_the_engine_refuses_paths_outside_its_roots_and_unverified_inputs(tmp_path: Path) -> None:
     from bundler.target import engine
+    from bundler.target.image import copy_entries
     from bundler.target.records import RecordError
 
     root = make_bundle(tmp_path / "bundle")
     plan = engine.load_plan(root)
-    engine.copy_entries([(e.source, e.target) for e in plan.copy], root, tmp_path / "install")
+    copy_entries([(e.source, e.target) for e in plan.copy], root, tmp_path / "install")
     assert (tmp_path / "install" / "models" / "m.onnx").read_bytes() == (root / "payload/models/m.onnx").read_bytes()
     engine.verify_bundle(root, plan, engine.Log(None))
     sums = (root / "SHA256SUMS").read_text().splitlines()

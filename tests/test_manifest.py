@@ -54,6 +54,9 @@ def test_good_manifest_parses_into_typed_records(tmp_path: Path) -> None:
     assert [i.key for i in manifest.inputs()] == ["ort.capi", "models[0]"]
     with pytest.raises(AttributeError):
         manifest.bundle.name = "other"  # type: ignore[misc]
+    assert manifest.bundle.publisher is None
+    published = load(write(tmp_path, GOOD.replace('python = "3.11"', 'python = "3.11"\npublisher = "Example Corp"')))
+    assert published.bundle.publisher == "Example Corp"
 
 
 BAD = {
@@ -66,6 +69,8 @@ BAD = {
                          ["models[0].sha256: found 'abc123', expected 64 lowercase hex digits"]),
     "uppercase sha256": (GOOD.replace(f'sha256 = "{SHA}"\nshapes', f'sha256 = "{SHA.upper()}"\nshapes'),
                          ["models[0].sha256: found", "expected 64 lowercase hex digits"]),
+    "publisher with a line break": (GOOD.replace('python = "3.11"', 'python = "3.11"\npublisher = "A\\nB"'),
+                                    ["bundle.publisher: found 'A\\nB', expected 1 to 128 characters without control"]),
     "duplicate model names": (GOOD + f'\n[[models]]\nname = "M1"\npath = "other.onnx"\nsha256 = "{SHA}"\n',
                               ["models[1].name: found 'M1' again (also models[0]), expected unique model names"]),
     "bad platform": (GOOD.replace('platform = "win_amd64"', 'platform = "win32"'),

@@ -23,9 +23,9 @@ from conftest import ORT_VERSION, cache_root, make_identity_model
 from onnx import TensorProto, helper
 
 from bundler import runner as runners
+from bundler.assembly import modelgate, ortenv, selfcheck_script
+from bundler.assembly.modelgate import ModelInput, gate_models
 from bundler.errors import BuildError, HashMismatchError
-from bundler.readers import modelgate
-from bundler.readers.modelgate import ModelInput, gate_models
 from bundler.target.synth import output_digest, synthesize_inputs
 
 OTHER_ORT_VERSION = "1.22.1"
@@ -210,7 +210,7 @@ def made_identity_model() -> bytes:
 
 
 def test_identity_model_bytes_are_the_shipped_file_onnx_makes_and_run_exactly():
-    first = modelgate.identity_model_bytes()
+    first = selfcheck_script.identity_model_bytes()
 
     assert first == made_identity_model()
     onnx.checker.check_model(onnx.load_from_string(first), full_check=True)
@@ -221,14 +221,14 @@ def test_identity_model_bytes_are_the_shipped_file_onnx_makes_and_run_exactly():
 
 
 def test_shipped_selfcheck_is_one_file_with_synth_inlined():
-    source = modelgate.selfcheck_script_bytes().decode("utf-8")
+    source = selfcheck_script.selfcheck_script_bytes().decode("utf-8")
 
     tree = ast.parse(source)
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert not any(module and module.startswith("bundler") for module in imported)
     defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
     assert {"synthesize_inputs", "output_digest", "compare_output", "probe_model", "main"} <= defined
-    assert modelgate.selfcheck_script_bytes() == source.encode("utf-8")
+    assert selfcheck_script.selfcheck_script_bytes() == source.encode("utf-8")
 
 
 def test_reference_worker_in_a_real_subprocess_matches_in_process(tmp_path):
@@ -401,20 +401,20 @@ def test_an_isolated_environment_whose_interpreter_is_gone_is_rebuilt(tmp_path):
     version = OTHER_ORT_VERSION if HOST_ORT_VERSION != OTHER_ORT_VERSION else ORT_VERSION
     env_dir = tmp_path / f"ort-{version}-py{sys.version_info.major}{sys.version_info.minor}"
     (env_dir / "bin").mkdir(parents=True)
-    ready = "\n".join(modelgate.isolated_requirements(version)) + "\n"
-    (env_dir / modelgate.READY_MARKER).write_text(ready, encoding="utf-8")
+    ready = "\n".join(ortenv.isolated_requirements(version)) + "\n"
+    (env_dir / ortenv.READY_MARKER).write_text(ready, encoding="utf-8")
     (env_dir / "bin" / "python").symlink_to(tmp_path / "gone" / "python3")
 
-    python = modelgate.isolated_python(version, runner=runners.run, work_dir=tmp_path)
+    python = ortenv.isolated_python(version, runner=runners.run, work_dir=tmp_path)
 
     assert python.exists()
     assert runners.run([str(python), "-c", "import onnxruntime; print(onnxruntime.__version__)"]).strip() == version
 
 
 def test_an_ort_built_against_numpy_1_gets_numpy_1_in_its_isolated_environment():
-    assert modelgate.isolated_requirements("1.17.1") == ["onnxruntime==1.17.1", "numpy<2"]
-    assert modelgate.isolated_requirements("1.18.1") == ["onnxruntime==1.18.1", "numpy<2"]
-    assert modelgate.isolated_requirements("1.23.1") == ["onnxruntime==1.23.1", "numpy"]
+    assert ortenv.isolated_requirements("1.17.1") == ["onnxruntime==1.17.1", "numpy<2"]
+    assert ortenv.isolated_requirements("1.18.1") == ["onnxruntime==1.18.1", "numpy<2"]
+    assert ortenv.isolated_requirements("1.23.1") == ["onnxruntime==1.23.1", "numpy"]
 
 
 def test_a_killed_gates_scratch_is_removed_by_the_next_gate_and_a_live_ones_kept(tmp_path: Path) -> None:

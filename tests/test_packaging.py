@@ -23,7 +23,7 @@ def test_wheel_carries_templates_and_a_plain_install_uses_them(tmp_path: Path) -
         names = set(archive.namelist())
     for required in ("bundler/templates/install.sh.j2", "bundler/templates/install.ps1.j2",
                      "bundler/templates/manifest.toml.j2", "bundler/target/selfcheck.py", "bundler/target/engine.py",
-                     "bundler/target/identity.onnx"):
+                     "bundler/target/identity.onnx", "bundler/templates/try-in-sandbox.cmd.j2", "bundler/target/sandbox.py"):
         assert required in names
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],

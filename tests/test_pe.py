@@ -1,4 +1,4 @@
-"""PE inspection against the real ONNX Runtime 1.23.1 Windows binaries (FACTS.md §1)."""
+"""PE inspection against the real ONNX Runtime 1.23.1 Windows binaries (docs/facts.md §1)."""
 
 from __future__ import annotations
 

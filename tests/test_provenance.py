@@ -664,17 +664,23 @@ def test_every_licence_is_spdx_or_explicitly_unknown(built: Built) -> None:
     by_name = {c["name"]: c for c in built.sbom["components"]}
     assert by_name["flatbuffers"]["licenses"] == [{"license": {"id": "Apache-2.0"}}]
     assert by_name["protobuf"]["licenses"] == [{"license": {"id": "BSD-3-Clause"}}]
-    assert {unknown[n] for n in ("mpmath", "sympy")} == {"BSD"}  # "BSD" alone names no single SPDX licence
+    # "BSD" alone names no single SPDX licence; the texts mpmath and sympy ship do (issue 26): concluded, with the file.
+    assert not {"mpmath", "sympy"} & unknown.keys()
+    assert by_name["mpmath"]["licenses"] == [{"license": {
+        "id": "BSD-3-Clause", "acknowledgement": "concluded",
+        "properties": [{"name": "ort-bundler:concluded-from", "value": "licenses/mpmath/LICENSE"}]}}]
+    assert by_name["sympy"]["licenses"] == [{"expression": "BSD-3-Clause AND MIT", "acknowledgement": "concluded"}]
 
 
 @pytest.mark.integration
 def test_unmapped_licences_and_missing_licence_files_are_said_in_the_build_output(built: Built) -> None:
     index = {e["component"]: e for e in built.bundle["licenses"]}
     assert index["flatbuffers"]["files"] == [] and index["flatbuffers"]["notes"] == ["ships no licence file"]
-    assert (index["sympy"]["license"], index["sympy"]["declared"]) == (None, "BSD")
+    assert (index["sympy"]["license"], index["sympy"]["declared"]) == ("BSD-3-Clause AND MIT", "BSD")
     assert "licences: flatbuffers: ships no licence file" in built.log
-    assert ("licences: sympy: licence unknown: 'BSD' is no SPDX expression and names no single SPDX licence"
-            in built.log)
+    # A licence concluded from a text rather than declared is said, naming the text.
+    assert "licences: sympy: licence BSD-3-Clause AND MIT, concluded from the text of licenses/sympy/LICENSE" in built.log
+    assert "licences: mpmath: licence BSD-3-Clause, concluded from the text of licenses/mpmath/LICENSE" in built.log
     flatbuffers = next(c for c in built.sbom["components"] if c["name"] == "flatbuffers")
     assert {"name": "ort-bundler:license-files", "value": "none: the package ships no licence file"} in (
         flatbuffers["properties"])

@@ -84,7 +84,7 @@ def test_outputs_line_endings_and_encodings(platform: str) -> None:
     scripts = render_scripts(context(platform, env={"GREETING": greeting}))
     expected = {"README-INSTALL.txt", "payload/launchers/ort_bundle_hook.py", "payload/launchers/ort_bundle_hook.pth"}
     expected |= ({"install.ps1", "install.cmd", "uninstall.ps1", "uninstall.cmd", "payload/launchers/run.ps1",
-                  "payload/launchers/run.cmd"}
+                  "payload/launchers/run.cmd", "try-in-sandbox.cmd"}
                  if platform == "win_amd64" else {"install.sh", "uninstall.sh", "payload/launchers/run.sh"})
     assert set(scripts) == expected
     for path, data in scripts.items():
@@ -107,8 +107,8 @@ def test_a_non_ascii_value_in_a_cmd_script_is_refused() -> None:
         render_scripts(context("win_amd64", env={"GREETING": "grüße"}, entry_point=None))
     with pytest.raises(BuildError, match=r"cache_dir 'D:\\\\caché' must be printable ASCII"):
         render_scripts(context("win_amd64", cache_dir="D:\\caché"))
-    with pytest.raises(BuildError, match=r"default install dir 'C:\\\\100%' must be printable ASCII without"):
-        render_scripts(context("win_amd64", default_install_dir="C:\\100%"))
+    with pytest.raises(BuildError, match=r"default install dir 'C:\\\\x#> y' must be letters, digits"):
+        render_scripts(context("win_amd64", default_install_dir="C:\\x#> y"))
 
 
 def test_unsafe_context_values_are_refused_with_every_problem_named() -> None:
@@ -163,9 +163,11 @@ def _nodes(node):
 
 
 def test_hostile_values_in_ps1_scripts_stay_inside_string_literals() -> None:
+    with pytest.raises(BuildError, match="default install dir"):
+        render_scripts(context("win_amd64", default_install_dir="C:\\x'; Invoke-Pwned; '"))
     scripts = render_scripts(context("win_amd64", env={"APP_VALUE": PS_HOSTILE.encode("ascii", "ignore").decode()},
-                                     default_install_dir="C:\\x'; Invoke-Pwned; '", cache_dir="D:\\$(Invoke-Pwned)"))
-    for rel in ("install.ps1", "uninstall.ps1", "payload/launchers/run.ps1"):
+                                     cache_dir="D:\\$(Invoke-Pwned)"))
+    for rel in ("payload/launchers/run.ps1",):
         tree = _pwsh_tree(scripts[rel])
         nodes = list(_nodes(tree.root_node))
         assert not [n for n in nodes if n.type == "ERROR" or n.is_missing], rel
@@ -202,3 +204,48 @@ def test_the_startup_hook_preloads_by_absolute_path_and_reports_what_failed(tmp_
     assert str(tmp_path / "gpu" / "libm.so.6") in loaded
     assert "could not preload" in problems and "missing.so" in problems
     assert "ort_bundle_hook: could not preload" in result.stderr
+
+
+@pytest.mark.parametrize("runtime", [True, False])
+def test_try_in_sandbox_cmd_is_thin_and_hands_every_argument_to_the_sandbox_module(runtime: bool) -> None:
+    """Issue 28: at most 30 lines; it finds a Python and hands over %*, returning its exit code; the .wsb is Python's."""
+    values = dict(runtime_python="python/python.exe", runtime_bundle_python="payload/python/python.exe") if runtime else {}
+    data = render_scripts(context("win_amd64", **values))["try-in-sandbox.cmd"]
+    lines = data.decode("ascii").split("\r\n")
+    assert b"\n" not in data.replace(b"\r\n", b"") and lines[-1] == "" and len(lines) - 1 <= 30
+    handovers = [line for line in lines if "%*" in line]
+    assert handovers and all(line.endswith('-I -B "%ORT_BUNDLE_SANDBOX%" %* & goto :eof') for line in handovers)
+    assert 'set "ORT_BUNDLE_SANDBOX=%~dp0payload\\installer\\sandbox.py"' in lines
+    assert "powershell" not in data.decode().lower() and "wsb" not in " ".join(handovers)
+    if runtime:
+        assert handovers == ['"%ORT_BUNDLE_PYTHON%" -I -B "%ORT_BUNDLE_SANDBOX%" %* & goto :eof']
+        assert 'set "ORT_BUNDLE_PYTHON=%~dp0payload\\python\\python.exe"' in lines and "py.exe" not in data.decode()
+    else:
+        assert handovers == ['"%ORT_BUNDLE_PY%" -I -B "%ORT_BUNDLE_SANDBOX%" %* & goto :eof']
+        probes = [line.split("('", 1)[1].split(" -c ")[0] for line in lines if "for /f" in line]
+        assert probes == ["py.exe -3.11", "py.exe -3", "python.exe"]  # in this order, as install.cmd looks
+        assert "echo try-in-sandbox.cmd: writing the .wsb with %ORT_BUNDLE_PY%" in lines  # it says which
+    assert "try-in-sandbox.cmd" not in render_scripts(context("linux_x86_64"))
+
+
+def test_readme_install_says_how_to_try_the_bundle_in_windows_sandbox() -> None:
+    """Issue 28: the section names every file the logon script leaves in results\\ and what the sandbox proves."""
+    from bundler.target.sandbox import ENABLE_COMMAND, RESULT_FILES
+
+    def section(**changes: object) -> str:
+        text = render_scripts(context("win_amd64", **changes))["README-INSTALL.txt"].decode().replace("\r\n", "\n")
+        return text[text.index("Try it first in Windows Sandbox"):text.index("Install (the one command)")]
+
+    machine_gpu = section()
+    assert all(name in machine_gpu for name in RESULT_FILES) and ENABLE_COMMAND in machine_gpu
+    for phrase in ("try-in-sandbox.cmd", "--prereq python-3.11.N-amd64.exe", "demo.wsb", "mapped read-only",
+                   "networking is disabled", "virtual GPU (vGPU) is enabled", "depends on that driver",
+                   "Intune's SYSTEM context", "32-bit host process", "domain policies", "py -3.11"):
+        assert phrase in machine_gpu, phrase
+    runtime_cpu = section(runtime_python="python/python.exe", runtime_bundle_python="payload/python/python.exe",
+                          gpu_dll_dirs=(), gpu_preload=(), vc_redist=None, entry_point=None)
+    assert "The virtual GPU is disabled" in runtime_cpu and "vGPU) is enabled" not in runtime_cpu
+    assert "--prereq python" not in runtime_cpu and "bundle's own Python" in runtime_cpu
+    assert "vc_redist.log" not in runtime_cpu and "entry-point.txt" not in runtime_cpu
+    linux = render_scripts(context("linux_x86_64"))["README-INSTALL.txt"].decode()
+    assert "Sandbox" not in linux

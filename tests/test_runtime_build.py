@@ -37,11 +37,14 @@ def runtime_manifest(tmp_path: Path, quickstart: str, runtime: Path | None) -> P
     """The quickstart manifest, its paths made absolute, with the runtime pinned (as `init --from` pins it)."""
     data: dict[str, Any] = tomllib.loads((MANIFESTS / quickstart).read_text())
     data["python"]["lock"] = str(MANIFESTS / data["python"]["lock"])
-    for model in data["models"]:
+    for model in data["models"]:  # the quickstart's files where they are: outside this manifest's folder
         model["path"] = str(MANIFESTS / model["path"])
+        model["allow_outside"] = True
     data["launch"]["script"]["path"] = str(MANIFESTS / data["launch"]["script"]["path"])
+    data["launch"]["script"]["allow_outside"] = True
     if runtime is not None:
-        data["python"]["runtime"] = {"path": str(runtime), "sha256": hashlib.sha256(runtime.read_bytes()).hexdigest()}
+        data["python"]["runtime"] = {"path": str(runtime), "sha256": hashlib.sha256(runtime.read_bytes()).hexdigest(),
+                                     "allow_outside": True}
     path = tmp_path / quickstart
     path.write_text(tomli_w.dumps(data))
     return path

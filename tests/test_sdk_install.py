@@ -34,7 +34,7 @@ def test_install_places_the_sdk_and_a_cmake_project_uses_it(bundler_cache: Path,
     manifest = folder / "quickstart-linux.toml"
     sha = hashlib.sha256(archive.read_bytes()).hexdigest()
     manifest.write_text(manifest.read_text().replace(
-        '[python]', f'archive = {{ path = "{archive}", sha256 = "{sha}" }}\n\n[python]'))
+        '[python]', f'archive = {{ path = "{archive}", sha256 = "{sha}", allow_outside = true }}\n\n[python]'))
     run_cli("fetch", "-q", "--cache", str(bundler_cache), str(manifest))
     run_cli("build", "-q", "--cache", str(bundler_cache), "-o", str(tmp_path / "dist"), str(manifest))
     with zipfile.ZipFile(tmp_path / "dist" / f"{STEM}.zip") as bundle:

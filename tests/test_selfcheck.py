@@ -20,12 +20,8 @@ import pytest
 from conftest import ORT_VERSION, cache_root
 from onnx import TensorProto, helper
 
-from bundler.readers.modelgate import (
-    ModelInput,
-    gate_models,
-    identity_model_bytes,
-    selfcheck_script_bytes,
-)
+from bundler.assembly.modelgate import ModelInput, gate_models
+from bundler.assembly.selfcheck_script import identity_model_bytes, selfcheck_script_bytes
 from bundler.target import cuda_check, libraries, selfcheck
 from bundler.target.synth import (
     compare_output,

@@ -32,8 +32,8 @@ from signing_pki import P12_PASSWORD, Pki, Tsa
 from test_scripts_windows import parse_problems, powershell7_constructs
 from test_selfcheck import oldest_python
 
-from bundler.commands.verify import verify_bundle
 from bundler.signing.authenticode import split_signature
+from bundler.signing.verify import verify_bundle
 
 pytestmark = pytest.mark.integration
 

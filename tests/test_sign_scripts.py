@@ -18,7 +18,7 @@ from signing_pki import Pki
 from test_scripts_windows import _walk, parse_problems, powershell7_constructs, windows_context
 from tree_sitter import Language, Parser
 
-from bundler.assembly.render import encode_script, make_environment, render_scripts
+from bundler.assembly.render import INSTALL_EXIT_CODES, encode_script, make_environment, render_scripts
 from bundler.cli import main
 
 CALLER = """{% include "_bundle_signature.ps1.j2" %}
@@ -77,13 +77,13 @@ def test_sign_and_verify_trust_have_help_with_examples(capsys: pytest.CaptureFix
 
 
 def test_install_ps1_checks_the_bundle_signature_before_anything_changes() -> None:
-    """In the rendered installer: the include is there once, and its check runs right after the log is
-    opened, before the install folder is looked at, the bundle unblocked or the engine started."""
+    """In the rendered installer: the include is there once, and its check runs before the language-mode check
+    and before Python is found or started (install.ps1 changes nothing itself: the engine does, after it)."""
     script = render_scripts(windows_context())["install.ps1"].decode("utf-8-sig")
     assert script.count("function Get-BundleSignatureProblem") == 1
-    body = script[script.index("function Invoke-Install"):]
-    check = body.index("Get-BundleSignatureProblem -ScriptPath $PSCommandPath -Root $BundleRoot")
-    assert body.index("Initialize-Log") < check
-    for later in ("Get-FullInstallDir", "Unblock-Bundle", "Install-VcRuntime", "Invoke-Engine"):
-        assert check < body.index(later), later
-    assert "if ($signatureProblem) { Stop-Script 'integrity' $signatureProblem }" in body
+    check = script.index("Get-BundleSignatureProblem -ScriptPath $PSCommandPath -Root $PSScriptRoot")
+    for later in ("install.ps1 runs in {0} mode", "$python = Find-Python", "& $python -I -B $engine"):
+        assert check < script.index(later), later
+    assert "if ($signatureProblem) {" in script and f"exit {INSTALL_EXIT_CODES['integrity']}" in script
+
+

@@ -15,7 +15,7 @@ import onnxruntime
 import pytest
 from test_tuning import PROBE_APP, bundle_info, make_model, shipped_package
 
-from bundler.readers.modelgate import selfcheck_script_bytes
+from bundler.assembly.selfcheck_script import selfcheck_script_bytes
 from bundler.target.support import REMOVED, relevant_environment
 
 INSTALL_ID = "tuned-1.0"
@@ -142,3 +142,42 @@ def test_what_cannot_be_collected_is_listed_and_an_unwritable_cache_fails_cleanl
     assert refused.returncode == 13 and "cannot write" in refused.stderr
     not_installed = python("-m", "ort_bundle.support", "--root", str(tmp_path / "site"), env=env)
     assert not_installed.returncode == 10 and "it is not an installation" in not_installed.stderr
+
+
+# Issue 27, item 8: each value below reached environment.json verbatim; the second element is the part that
+# must not appear anywhere in the support bundle.
+LEAKS = {
+    "PIP_EXTRA_INDEX_URL": ("https://ghp_16C7e42F292c6912E7710c838347Ae178B4a@mirror.invalid/simple",
+                            "ghp_16C7e42F292c6912E7710c838347Ae178B4a"),
+    "ORT_MODEL_URL": ("https://models.invalid/m.onnx?jwt=eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJib2IifQ.c2lnbmF0dXJl",
+                      "eyJzdWIiOiJib2IifQ"),
+    "PIP_INDEX_URL": ("http://bob-the-user@mirror.invalid/simple", "bob-the-user"),
+    "CUDA_PASSPHRASE": ("pp-passphrase-value", "pp-passphrase-value"),
+    "ORT_WEIGHTS_URL": ("https://store.invalid/w.bin?X-Amz-Credential=AKIAEXAMPLE&X-Amz-Signature=5ig",
+                        "AKIAEXAMPLE"),
+    "ORT_FEED": ("https://feed.invalid/simple?access_token=tok-feed-0042", "tok-feed-0042"),
+    "ONNX_AUTH_HEADER": ("x", None),
+    "ORT_CLOUD_CREDENTIALS": ("/home/u/creds.json", None),
+}
+
+
+def test_credentials_in_urls_jwts_and_secret_names_never_reach_the_support_bundle(
+        installation: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    root, env = installation
+    env = {**env, **{name: value for name, (value, _) in LEAKS.items()}}
+    proc = python("-m", "ort_bundle.support", "--root", str(root), env=env)
+    assert proc.returncode == 0, proc.stderr
+    (written,) = (tmp_path / "cache" / "support").iterdir()
+    with zipfile.ZipFile(written) as archive:
+        payloads = [archive.read(name) for name in archive.namelist()]
+        environment = json.loads(archive.read("environment.json"))
+    assert {name: environment[name] for name in LEAKS} == dict.fromkeys(LEAKS, REMOVED)
+    for _, secret in LEAKS.values():
+        assert secret is None or all(secret.encode() not in payload for payload in payloads), secret
+    assert environment["OMP_NUM_THREADS"] == "2"  # what is not a secret is still reported
+
+
+def test_plain_urls_and_paths_are_kept() -> None:
+    plain = {"PIP_INDEX_URL": "https://mirror.invalid/simple?page=2", "CUDA_PATH": "/usr/local/cuda-11.8",
+             "ORT_LOGGING": "verbose", "PYTHONPATH": "/opt/a:/opt/b"}
+    assert relevant_environment(plain) == plain

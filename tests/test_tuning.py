@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import asdict, fields
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import pytest
 
 from bundler.assembly.runtime_package import package_files
 from bundler.target.bundle_info import BundleInfo
-from bundler.target.machine import Cores, thread_candidates
+from bundler.target.machine import Cores, cores, thread_candidates
 from bundler.target.tuning import choose, percentile
 from bundler.target.tuning_file import (
     TUNING_FILE,
@@ -315,3 +316,61 @@ def test_launch_apply_tuning_is_true_or_false(tmp_path: Path) -> None:
     assert load(write(tmp_path, GOOD + "apply_tuning = true\n")).launch.apply_tuning is True
     with pytest.raises(ManifestError, match=r"launch.apply_tuning: found 'yes', expected true or false"):
         load(write(tmp_path, GOOD + 'apply_tuning = "yes"\n'))
+
+
+def test_tune_keeps_to_its_time_budget_and_reports_the_runs_and_spread(install: tuple[Path, dict[str, str]]) -> None:
+    """Issue 26: `run.sh --tune` took two minutes for one model with noisy figures; a budget bounds it."""
+    root, env = install
+    started = time.monotonic()
+    proc = python("-m", "ort_bundle.tuning", "--root", str(root), "--threads", "1,2", "--budget", "2",
+                  "--warmup", "100000", "--runs", "1000000", env=env)
+    took = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr
+    tuning = TuningFile.read(root)
+    assert tuning.budget_s == 2.0 and tuning.elapsed_s <= 2.0 + 1.0 and took < 2.0 + 20.0  # + interpreter, ORT import
+    (model,) = tuning.models
+    assert all(5 <= m.runs < 1000000 for m in model.candidates)  # stopped by the budget, after the minimum
+    # p95 above p50 in percent of p50, from the unrounded times (a 4 µs p50 rounds to 0.1 µs in the file)
+    assert all(m.spread_pct >= 0 and (m.spread_pct > 0) == (m.p95_ms > m.p50_ms) for m in model.candidates)
+    assert "runs" in proc.stdout and "spread" in proc.stdout and "a budget of 2 s" in proc.stdout
+    unlimited = tune(root, env, "--budget", "0", "--threads", "1")  # 0: every one of the 2 + 5 runs
+    assert unlimited.returncode == 0 and [m.runs for m in TuningFile.read(root).models[0].candidates] == [5, 5]
+    assert tune(root, env, "--budget", "soon").returncode == 10
+
+
+def test_thread_counts_above_the_machines_cores_are_capped_and_said(install: tuple[Path, dict[str, str]]) -> None:
+    """Issue 27: a 64-thread candidate on a 2-core machine was measured, applied and passed the self-check."""
+    root, env = install
+    logical = cores().logical
+    proc = tune(root, env, "--threads", f"1,{logical + 62}", "--json")
+    assert proc.returncode == 0, proc.stderr
+    note = f"{logical + 62} threads asked for, more than the {logical} logical cores of this machine"
+    assert note in proc.stderr
+    tuning = TuningFile.read(root)
+    assert {m.settings.intra_op_num_threads for m in tuning.models[0].candidates} == {1, logical}
+    assert any(note in n for n in tuning.notes)
+    # A file whose best exceeds the cores it records was not written by --tune: refused, never applied.
+    data = tuning.to_json()
+    model = data["models"][0]
+    chosen = next(c for c in model["candidates"] if c["settings"] == model["best"])
+    chosen["settings"]["intra_op_num_threads"] = model["best"]["intra_op_num_threads"] = 64
+    data["machine"]["logical_cores"] = 2
+    with pytest.raises(TuningFileError, match="best has 64 threads, more than the 2 logical cores"):
+        TuningFile.from_json(data)
+
+
+def test_the_default_entry_point_runs_the_first_model_or_says_plainly_there_is_none(
+        install: tuple[Path, dict[str, str]]) -> None:
+    """`ort_bundle.infer`, the `[launch]` entry point `ort-bundler init` writes (issue 26)."""
+    root, env = install
+    ran = python("-m", "ort_bundle.infer", "--root", str(root), env=env)
+    assert ran.returncode == 0, ran.stderr
+    assert "model 'mlp' (models/mlp.onnx): one inference with onnxruntime" in ran.stdout
+    assert "output y: float32 [8, 32]" in ran.stdout and "replace it with your application" in ran.stdout
+    typo = python("-m", "ort_bundle.infer", "--root", str(root), "mpl", env=env)
+    assert typo.returncode == 2 and "there is no model 'mpl' in this bundle; expected one of mlp" in typo.stderr
+    data = json.loads((root / "bundle.json").read_text(encoding="utf-8"))
+    (root / "bundle.json").write_text(json.dumps({**data, "models": []}), encoding="utf-8")
+    empty = python("-m", "ort_bundle.infer", "--root", str(root), env=env)
+    assert empty.returncode == 2 and empty.stdout == ""
+    assert "no entry point is configured" in empty.stderr and "lists no [[models]]" in empty.stderr

@@ -20,21 +20,22 @@ from pathlib import Path
 import pytest
 from conftest import make_identity_model
 from installer.sources import WheelFile as InstallerWheelFile
-from packaging.metadata import Metadata, parse_email
+from packaging.metadata import Metadata
 from wheel.wheelfile import WheelFile
 
 from bundler.assembly.wheelbuild import (
     MARKER_FIELD,
+    PROVENANCE_FILE,
     build_wheel,
     capi_wheel,
     requires_python,
 )
+from bundler.derived import Derived, DerivedCache
 from bundler.errors import BuildError, UnsafeArchiveError
 from bundler.hashing import file_sha256
 from bundler.readers.capi import CapiTree, derive_tag, read_capi
 from bundler.readers.wheel_binaries import wheel_binaries
 from bundler.readers.wheels import verify_official_wheel
-from bundler.sources.derived import Derived, DerivedCache
 
 REPO = Path(__file__).resolve().parents[1]
 EPOCH = 1700000000
@@ -330,7 +331,9 @@ def test_windows_built_wheel_is_valid_and_reproducible(ort_win_wheel: Path, tmp_
         assert Parser().parsestr(source.read_dist_info("METADATA")).get_all("Requires-Dist") == list(ORT_REQUIRES)
 
     # Again from the same files as a folder (the zip unpacked: its build read most of them from the zip)
-    # with shuffled mtimes, in a fresh interpreter with another umask and TZ.
+    # with shuffled mtimes, in a fresh interpreter with another umask and TZ: the same files and bytes, and
+    # the same wheel as a build of that folder here. Only the modes differ: a zip source's are upstream's,
+    # a folder's (which follow the umask it was unpacked under) the fixed ones.
     assert tree.in_archive and not any((tree.root / name).exists() for name in tree.in_archive)
     copy = tmp_path / "b" / "tree"
     with zipfile.ZipFile(ort_win_wheel) as archive:
@@ -341,7 +344,16 @@ def test_windows_built_wheel_is_valid_and_reproducible(ort_win_wheel: Path, tmp_
     env = {**os.environ, "TZ": "Pacific/Chatham", "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-c", BUILD_SCRIPT, str(copy), str(tmp_path / "b"), "win_amd64",
                            str(EPOCH)], env=env, capture_output=True, text=True, check=True)
-    assert Path(done.stdout.strip()).read_bytes() == wheel.read_bytes()
+    from_folder = Path(done.stdout.strip())
+    here = build_wheel(read_capi(copy, work_dir=tmp_path / "c", platform="win_amd64", label="ort.capi"),
+                       expected_version="1.23.1", out_dir=tmp_path / "c" / "out", source_date_epoch=EPOCH)
+    assert from_folder.read_bytes() == here.read_bytes()
+    with zipfile.ZipFile(from_folder) as folder_zip, zipfile.ZipFile(wheel) as zip_zip:
+        assert folder_zip.namelist() == zip_zip.namelist()
+        assert all(folder_zip.read(n) == zip_zip.read(n) for n in zip_zip.namelist())
+        assert {i.external_attr >> 16 for i in folder_zip.infolist()} == {0o100644, 0o100755}
+        assert {i.external_attr >> 16 for i in zip_zip.infolist()
+                if not i.filename.endswith(("RECORD", "WHEEL", PROVENANCE_FILE))} == {0o100666}  # upstream's
 
 
 @pytest.mark.integration
@@ -413,26 +425,29 @@ def rebuilt(upstream: Path, platform: str, work: Path, *, cache: DerivedCache | 
 
 @pytest.mark.integration
 @pytest.mark.parametrize(("fixture", "platform"), [("ort_win_wheel", "win_amd64"), ("ort_linux_wheel", "linux_x86_64")])
-def test_rebuilt_wheel_keeps_upstream_metadata_except_the_rebuilt_marker(fixture: str, platform: str, tmp_path: Path,
-                                                                        request: pytest.FixtureRequest) -> None:
+def test_rebuilt_wheel_keeps_upstream_metadata_and_modes_and_names_its_source_in_a_file_of_its_own(
+        fixture: str, platform: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Issue 26: packaging's strict reader refused the rebuilt METADATA ("unrecognized field: 'rebuilt-by'"),
+    and the rebuild set 0755 on the extension modules and DLLs where upstream has 0664/0666."""
     upstream: Path = request.getfixturevalue(fixture)
     built = rebuilt(upstream, platform, tmp_path)
     ours, theirs = dist_info_files(built.path), dist_info_files(upstream)
-    assert set(ours) == set(theirs), "every dist-info file is kept; RECORD and WHEEL are written anew"
-    for name in set(theirs) - {"RECORD", "WHEEL", "METADATA"}:
-        assert ours[name] == theirs[name], name
+    assert set(ours) == set(theirs) | {PROVENANCE_FILE}, "every dist-info file is kept; RECORD and WHEEL anew"
+    for name in set(theirs) - {"RECORD", "WHEEL"}:
+        assert ours[name] == theirs[name], name  # METADATA included: byte for byte as upstream wrote it
     assert b"[console_scripts]\r\nonnxruntime_test = " in ours["entry_points.txt"] or \
         b"[console_scripts]\nonnxruntime_test = " in ours["entry_points.txt"]
-    marker = f"{MARKER_FIELD}: ort-bundler from {upstream.name} sha256:{file_sha256(upstream)}".encode()
-    lines = ours["METADATA"].splitlines(keepends=True)
-    assert [line.rstrip(b"\r\n") for line in lines].count(marker) == 1
-    assert b"".join(line for line in lines if line.rstrip(b"\r\n") != marker) == theirs["METADATA"]
-    # packaging's strict reader accepts everything upstream wrote and names our one added field, nothing else.
-    with pytest.raises(ExceptionGroup) as caught:
-        Metadata.from_email(ours["METADATA"], validate=True)
-    assert [str(e) for e in caught.value.exceptions] == ["unrecognized field: 'rebuilt-by'"]
-    metadata = Metadata.from_email(theirs["METADATA"], validate=True)
+    marker = f"{MARKER_FIELD}: ort-bundler from {upstream.name} sha256:{file_sha256(upstream)}\n".encode()
+    assert ours[PROVENANCE_FILE] == marker
+    metadata = Metadata.from_email(ours["METADATA"], validate=True)  # raises on any field it does not accept
     assert (metadata.metadata_version, str(metadata.requires_python), metadata.license) == ("2.4", ">=3.10", "MIT License")
+    with zipfile.ZipFile(upstream) as theirs_zip, zipfile.ZipFile(built.path) as ours_zip:
+        upstream_modes = {i.filename: i.external_attr >> 16 for i in theirs_zip.infolist() if not i.is_dir()}
+        our_modes = {i.filename: i.external_attr >> 16 for i in ours_zip.infolist()}
+    binaries = [n for n in upstream_modes if n.endswith((".so", ".pyd", ".dll"))]
+    assert binaries and {our_modes[n] for n in binaries} <= {0o100664, 0o100666, 0o100775}
+    kept = {n for n in upstream_modes if not n.endswith(("/RECORD", "/WHEEL"))}
+    assert {n: our_modes[n] for n in kept} == {n: upstream_modes[n] for n in kept}
 
 
 @pytest.mark.integration
@@ -453,10 +468,10 @@ def test_tree_without_dist_info_gets_metadata_2_4(tmp_path: Path, host_extension
                      label="ort.capi")
     wheel = build_wheel(tree, expected_version="1.23.1", requires=ORT_REQUIRES, out_dir=tmp_path / "out",
                         source_date_epoch=EPOCH, target_python="3.11", source_label="build.zip sha256:" + "a" * 64)
-    text = dist_info_files(wheel)["METADATA"]
-    parsed = Metadata.from_raw(parse_email(text)[0], validate=False)
+    files = dist_info_files(wheel)
+    parsed = Metadata.from_email(files["METADATA"], validate=True)
     assert (parsed.metadata_version, str(parsed.requires_python), parsed.license_expression) == ("2.4", ">=3.10", "MIT")
-    assert f"{MARKER_FIELD}: ort-bundler from build.zip sha256:{'a' * 64}".encode() in text
+    assert files[PROVENANCE_FILE] == f"{MARKER_FIELD}: ort-bundler from build.zip sha256:{'a' * 64}\n".encode()
     assert requires_python("1.25.0", target_python="3.12", tag="cp312-cp312-linux_x86_64") == ">=3.11"
     assert requires_python("1.16.3", target_python="3.11", tag="cp311-cp311-linux_x86_64") == ">=3.11"
     assert requires_python("1.16.3", target_python=None, tag="cp39-abi3-linux_x86_64") == ">=3.9"
@@ -478,8 +493,9 @@ def test_manifest_dependencies_replace_requires_dist_in_place(tmp_path: Path, ho
     files = dist_info_files(wheel)
     assert files["METADATA"] == (b"Metadata-Version: 2.1\nName: onnxruntime\nVersion: 1.23.1\n"
                                  b"Requires-Dist: numpy>=2\nRequires-Dist: packaging\nAuthor: someone\n"
-                                 b"Rebuilt-By: ort-bundler from tree.zip\n\nThe description.\n")
-    assert sorted(files) == ["METADATA", "RECORD", "WHEEL", "entry_points.txt"]
+                                 b"\nThe description.\n")
+    assert files[PROVENANCE_FILE] == b"Rebuilt-By: ort-bundler from tree.zip\n"
+    assert sorted(files) == sorted(["METADATA", "RECORD", "WHEEL", "entry_points.txt", PROVENANCE_FILE])
     assert files["RECORD"] != b"installed\n"
 
 
@@ -541,7 +557,6 @@ def test_tampered_official_wheel_names_the_changed_file(ort_win_wheel: Path, tmp
     with pytest.raises(BuildError, match=f"{changed} does not match its RECORD entry"):
         verify_official_wheel(tampered, expected_name="onnxruntime", expected_version="1.23.1",
                               target_platform="win_amd64", target_python="3.11", label="ort.wheel")
-
 
 
 def test_a_zip_source_lends_its_compressed_members_unchanged(tmp_path: Path, host_extension: Path) -> None:

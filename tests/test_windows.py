@@ -45,7 +45,8 @@ def manifest_with_vc_redist(tmp_path: Path, exe: Path, min_version: str | None =
     folder = tmp_path / "manifests"
     shutil.copytree(MANIFESTS, folder, ignore=shutil.ignore_patterns("__pycache__"))
     manifest = folder / "quickstart-win.toml"
-    extra = f'\n[vc_redist]\npath = "{exe}"\nsha256 = "{hashlib.sha256(exe.read_bytes()).hexdigest()}"\n'
+    extra = (f'\n[vc_redist]\npath = "{exe}"\nsha256 = "{hashlib.sha256(exe.read_bytes()).hexdigest()}"\n'
+             "allow_outside = true\n")
     if min_version:
         extra += f'min_version = "{min_version}"\n'
     if allow_unsigned:
@@ -69,7 +70,7 @@ def test_closure_and_vc_minimum_of_the_real_win_payload(bundler_cache: Path, tmp
     assert kinds["python311.dll"] == "python"
     assert kinds["vcruntime140.dll"] == "vc_runtime"
     assert kinds["api-ms-win-crt-runtime-l1-1-0.dll"] == "system"
-    assert "onnxruntime.dll" not in kinds  # the .pyd links ORT statically (FACTS.md §1)
+    assert "onnxruntime.dll" not in kinds  # the .pyd links ORT statically (docs/facts.md §1)
     # ORT 1.23.1 needs 14.40.33810; numpy's binaries may come from a newer toolset and raise it further.
     minimum = tuple(int(p) for p in record["vc_runtime_min"].split("."))
     assert minimum >= (14, 40, 33810)

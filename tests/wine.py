@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path, PureWindowsPath
 
@@ -59,34 +60,75 @@ class Wine:
 
     def run(self, args: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
             timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """Run a Windows program, bounded by `timeout`; its output comes back through pipes.
+
+        Pipes, not files: python.org's CPython cannot set up its standard streams on a file handle under Wine
+        ("init_sys_streams ... Invalid handle"). A background service that Wine starts on demand (the task
+        scheduler, msiexec's server) inherits the pipes and keeps them open: so the output is read by threads,
+        and once the program has exited whatever was written is taken without waiting for that end-of-file.
+        """
         merged = self.env
         if env:
             merged.update(env)
-        # Output goes to files, not pipes: Wine's background services inherit the handles and would
-        # keep a pipe open long after the program exited.
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            proc = subprocess.run([self.exe, *args], env=merged, cwd=cwd, stdout=out, stderr=err,
-                                  timeout=timeout, stdin=subprocess.DEVNULL)
-            out.seek(0)
-            err.seek(0)
-            return subprocess.CompletedProcess(proc.args, proc.returncode,
-                                               out.read().decode("utf-8", "replace"),
-                                               err.read().decode("utf-8", "replace"))
+        proc = subprocess.Popen([self.exe, *args], env=merged, cwd=cwd, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        chunks: dict[str, list[bytes]] = {"out": [], "err": []}
+        readers = [threading.Thread(target=_drain, args=(stream, chunks[name]), daemon=True)
+                   for name, stream in (("out", proc.stdout), ("err", proc.stderr))]
+        for reader in readers:
+            reader.start()
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            for reader in readers:
+                reader.join(timeout=5)
+            seen = (b"".join(chunks["out"]) + b"\n---\n" + b"".join(chunks["err"])).decode("utf-8", "replace")
+            raise AssertionError(f"{args} did not finish within {timeout} s; its output so far:\n{seen[-6000:]}") from None
+        for reader in readers:
+            reader.join(timeout=5)
+        return subprocess.CompletedProcess(proc.args, code, b"".join(chunks["out"]).decode("utf-8", "replace"),
+                                           b"".join(chunks["err"]).decode("utf-8", "replace"))
 
-    def cmd(self, script: Path, *args: str, env: dict[str, str] | None = None,
-            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    def cmd(self, script: Path | str, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess[str]:
         """Run `script` as a user would type it in a console: `"script" args…` on one line.
 
-        `args` are raw command-line text (quote them as a user would). Passing them through argv would
+        `script` is a Linux path (reached through Z:) or a Windows path (`C:\\...`, as Add/Remove Programs
+        names it). `args` are raw command-line text (quote them as a user would). Passing them through argv would
         let Wine re-quote them with the C runtime's rules, which cmd.exe does not read, so the line goes
         into a caller batch file instead. The caller hands over to the script without `call` (so `%` and
         `^` are not expanded twice), and the script's `exit /b` code becomes the process exit code.
         """
-        line = " ".join([f'"{self.to_windows(script)}"', *args])
+        line = " ".join([f'"{script if isinstance(script, str) else self.to_windows(script)}"', *args])
         with tempfile.TemporaryDirectory() as tmp:
             caller = Path(tmp) / "caller.cmd"
             caller.write_bytes(b"@echo off\r\n" + line.encode("ascii") + b"\r\n")
-            return self.run(["cmd", "/c", self.to_windows(caller)], env=env, cwd=cwd)
+            return self.run(["cmd", "/c", self.to_windows(caller)], env=env, cwd=cwd, timeout=timeout)
+
+    def reg_add(self, key: str, name: str, value: str | int) -> None:
+        kind, data = ("REG_DWORD", str(value)) if isinstance(value, int) else ("REG_SZ", value)
+        done = self.run(["reg", "add", key, "/v", name, "/t", kind, "/d", data, "/f", "/reg:64"])
+        assert done.returncode == 0, f"reg add {key} {name}: {done.stdout}{done.stderr}"
+
+    def reg_query(self, key: str) -> dict[str, str] | None:
+        """The values of a registry key as `wine reg query` prints them, None when the key does not exist."""
+        found = self.run(["reg", "query", key, "/reg:64"])
+        if found.returncode != 0:
+            return None
+        values = {}
+        for line in found.stdout.splitlines():
+            parts = line.strip().split(None, 2)
+            if len(parts) >= 2 and parts[1].startswith("REG_"):
+                values[parts[0]] = parts[2] if len(parts) == 3 else ""
+        return values
+
+
+def _drain(stream, chunks: list[bytes]) -> None:  # type: ignore[no-untyped-def]
+    with stream:
+        for block in iter(lambda: stream.read1(65536), b""):
+            chunks.append(block)
 
 
 @pytest.fixture(scope="session")
@@ -104,6 +146,11 @@ def wine(tmp_path_factory: pytest.TempPathFactory):
         if boot.returncode == 0:
             break
     assert boot.returncode == 0, f"wine prefix did not boot (exit {boot.returncode}): {boot.stderr[-2000:]}"
+    # A crash must not start winedbg, which holds the process for minutes; Windows 10 is what the bundles need
+    # (Wine 8 reports Windows 7 by default).
+    w.reg_add("HKLM\\Software\\Microsoft\\Windows NT\\CurrentVersion\\AeDebug", "Auto", "0")
+    w.reg_add("HKCU\\Software\\Wine\\WineDbg", "ShowCrashDialog", 0)
+    w.reg_add("HKCU\\Software\\Wine", "Version", "win10")
     yield w
     subprocess.run([server, "-k"], env=w.env, check=False)
 

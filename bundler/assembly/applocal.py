@@ -1,6 +1,6 @@
 """The app-local runtime part: ONNX Runtime's DLLs next to a native program entry point (Windows).
 
-Windows 10 21H1+ and 11 ship an older `onnxruntime.dll` in System32 (FACTS.md §8), and an unpackaged
+Windows 10 21H1+ and 11 ship an older `onnxruntime.dll` in System32 (docs/facts.md §8), and an unpackaged
 program searches its own folder, then System32, and `PATH` only last: a program that found the bundle's
 runtime through `PATH` got System32's copy instead. ORT's C API deployment guidance is to put the DLLs
 beside the executable, so the plan copies them there: from the C/C++ archive when the bundle ships one (the

@@ -21,7 +21,7 @@ from bundler.sources.lock import Lock
 from bundler.writer.members import Member
 
 if TYPE_CHECKING:
-    from bundler.readers.modelgate import ModelRecord
+    from bundler.assembly.modelgate import ModelRecord
 
 
 @dataclass(frozen=True, kw_only=True)

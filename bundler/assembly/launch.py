@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib import resources
 from typing import Literal
 
@@ -9,12 +10,14 @@ from bundler.assembly.assembly import Assembly, BuildInputs, Copy
 from bundler.assembly.render import (
     ENGINE_HELPER,
     ENGINE_PACKAGE,
+    SANDBOX_HELPER,
     EntryPoint,
     ScriptContext,
     render_scripts,
 )
 from bundler.errors import ManifestError
 from bundler.manifest import Input
+from bundler.platforms import WINDOWS
 from bundler.sources.cache import cached_sha256
 from bundler.sources.inputs import INSTALLER_KEY
 
@@ -64,19 +67,36 @@ def add_scripts(assembly: Assembly, build: BuildInputs) -> None:
             assembly.site_packages_files.append(Copy(source=path, target=name))
 
 
-#: Starts the engine package shipped beside it; `python -I -B engine.py ...` (isolated, no bytecode written).
-ENGINE_BOOTSTRAP = b'''"""ort-bundler install engine: see ortengine/engine.py (stdlib only, Python 3.8+)."""
-import os
-import sys
+def bootstrap(module: str, what: str) -> bytes:
+    """A start script for one module of the `ortengine` package shipped beside it, run as `python -I -B <script> ...`."""
+    return f'''"""ort-bundler {what}: see ortengine/{module}.py (stdlib only, Python 3.8+).
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ortengine.engine import main  # noqa: E402
+Its folder goes last on sys.path, so a module planted beside this file cannot shadow the standard library;
+no bytecode is read from or written beside the sources (a planted unchecked-hash .pyc would run without its
+source being looked at): the import system looks for bytecode only in a fresh, empty folder of our own.
+"""
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+
+sys.dont_write_bytecode = True
+sys.pycache_prefix = tempfile.mkdtemp(prefix="ort-bundler-{module}-")
+atexit.register(shutil.rmtree, sys.pycache_prefix, True)
+sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+from ortengine.{module} import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())
-'''
+'''.encode("ascii")
+
+
+#: Starts the install engine: `python -I -B engine.py ...`.
+ENGINE_BOOTSTRAP = bootstrap("engine", "install engine")
 #: The target modules that make up the engine, shipped as the `ortengine` package.
-ENGINE_MODULES = ("engine.py", "engine_fs.py", "engine_env.py", "installed.py", "records.py", "trust.py")
+ENGINE_MODULES = ("engine.py", "engine_fs.py", "engine_env.py", "image.py", "installed.py", "msi_action.py", "records.py", "trust.py",
+                  "bundle_info.py", "folder_trust.py", "windows_host.py", "windows_setup.py")
 
 
 def engine_files() -> dict[str, tuple[bytes, str]]:
@@ -86,6 +106,25 @@ def engine_files() -> dict[str, tuple[bytes, str]]:
     for name in ("__init__.py", *ENGINE_MODULES):
         files[f"{ENGINE_PACKAGE}/{name}"] = (package.joinpath(name).read_bytes(), f"installer/ortengine/{name}")
     return files
+
+
+def _sandbox_files() -> dict[str, bytes]:
+    """try-in-sandbox.cmd's start script and module (issue 28); the module reads bundle.json through its one
+    definition, which the engine's package already carries (bundle_info.py)."""
+    module = resources.files("bundler.target").joinpath("sandbox.py").read_bytes()
+    return {SANDBOX_HELPER: bootstrap("sandbox", "Windows Sandbox launcher"), f"{ENGINE_PACKAGE}/sandbox.py": module}
+
+
+#: Per target: the tools that run from the unpacked bundle (bundle path -> bytes), shipped in the `ortengine`
+#: package but never installed.
+BUNDLE_TOOLS: dict[str, Callable[[], dict[str, bytes]]] = {WINDOWS.tag: _sandbox_files}
+
+
+def add_bundle_tools(assembly: Assembly, build: BuildInputs) -> None:
+    """What runs from the unpacked bundle itself, not from the install (try-in-sandbox.cmd's module on Windows)."""
+    tools = BUNDLE_TOOLS.get(build.manifest.bundle.platform)
+    for path, data in sorted((tools() if tools else {}).items()):
+        assembly.add_bytes(path, data)
 
 
 def add_engine(assembly: Assembly, build: BuildInputs) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from email.message import Message
 from email.parser import Parser
 from pathlib import Path
@@ -15,11 +15,13 @@ from packaging.utils import parse_wheel_filename
 from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.identity import source_identity
 from bundler.assembly.runtime import LICENSE_COMPONENT, PSF_FINDING
+from bundler.assembly.wheelbuild import PROVENANCE_FILE
+from bundler.derived import code_digest, read_entry, write_entry
 from bundler.errors import BuildError
+from bundler.license_match import conclude
 from bundler.manifest import Input
 from bundler.readers.archives import SafeArchive, is_archive
 from bundler.readers.wheels import wheel_metadata
-from bundler.sources.derived import code_digest, read_entry, write_entry
 from bundler.spdx import LicenseFinding, metadata_license
 from bundler.writer.members import Member
 
@@ -60,12 +62,20 @@ def is_license_text(filename: str) -> bool:
     return bool(_LICENSE_NAME.fullmatch(filename)) and not filename.lower().endswith(_CODE_SUFFIXES)
 
 
-def wheel_license(name: str, metadata: Message) -> LicenseFinding | None:
-    """What the wheel declares, as SPDX where certain; ORT is MIT even when a capi tree declares nothing."""
+def wheel_license(name: str, metadata: Message, texts: Sequence[tuple[str, bytes]] = ()) -> LicenseFinding | None:
+    """What the wheel declares, as SPDX where certain; ORT is MIT even when a capi tree declares nothing; a
+    declaration that names no single licence ("BSD") is concluded from the licence `texts` (bundle path,
+    bytes) where they match one (bundler/license_match.py), else kept unknown with the matcher's reason."""
     found = metadata_license(metadata)
     if (found is None or found.expression is None) and name.startswith("onnxruntime"):
         return LicenseFinding(expression=ORT_LICENSE, declared=found.declared if found else None, source="ort-bundler")
-    return found
+    if found is None or found.expression is not None:
+        return found
+    concluded = conclude(texts, declared=found.declared or "")
+    if concluded.expression is None:
+        return replace(found, reason=f"{found.reason} {concluded.reason}")
+    return LicenseFinding(expression=concluded.expression, declared=found.declared, source="licence text",
+                          concluded_from=concluded.files)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,7 +89,7 @@ class LicenseSet:
     def notes(self) -> list[str]:
         """What a reader of the licence index must know: no certain SPDX licence, no licence file."""
         notes = []
-        if self.license is None or self.license.expression is None:
+        if self.license is None or self.license.expression is None or self.license.concluded_from:
             notes.append(f"licence {self.license.text if self.license else 'unknown: nothing declared'}")
         if not self.texts:
             notes.append(NO_LICENSE_FILE)
@@ -133,6 +143,7 @@ class WheelFacts:
 
     metadata: str
     texts: tuple[tuple[str, bytes], ...]  # (target under licenses/<dist>/, bytes)
+    provenance: str = ""  # the dist-info's PROVENANCE_FILE, in a wheel ort-bundler rebuilt (bundler.assembly.wheelbuild)
 
     def parsed(self) -> Message:
         return Parser().parsestr(self.metadata)
@@ -156,10 +167,11 @@ def _stored_wheel_facts(wheel: Path, sha256: str, *, label: str, store: Path | N
     found = read_entry(entry) if entry is not None else None
     if isinstance(found, dict) and isinstance(found.get("metadata"), str) and isinstance(found.get("texts"), list):
         return WheelFacts(metadata=found["metadata"],
-                          texts=tuple((target, base64.b64decode(data)) for target, data in found["texts"]))
+                          texts=tuple((target, base64.b64decode(data)) for target, data in found["texts"]),
+                          provenance=str(found.get("provenance") or ""))
     facts = _read_wheel_facts(wheel, label=label)
     if entry is not None:
-        write_entry(entry, {"metadata": facts.metadata,
+        write_entry(entry, {"metadata": facts.metadata, "provenance": facts.provenance,
                             "texts": [[t, base64.b64encode(d).decode("ascii")] for t, d in facts.texts]})
     return facts
 
@@ -171,7 +183,9 @@ def _read_wheel_facts(wheel: Path, *, label: str) -> WheelFacts:
         chosen = _wheel_license_members(names, dist_info, metadata.get_all("License-File") or ())
         texts = tuple((target, archive.read(member)) for target, member in sorted(chosen.items()))
         text = archive.read(f"{dist_info}/METADATA").decode("utf-8", "replace")
-    return WheelFacts(metadata=text, texts=texts)
+        provenance = f"{dist_info}/{PROVENANCE_FILE}"
+        rebuilt = archive.read(provenance).decode("utf-8", "replace") if provenance in names else ""
+    return WheelFacts(metadata=text, texts=texts, provenance=rebuilt)
 
 
 def wheel_licenses(bundle_path: str, wheel: Path, sha256: str, *, store: Path | None = None) -> LicenseSet:
@@ -180,7 +194,13 @@ def wheel_licenses(bundle_path: str, wheel: Path, sha256: str, *, store: Path | 
     name = str(parse_wheel_filename(wheel.name)[0])
     facts = wheel_facts(wheel, sha256, label=bundle_path, store=store)
     texts = {f"{LICENSES}{name}/{target}": Member(name=target, data=data) for target, data in facts.texts}
-    return LicenseSet(component=name, license=wheel_license(name, facts.parsed()), texts=texts)
+    return LicenseSet(component=name, license=wheel_license(name, facts.parsed(), bundled_texts(name, facts)),
+                      texts=texts)
+
+
+def bundled_texts(name: str, facts: WheelFacts) -> tuple[tuple[str, bytes], ...]:
+    """A wheel's licence texts by the path they get in the bundle, which a concluded licence names."""
+    return tuple((f"{LICENSES}{name}/{target}", data) for target, data in facts.texts)
 
 
 def _wheel_license_members(names: list[str], dist_info: str, declared: Sequence[str]) -> dict[str, str]:

@@ -12,17 +12,11 @@ from pathlib import Path
 
 from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.facts import SelfCheckFact
+from bundler.assembly.modelgate import DataFile, ModelInput, ModelRecord, gate_models, gate_pinned
+from bundler.assembly.ortenv import host_wheels
+from bundler.assembly.selfcheck_script import identity_model_bytes, selfcheck_script_bytes
 from bundler.errors import ManifestError
 from bundler.manifest import Manifest
-from bundler.readers.modelgate import (
-    DataFile,
-    ModelInput,
-    ModelRecord,
-    gate_models,
-    gate_pinned,
-    identity_model_bytes,
-    selfcheck_script_bytes,
-)
 from bundler.sources.cache import Cache, cached_sha256
 from bundler.sources.lock import Lock, PinnedModel
 
@@ -36,16 +30,17 @@ def model_inputs(manifest: Manifest, files: Mapping[str, Path]) -> list[ModelInp
 
 
 def pin_models(manifest: Manifest, files: Mapping[str, Path], cache: Cache,
-               *, previous: Sequence[PinnedModel] = ()) -> tuple[PinnedModel, ...]:
+               *, previous: Sequence[PinnedModel] = (), wheels: Sequence[Path] = ()) -> tuple[PinnedModel, ...]:
     """`lock`'s part: run the gate once in the pinned ORT and pin what it records, so builds need not.
 
     A model the previous lock pinned for the same sha256, ORT version and shapes keeps its record: the
     references are computed once, and re-locking on a machine that rounds differently changes nothing.
+    `wheels`: more verified wheels (the locked NumPy) from which the gate's environment may be made.
     """
     inputs = model_inputs(manifest, files)
     kept = {p.name: p for p in previous if _still_pinned(p, manifest, inputs)}
     fresh = gate_models([m for m in inputs if m.name not in kept], ort_version=manifest.ort.version,
-                        work_dir=cache.work_dir("ort-envs"))
+                        work_dir=cache.work_dir("ort-envs"), wheels=host_wheels([*files.values(), *wheels]))
     pinned = {r.name: PinnedModel(name=r.name, sha256=r.sha256, ort_version=manifest.ort.version,
                                   record=r.pinned_json()) for r in fresh}
     return tuple(kept.get(m.name) or pinned[m.name] for m in inputs)
@@ -73,7 +68,7 @@ def gate(build: BuildInputs) -> list[ModelRecord]:
     inputs = model_inputs(manifest, build.files)
     pinned = pinned_records(manifest, build.lock, inputs)
     return gate_pinned(inputs, pinned, ort_version=manifest.ort.version, work_dir=cache.work_dir("ort-envs"),
-                       results_dir=cache.work_dir("gate-results"))
+                       results_dir=cache.work_dir("gate-results"), wheels=host_wheels(build.files.values()))
 
 
 def add_models(assembly: Assembly, build: BuildInputs) -> None:

@@ -21,7 +21,7 @@ from dataclasses import replace
 from bundler.assembly.applocal import add_app_local_runtime
 from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.gpu import add_gpu
-from bundler.assembly.launch import add_engine, add_entry_point, add_scripts
+from bundler.assembly.launch import add_bundle_tools, add_engine, add_entry_point, add_scripts
 from bundler.assembly.licenses import add_licenses
 from bundler.assembly.models import add_models, add_selfcheck, gate
 from bundler.assembly.python_env import add_python
@@ -38,6 +38,7 @@ PARTS: tuple[Part, ...] = (
     add_python,
     add_runtime_package,
     add_engine,
+    add_bundle_tools,
     add_entry_point,
     add_selfcheck,
     add_gpu,

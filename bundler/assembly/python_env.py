@@ -13,13 +13,13 @@ from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.facts import OrtFact, PythonEnvFact
 from bundler.assembly.runtime import runtime_site_packages
 from bundler.assembly.wheelbuild import capi_wheel
+from bundler.derived import DerivedCache
 from bundler.errors import ManifestError
 from bundler.manifest import Manifest
 from bundler.platforms import target_platform
 from bundler.readers.archives import SafeArchive
 from bundler.readers.wheels import verify_official_wheel, wheel_metadata
 from bundler.sources.cache import Cache, cached_sha256
-from bundler.sources.derived import DerivedCache
 from bundler.sources.lock import LockedWheel, requirements_txt
 
 

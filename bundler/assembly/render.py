@@ -22,31 +22,24 @@ import jinja2
 
 from bundler.errors import BuildError
 from bundler.platforms import LINUX, TARGETS, WINDOWS
-from bundler.target.engine import STAGING
 from bundler.target.records import INSTALL_EXIT_CODES
 
 __all__ = ["INSTALL_EXIT_CODES", "EntryPoint", "ScriptContext", "render_scripts"]
 
 # INSTALL_EXIT_CODES (defined with the target's records, so the engine and the scripts share them):
-# 0, 3010 and 1618 are the codes Intune and ConfigMgr already understand (FACTS.md §5).
+# 0, 3010 and 1618 are the codes Intune and ConfigMgr already understand (docs/facts.md §5).
 
 #: A launcher warns when the cache directory's drive has less free space than this.
 CACHE_MIN_FREE_MB = 512
-
-#: The deepest path a wheel puts below the install root is about 150 characters; a longer root
-#: would cross Windows' MAX_PATH (260) for applications that are not long-path aware (FACTS.md §3).
-MAX_INSTALL_DIR_LENGTH = 100
 
 #: The bundle-relative start script of the install engine (bundler/target/engine.py) that every
 #: install and uninstall script runs, and the package folder it imports the engine from.
 ENGINE_HELPER = "payload/installer/engine.py"
 ENGINE_PACKAGE = "payload/installer/ortengine"
+#: The start script of try-in-sandbox.cmd's module (bundler/target/sandbox.py, issue 28), Windows bundles only.
+SANDBOX_HELPER = "payload/installer/sandbox.py"
 #: The signed-bundle check install.sh --trust runs before the engine (bundler/target/trust.py, issue 14).
 TRUST_CHECK = f"{ENGINE_PACKAGE}/trust.py"
-
-#: What the staging folder beside the install adds to the install folder's length: "." before the leaf,
-#: the engine's ".staging-" after it and tempfile.mkdtemp's 8 random characters.
-STAGING_EXTRA = 1 + len(STAGING) + 8
 
 PLATFORMS = tuple(TARGETS)
 # Bundle names and versions become file names, a registry key and comment text in every script.
@@ -184,6 +177,7 @@ _OUTPUTS: Mapping[str, Mapping[str, str]] = {
         "uninstall.cmd": "uninstall.cmd.j2",
         "payload/launchers/run.ps1": "run.ps1.j2",
         "payload/launchers/run.cmd": "run.cmd.j2",
+        "try-in-sandbox.cmd": "try-in-sandbox.cmd.j2",
     },
     LINUX.tag: {
         "install.sh": "install.sh.j2",
@@ -246,10 +240,9 @@ def _template_values(ctx: ScriptContext) -> dict[str, object]:
         "runtime_bundle_python": ctx.runtime_bundle_python,
         "codes": dict(INSTALL_EXIT_CODES),
         "cache_min_free_mb": CACHE_MIN_FREE_MB,
-        "max_install_dir_length": MAX_INSTALL_DIR_LENGTH,
         "engine": ENGINE_HELPER,
+        "sandbox": SANDBOX_HELPER,
         "trust_check": TRUST_CHECK,
-        "staging_extra": STAGING_EXTRA,
         "publisher": "ort-bundler",
     }
 
@@ -308,9 +301,13 @@ def _relative_path_problem(rel: str) -> str | None:
 
 def _windows_problems(ctx: ScriptContext) -> list[str]:
     problems = []
-    for label, value in (("default install dir", ctx.default_install_dir), ("[launch] cache_dir", ctx.cache_dir)):
-        if value is not None and ('"' in value or "%" in value or any(ord(c) < 0x20 or ord(c) > 0x7E for c in value)):
-            problems.append(f"{label} {value!r} must be printable ASCII without '\"' or '%' on Windows")
+    if ctx.cache_dir is not None and ('"' in ctx.cache_dir or "%" in ctx.cache_dir
+                                      or any(ord(c) < 0x20 or ord(c) > 0x7E for c in ctx.cache_dir)):
+        problems.append(f"[launch] cache_dir {ctx.cache_dir!r} must be printable ASCII without '\"' or '%' on Windows")
+    # Shown in the scripts' help text: plain folder characters only (%ProgramFiles% is expanded by the engine).
+    if not re.fullmatch(r"[A-Za-z0-9%:\\ ._()+-]+", ctx.default_install_dir):
+        problems.append(f"default install dir {ctx.default_install_dir!r} must be letters, digits, spaces and "
+                        f"% : \\ . _ ( ) + - only on Windows")
     program = ctx.entry_point if ctx.entry_point and ctx.entry_point.kind == "program" else None
     if program and not program.value.lower().endswith(".exe"):
         problems.append(f"[launch] program {program.value!r} must be a .exe file on Windows")

@@ -1,6 +1,7 @@
 """The runtime package part: `ort_bundle`, shipped into the environment's site-packages.
 
-It is what the launchers' `--tune`, `--profile` and `--support-bundle` run (`python -m ort_bundle.…`),
+It is what the launchers' `--tune`, `--profile` and `--support-bundle` run (`python -m ort_bundle.…`), the
+default entry point `ort-bundler init` writes (`ort_bundle.infer`: one inference of the first model),
 what the start-up hook calls to apply tuned and profiling session options, and the documented helper
 applications import (`ort_bundle.session_options(name)`). Its modules live in `bundler/target` with
 relative imports, so the build's tests import the very files the target runs; here they are copied
@@ -26,6 +27,7 @@ MODULES = {
     "machine.py": "machine.py",
     "synth.py": "synth.py",
     "bundle_info.py": "bundle_info.py",
+    "infer.py": "infer.py",
 }
 
 

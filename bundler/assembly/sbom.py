@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.message import Message
+from email.parser import Parser
 from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -44,11 +45,12 @@ from bundler.assembly.licenses import (
     ORT_LICENSE,
     WHEELS,
     _member_file,
+    bundled_texts,
     wheel_facts,
     wheel_license,
 )
 from bundler.assembly.runtime import LICENSE_COMPONENT, PSF_FINDING, RUNTIME_BUNDLE_DIR
-from bundler.assembly.wheelbuild import MARKER_FIELD
+from bundler.assembly.wheelbuild import MARKER_FIELD, PROVENANCE_FILE
 from bundler.errors import BuildError
 from bundler.manifest import Input, Manifest
 from bundler.readers.pe import inspect_pe
@@ -77,6 +79,7 @@ SPDX_PROPERTY = "ort-bundler:spdx"  # on a licence without an SPDX expression: w
 HASH_PROPERTY = "ort-bundler:hash"  # on a file whose hash the SBOM cannot state: why
 REBUILT_PROPERTY = "ort-bundler:rebuilt-from"
 LICENSE_FILES_PROPERTY = "ort-bundler:license-files"
+CONCLUDED_PROPERTY = "ort-bundler:concluded-from"  # on a licence concluded from its text: the files matched
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -233,9 +236,10 @@ def wheel_component(path: str, wheel: Path, sha256: str) -> Component:
     is not that file: its purl carries its own checksum instead, and its pedigree names the upstream file
     with that file's own hash and purl, as the wheel's METADATA records it (the Rebuilt-By field)."""
     name, version, _, _ = parse_wheel_filename(wheel.name)
-    metadata = wheel_facts(wheel, sha256, label=path).parsed()
-    finding = wheel_license(str(name), metadata)
-    rebuilt = _rebuilt_from(metadata)
+    facts = wheel_facts(wheel, sha256, label=path)
+    metadata = facts.parsed()
+    finding = wheel_license(str(name), metadata, bundled_texts(str(name), facts))
+    rebuilt = _rebuilt_from(facts.provenance, metadata)
     qualifiers = {"checksum": f"sha256:{sha256}"} if rebuilt else {"file_name": wheel.name}
     purl = PackageURL(type="pypi", name=str(name), version=str(version), qualifiers=qualifiers)
     properties = _path_property(path)
@@ -244,15 +248,17 @@ def wheel_component(path: str, wheel: Path, sha256: str) -> Component:
         properties.append(Property(name=REBUILT_PROPERTY, value=rebuilt[0]))
         pedigree = Pedigree(ancestors=[_upstream_component(path, str(name), str(version), *rebuilt)],
                             notes=f"Rebuilt by ort-bundler from {rebuilt[0]}: the package tree and dist-info "
-                                  f"as published, a new WHEEL and RECORD, and METADATA with one added field, "
-                                  f"{MARKER_FIELD}.")
+                                  f"as published, a new WHEEL and RECORD, and one added file, "
+                                  f"{PROVENANCE_FILE}, naming the source.")
     return Component(type=ComponentType.LIBRARY, name=str(name), version=str(version), bom_ref=path, purl=purl,
                      hashes=[_sha256(sha256)], licenses=_licenses(finding), properties=properties, pedigree=pedigree)
 
 
-def _rebuilt_from(metadata: Message) -> tuple[str, str | None] | None:
-    """(upstream file name, its sha256 if known) from the Rebuilt-By field of a wheel ort-bundler built."""
-    match = REBUILT_RE.match((metadata.get(MARKER_FIELD) or "").strip())
+def _rebuilt_from(provenance: str, metadata: Message) -> tuple[str, str | None] | None:
+    """(upstream file name, its sha256 if known) from the provenance file of a wheel ort-bundler built, or from
+    the METADATA field that wheels built before carried it in."""
+    field = Parser().parsestr(provenance, headersonly=True).get(MARKER_FIELD) if provenance else None
+    match = REBUILT_RE.match((field or metadata.get(MARKER_FIELD) or "").strip())
     return (match["name"], match["sha256"]) if match else None
 
 
@@ -412,6 +418,12 @@ def _unknown(reason: str) -> LicenseFinding:
 def _licenses(finding: LicenseFinding | None) -> list[License]:
     """An SPDX id or expression when certain; otherwise the declared text (or "unknown") marked as such."""
     finding = finding or _unknown("nothing declared")
+    if finding.expression is not None and finding.concluded_from:  # from the text, not as the package declared
+        files = Property(name=CONCLUDED_PROPERTY, value=", ".join(finding.concluded_from))
+        if finding.expression in _spdx_ids():
+            return [DisjunctiveLicense(id=finding.expression, acknowledgement=LicenseAcknowledgement.CONCLUDED,
+                                       properties=[files])]
+        return [LicenseExpression(finding.expression, acknowledgement=LicenseAcknowledgement.CONCLUDED)]
     if finding.expression is not None:
         if finding.expression in _spdx_ids():
             return [DisjunctiveLicense(id=finding.expression)]

@@ -9,7 +9,7 @@ so ours replace them.
 
 The archive is checked before anything is shipped: one top folder, `VERSION_NUMBER`, `GIT_COMMIT_ID`, the
 headers and the main library; and the facts must agree with each other and with `[ort] version` (a DLL's
-FileVersion ends with the short commit, FACTS.md §1; the library's build-info string names the commit).
+FileVersion ends with the short commit, docs/facts.md §1; the library's build-info string names the commit).
 
 Linux archives hold the `libonnxruntime.so -> .so.1 -> .so.1.23.1` symlink chain, which `SafeArchive`
 refuses. The deliberate policy here: a symlink is accepted only inside `lib/` and only when it names a
@@ -46,54 +46,7 @@ SAMPLE_DIR = "sample"
 _PLAIN_PATH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*(/[A-Za-z0-9][A-Za-z0-9._+-]*)*$")
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 # -- the symlink policy ------------------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # -- the SDK in the bundle ---------------------------------------------------------------------------------

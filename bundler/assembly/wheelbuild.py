@@ -15,6 +15,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import struct
 import tempfile
 import time
@@ -29,12 +30,12 @@ from packaging.tags import parse_tag
 from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
+from bundler.derived import Derived, DerivedCache, code_digest, content_sha256, derived_key
 from bundler.errors import BuildError
 from bundler.hashing import file_sha256
 from bundler.readers.archives import SafeArchive
 from bundler.readers.capi import PACKAGE, CapiTree, _files, _version, read_capi
 from bundler.readers.wheel_binaries import seed_wheel_binaries
-from bundler.sources.derived import Derived, DerivedCache, code_digest, content_sha256, derived_key
 
 GENERATOR = "ort-bundler"
 CHUNK = 1 << 20
@@ -44,17 +45,23 @@ ENCRYPTED = 0x1
 # Zip timestamps cannot express times before 1980 or after 2107.
 ZIP_MIN_EPOCH = 315532800
 ZIP_MAX_EPOCH = 4354819199
-# Shared libraries and extension modules get 0o755 like a linker's output (tools such as ldd and
-# auditwheel expect it); everything else 0o644. Never the build host's modes, which follow its umask.
+# A source zip's members keep the modes upstream gave them (an official wheel: 0664/0666, a few 0775):
+# the rebuilt wheel differs from upstream's only where it must. A folder source's modes follow the build
+# host's umask, so its files get fixed modes instead: shared libraries and extension modules 0o755 like a
+# linker's output (tools such as ldd and auditwheel expect it), everything else 0o644.
 BINARY_RE = re.compile(r"\.(pyd|dll|dylib|so)(\.\d+)*$", re.IGNORECASE)
 BINARY_MODE = 0o755
 FILE_MODE = 0o644
-# The one field a rebuilt wheel's METADATA gains: who rebuilt it, from which file. Not a core-metadata
-# field (none says "rebuilt"), so strict validators list it as unrecognised; pip and installer ignore it.
+# Who rebuilt the wheel, from which file: a file of its own in the .dist-info folder (which may hold other
+# files), as `Rebuilt-By: ort-bundler from <file> sha256:<hex>`. Not in METADATA: no core-metadata field
+# says "rebuilt", and packaging's strict reader refuses unknown fields (issue 26). Bundles built before
+# carried the field in METADATA; readers accept both (bundler/assembly/sbom.py).
 MARKER_FIELD = "Rebuilt-By"
+PROVENANCE_FILE = "ort-bundler-rebuilt-by.txt"
 # Dist-info files the wheel's writer (RECORD, WHEEL) or an installer (INSTALLER, REQUESTED,
 # direct_url.json) makes: never copied from a source, which may be an installed tree.
-NOT_COPIED = frozenset({"RECORD", "RECORD.jws", "RECORD.p7s", "WHEEL", "INSTALLER", "REQUESTED", "direct_url.json"})
+NOT_COPIED = frozenset({"RECORD", "RECORD.jws", "RECORD.p7s", "WHEEL", "INSTALLER", "REQUESTED", "direct_url.json",
+                        PROVENANCE_FILE})
 ORT_LICENSE_EXPRESSION = "MIT"  # ONNX Runtime's LICENSE, every release
 # Requires-Python of the official onnxruntime wheels by release, from the package index's data (looked up
 # 2026-12-01): 1.21.0 to 1.24.3 say >=3.10, 1.24.4 to 1.32.0 >=3.11; earlier releases state none there.
@@ -74,28 +81,32 @@ def build_wheel(tree: CapiTree, *, expected_version: str, requires: Sequence[str
 
     Independent of umask, time zone, file mtimes and directory listing order; the tree is only read.
     A source dist-info (an official wheel, an installed tree) is kept, every field and file of it, except
-    what the wheel's writer or an installer makes (RECORD, WHEEL, INSTALLER, ...); its METADATA gains one
-    field, `Rebuilt-By`, naming ort-bundler and `source_label`. Without a dist-info the METADATA is written
-    new (2.4, with Requires-Python and License-Expression).
+    what the wheel's writer or an installer makes (RECORD, WHEEL, INSTALLER, ...), with METADATA as upstream
+    wrote it (Requires-Dist replaced only when the manifest lists dependencies); one file is added,
+    `PROVENANCE_FILE`, naming ort-bundler and `source_label`. Without a dist-info the METADATA is written
+    new (2.4, with Requires-Python and License-Expression). Files from a source zip keep its modes.
     """
     version = _checked_version(tree, expected_version)
     name = f"{tree.package}-{version}-{tree.tag}.whl"
     dist_info = f"{tree.package}-{version}.dist-info"
-    metadata = _metadata(tree, version, requires=requires, target_python=target_python,
-                         marker=_marker(source_label))
+    metadata = _metadata(tree, version, requires=requires, target_python=target_python)
     date_time = _zip_date_time(source_date_epoch)
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".wheelbuild-", dir=out_dir))
     try:
         with _FixedTimeWheelFile(staging / name, "w", date_time=date_time) as wheel, _RawSource(tree) as raw:
             for arcname, path in _package_files(tree):
-                wheel.add_file(arcname, path, mode=_mode(arcname), raw=raw.member(arcname, path), source=raw)
-            generated = {"METADATA": metadata, "WHEEL": _wheel_text(tree.tag)}
+                wheel.add_file(arcname, path, mode=raw.mode(arcname) or _mode(arcname), raw=raw.member(arcname, path),
+                               source=raw)
+            generated = {"METADATA": metadata, "WHEEL": _wheel_text(tree.tag),
+                         PROVENANCE_FILE: f"{MARKER_FIELD}: {_marker(source_label)}\n"}
             for arcname, path in _dist_info_files(tree.dist_info, dist_info):
-                wheel.add_file(arcname, path, mode=FILE_MODE,
-                               raw=raw.member(path.relative_to(tree.root).as_posix(), path), source=raw)
+                in_tree = path.relative_to(tree.root).as_posix()
+                wheel.add_file(arcname, path, mode=raw.mode(in_tree) or FILE_MODE, raw=raw.member(in_tree, path),
+                               source=raw)
             for member, text in sorted(generated.items()):
-                wheel.write_member(f"{dist_info}/{member}", text)
+                kept = raw.mode(f"{tree.dist_info.relative_to(tree.root).as_posix()}/{member}") if tree.dist_info else None
+                wheel.write_member(f"{dist_info}/{member}", text, mode=kept or FILE_MODE)
         target = out_dir / name
         os.replace(staging / name, target)
     finally:
@@ -255,6 +266,13 @@ class _RawSource:
         if self._safe is not None:
             self._safe.close()
 
+    def mode(self, name: str) -> int | None:
+        """The permission bits the source zip gives the tree's file `name`, when it records those of a plain
+        file (an official wheel does, made on Linux or Windows alike); None for a folder source."""
+        info = self._zip.NameToInfo.get(self._prefix + name) if self._zip is not None else None
+        unix = info.external_attr >> 16 if info is not None else 0
+        return stat.S_IMODE(unix) or None if stat.S_ISREG(unix) else None
+
     def member(self, name: str, path: Path | None) -> _RawMember | None:
         """The entry of the tree's file `name`, when it can be copied as it is (stored or deflated, not
         encrypted, and the size of `path` when it was extracted)."""
@@ -282,30 +300,29 @@ def _record_digest(stream: BinaryIO | IO[bytes]) -> str:
 
 
 def _checked_version(tree: CapiTree, expected_version: str) -> str:
-    found = _version(tree.version, where=f"{tree.root / PACKAGE}")
+    found = _version(tree.version, where=f"{tree.label}: the {PACKAGE} package's version")
     expected = _version(expected_version, where="[ort] version")
     if found != expected:
-        msg = (f"{tree.root / PACKAGE}: found ONNX Runtime version {tree.version}, expected {expected_version} "
+        msg = (f"{tree.label}: found ONNX Runtime version {tree.version}, expected {expected_version} "
                f"as pinned by [ort] version")
         raise BuildError(msg)
     return str(found)
 
 
-def _metadata(tree: CapiTree, version: str, *, requires: Sequence[str] | None, target_python: str | None,
-              marker: str) -> str:
-    """The source's METADATA with the marker added (and the manifest's dependencies, when it gives them), or
-    a new one for a tree without dist-info."""
+def _metadata(tree: CapiTree, version: str, *, requires: Sequence[str] | None, target_python: str | None) -> str:
+    """The source's METADATA (with the manifest's dependencies, when it gives them), or a new one for a tree
+    without dist-info."""
     if tree.dist_info is not None:
         text = (tree.dist_info / "METADATA").read_bytes().decode("utf-8")  # as written: no newline translation
-        return _rebuilt_metadata(text, marker=marker, requires=_dependencies(tree, requires) if requires is not None else None)
-    return _new_metadata(tree, version, _dependencies(tree, requires), marker=marker,
+        return _rebuilt_metadata(text, requires=_dependencies(tree, requires) if requires is not None else None)
+    return _new_metadata(tree, version, _dependencies(tree, requires),
                          requires_python=requires_python(version, target_python=target_python, tag=tree.tag))
 
 
 def _dependencies(tree: CapiTree, requires: Sequence[str] | None) -> tuple[str, ...]:
     dependencies = tuple(requires if requires is not None else tree.requires)
     if not dependencies:
-        msg = (f"{tree.root / PACKAGE}: found no Requires-Dist in the source (it has no dist-info METADATA), "
+        msg = (f"{tree.label}: found no Requires-Dist in the source (it has no dist-info METADATA), "
                f"expected the dependencies of ONNX Runtime {tree.version}; list them under [ort] dependencies "
                f"in the manifest (for 1.23.1: coloredlogs, flatbuffers, numpy>=1.21.6, packaging, protobuf, sympy)")
         raise BuildError(msg)
@@ -313,7 +330,7 @@ def _dependencies(tree: CapiTree, requires: Sequence[str] | None) -> tuple[str, 
         try:
             Requirement(dependency)
         except InvalidRequirement as exc:
-            msg = f"{tree.root / PACKAGE}: found the dependency '{dependency}' ({exc}), expected a PEP 508 requirement"
+            msg = f"{tree.label}: found the dependency '{dependency}' ({exc}), expected a PEP 508 requirement"
             raise BuildError(msg) from None
     return dependencies
 
@@ -323,10 +340,10 @@ def _marker(source_label: str | None) -> str:
     return f"ort-bundler from {source_label or 'a capi package tree'}"
 
 
-def _rebuilt_metadata(text: str, *, marker: str, requires: Sequence[str] | None) -> str:
+def _rebuilt_metadata(text: str, *, requires: Sequence[str] | None) -> str:
     """Every header field and the description body kept as written, line endings included (the Windows
-    wheels' METADATA has CRLF); Requires-Dist replaced only when the manifest lists the dependencies; one
-    marker field appended (an older marker is dropped)."""
+    wheels' METADATA has CRLF); Requires-Dist replaced only when the manifest lists the dependencies; the
+    marker field an older ort-bundler added is dropped (the provenance now has its own file)."""
     newline = "\r\n" if "\r\n" in text else "\n"
     head, separator, body = text.partition(newline * 2)
     fields = [f for f in _header_fields(head, newline) if _field_name(f) != MARKER_FIELD.lower()]
@@ -336,7 +353,6 @@ def _rebuilt_metadata(text: str, *, marker: str, requires: Sequence[str] | None)
         kept_before = sum(1 for name in names[:at] if name != "requires-dist")
         fields = [f for f in fields if _field_name(f) != "requires-dist"]
         fields[kept_before:kept_before] = [[f"Requires-Dist: {r}"] for r in requires]
-    fields.append([f"{MARKER_FIELD}: {marker}"])
     lines = newline.join(line for field in fields for line in field) + newline
     return lines + newline + body if separator else lines
 
@@ -371,8 +387,7 @@ def requires_python(version: str, *, target_python: str | None, tag: str) -> str
     return f">=3.{interpreter[3:]}"
 
 
-def _new_metadata(tree: CapiTree, version: str, dependencies: Sequence[str], *, marker: str,
-                  requires_python: str) -> str:
+def _new_metadata(tree: CapiTree, version: str, dependencies: Sequence[str], *, requires_python: str) -> str:
     lines = [
         "Metadata-Version: 2.4",
         f"Name: {tree.package}",
@@ -381,7 +396,6 @@ def _new_metadata(tree: CapiTree, version: str, dependencies: Sequence[str], *, 
         f"License-Expression: {ORT_LICENSE_EXPRESSION}",
         f"Requires-Python: {requires_python}",
         *(f"Requires-Dist: {dependency}" for dependency in dependencies),
-        f"{MARKER_FIELD}: {marker}",
     ]
     return "\n".join(lines) + "\n"
 

@@ -2,7 +2,7 @@
 
 Every PE file the bundle ships, loose or inside a wheel, is inspected once. Its imports must be provided
 by the payload, Windows, the VC++ runtime, the target Python or the GPU component; the newest MSVC linker
-among them sets the minimum VC++ runtime (FACTS.md §2), which the manifest may raise but never lower, and
+among them sets the minimum VC++ runtime (docs/facts.md §2), which the manifest may raise but never lower, and
 which the bundled `VC_redist.x64.exe` must meet.
 """
 
@@ -141,8 +141,8 @@ def _raise_minimum(computed: str | None, manifest: Manifest) -> str | None:
     if computed and not version_at_least(wanted, computed):
         msg = (f"{manifest.path.name}: vc_redist.min_version: found {wanted}, expected at least {computed}: the "
                f"payload's binaries were linked by MSVC {'.'.join(computed.split('.')[:2])}, and an older "
-               "msvcp140.dll crashes them (FACTS.md §2: the STL's constexpr mutex), so the minimum can be raised, "
-               "never lowered")
+               "msvcp140.dll crashes them (the STL's constexpr mutex, microsoft/STL#4730), so the minimum can be "
+               "raised, never lowered")
         raise ManifestError(msg)
     return wanted
 

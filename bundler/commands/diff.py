@@ -124,23 +124,33 @@ class _Differ:
         self.tokens += [str(b.record.get(key)) for key in changed for b in (self.old, self.new)]
         return [Change(kind="bundle", change="changed", subject=key, old=self.old.record.get(key),
                        new=self.new.record.get(key),
-                       text=f"{key} {self.old.record.get(key)} -> {self.new.record.get(key)}")
+                       text=f"{key} {_shown(self.old.record.get(key))} -> {_shown(self.new.record.get(key))}")
                 for key in changed]
 
     def ort(self) -> list[Change]:
         old, new = self.old.record.get("ort") or {}, self.new.record.get("ort") or {}
         changes = [Change(kind="ort", change="changed", subject=key, old=old.get(key), new=new.get(key),
-                          text=f"ONNX Runtime {key} {old.get(key)} -> {new.get(key)}")
+                          text=f"ONNX Runtime {key} {_shown(old.get(key))} -> {_shown(new.get(key))}")
                    for key in ("version", "route") if old.get(key) != new.get(key)]
         if old.get("sha256") != new.get("sha256") and not changes and old and new:
-            changes.append(Change(kind="ort", change="rebuilt", subject="wheel", old=old.get("sha256"),
-                                  new=new.get("sha256"), text=f"the ORT wheel {new.get('wheel')} has other bytes "
-                                  f"(sha256 {str(old.get('sha256'))[:12]}… -> {str(new.get('sha256'))[:12]}…)"))
+            changes.append(self._ort_wheel(old, new))
         if old != new:
             self.tokens += [str(v) for v in (old.get("version"), new.get("version")) if v]
             self.components.add("onnxruntime")
             self.explained |= {f"payload/wheels/{w}" for w in (old.get("wheel"), new.get("wheel")) if w}
         return changes
+
+    def _ort_wheel(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> Change:
+        """The same ORT version by the same route in another wheel: another file (another platform or Python,
+        named both ways), or the same file name with other bytes (rebuilt from another source)."""
+        digests = f"sha256 {str(old.get('sha256'))[:12]}… -> {str(new.get('sha256'))[:12]}…"
+        if old.get("wheel") == new.get("wheel"):
+            return Change(kind="ort", change="rebuilt", subject="wheel", old=old.get("sha256"), new=new.get("sha256"),
+                          text=f"the ORT wheel {new.get('wheel')} has other bytes ({digests})")
+        platforms = [b.record.get("platform") for b in (self.old, self.new)]
+        why = f" for {platforms[1]} instead of {platforms[0]}" if platforms[0] != platforms[1] else ""
+        return Change(kind="ort", change="changed", subject="wheel", old=old.get("wheel"), new=new.get("wheel"),
+                      text=f"the ORT wheel {old.get('wheel')} -> {new.get('wheel')}{why} ({digests})")
 
     def wheels(self) -> list[Change]:
         ort_wheels = {(self.old.record.get("ort") or {}).get("wheel"), (self.new.record.get("ort") or {}).get("wheel")}
@@ -161,8 +171,13 @@ class _Differ:
         old, new = self.old.record.get("vc_runtime_min"), self.new.record.get("vc_runtime_min")
         if old == new:
             return []
-        return [Change(kind="vc_runtime", change="changed", subject="minimum", old=old, new=new,
-                       text=f"the minimum Visual C++ runtime {old} -> {new}")]
+        if old is None:  # a Linux bundle records none: it needs none
+            text = f"the bundle now needs the Visual C++ runtime {new} or later"
+        elif new is None:
+            text = f"the bundle no longer needs a Visual C++ runtime (it needed {old} or later)"
+        else:
+            text = f"the minimum Visual C++ runtime {old} -> {new}"
+        return [Change(kind="vc_runtime", change=_verb(old, new), subject="minimum", old=old, new=new, text=text)]
 
     def gpu(self) -> list[Change]:
         old, new = self.old.record.get("gpu") or {}, self.new.record.get("gpu") or {}
@@ -220,7 +235,7 @@ class _Differ:
             if explained:
                 self.explained |= {f for entry in (old.get(name), new.get(name)) if entry for f in entry.get("files", [])}
             elif old.get(name) != new.get(name):
-                before, after = (e.get("license") if e else None for e in (old.get(name), new.get(name)))
+                before, after = (_licence(e) for e in (old.get(name), new.get(name)))
                 changes.append(Change(kind="licence", change=_verb(old.get(name), new.get(name)), subject=name,
                                       old=old.get(name), new=new.get(name),
                                       text=f"{name}: licence {before} -> {after}"))
@@ -329,8 +344,8 @@ class _Differ:
         facts = [_pe_facts(path) for path in (old, new)]
         text = f"{name}: bytes changed"
         if facts[0] or facts[1]:
-            text += f"; FileVersion {facts[0].get('file_version')} -> {facts[1].get('file_version')}, linker " \
-                    f"{facts[0].get('linker')} -> {facts[1].get('linker')}"
+            text += f"; FileVersion {_shown(facts[0].get('file_version'))} -> {_shown(facts[1].get('file_version'))}, " \
+                    f"linker {_shown(facts[0].get('linker'))} -> {_shown(facts[1].get('linker'))}"
         return Change(kind="binary", change="changed", subject=name, old=facts[0] or None, new=facts[1] or None,
                       text=text)
 
@@ -408,10 +423,23 @@ def _sbom_components(bundle: BundleZip) -> dict[str, dict[str, Any]]:
             for c in components if isinstance(c, dict) and "components" not in c}
 
 
+def _licence(entry: Mapping[str, Any] | None) -> str:
+    if entry is None:
+        return "none (not in the bundle)"
+    return str(entry.get("license") or f"unknown ({entry.get('declared') or 'nothing'} declared)")
+
+
+def _shown(value: Any) -> str:
+    """A recorded value as a reader says it: a value a bundle does not record is "none", never Python's None."""
+    return "none" if value is None else str(value)
+
+
 def _verb(old: Any, new: Any) -> str:
     return "added" if old is None else "removed" if new is None else "changed"
 
 
 def _short(value: Any) -> str:
+    if value is None:
+        return "none"
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
     return text if len(text) <= 80 else text[:77] + "..."

@@ -2,14 +2,33 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bundler.manifest import Manifest
 from bundler.runner import Runner, run
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import FetchOptions, fetch_inputs
-from bundler.sources.inputs import all_inputs, target_of
+from bundler.sources.inputs import all_inputs, require_local_files, target_of
+
+if TYPE_CHECKING:
+    from bundler.sources.oci_inputs import RegistryMirror
 
 
 def fetch_manifest(manifest: Manifest, *, cache: Cache, options: FetchOptions, runner: Runner = run) -> dict[str, Path]:
-    return fetch_inputs(all_inputs(manifest), cache=cache, target=target_of(manifest), options=options, runner=runner)
+    """Every input into the cache; a local file the manifest names must exist even when its hash is cached,
+    unless a mirror (a folder or a registry) is where the inputs come from: the manifest's own files may then
+    be absent on this machine by design (the air-gapped side)."""
+    inputs = all_inputs(manifest)
+    if options.mirror is None and options.registry is None:
+        require_local_files(inputs, manifest.path.parent)
+    return fetch_inputs(inputs, cache=cache, target=target_of(manifest), options=options, runner=runner)
+
+
+def registry_mirror(args: argparse.Namespace, text: str, manifest: Manifest) -> RegistryMirror:
+    """`--mirror oci://HOST/REPO`: the registry, and the file names its inputs tag for this manifest gives."""
+    from bundler.commands.registry_args import open_registry
+    from bundler.sources.oci_inputs import open_mirror
+
+    return open_mirror(open_registry(args, text, what="--mirror", tag=False), manifest)

@@ -23,9 +23,9 @@ from bundler.atomic import write_atomic
 from bundler.errors import InputUnavailableError, ManifestError, UsageError
 from bundler.hashing import file_sha256
 from bundler.manifest import parse
+from bundler.names import location_problem, reserved_on_windows
 from bundler.platforms import LINUX, WINDOWS
-from bundler.readers.externaldata import external_refs, location_problem, reference_problems
-from bundler.readers.names import reserved_on_windows
+from bundler.readers.externaldata import external_refs, reference_problems
 
 ORT_WHEEL = re.compile(r"^onnxruntime(_gpu)?-(\d+\.\d+\.\d+)-.*\.whl$", re.IGNORECASE)
 ORT_ARCHIVE = re.compile(r"^onnxruntime-(win|linux)-x64(-gpu)?-(\d+\.\d+\.\d+)\.(zip|tgz)$", re.IGNORECASE)
@@ -65,11 +65,15 @@ class _Pins:
     implied: dict[str, str] = field(default_factory=dict)  # file name -> the platform it implies
 
 
-def _pin(path: Path, base: Path) -> dict[str, str]:
+def _pin(path: Path, base: Path) -> dict[str, Any]:
+    """Path (relative to the manifest) and sha256; a file outside the manifest's folder is named on purpose
+    by --from, so the pin says it may be read from there (`allow_outside`, which fetch and lock require)."""
     if not path.is_file():
         msg = f"--from {path}: file not found"
         raise InputUnavailableError(msg)
-    return {"path": os.path.relpath(path.resolve(), base.resolve()).replace(os.sep, "/"), "sha256": file_sha256(path)}
+    relative = os.path.relpath(path.resolve(), base.resolve()).replace(os.sep, "/")
+    outside = {"allow_outside": True} if relative.split("/")[0] == ".." else {}
+    return {"path": relative, "sha256": file_sha256(path), **outside}
 
 
 def _classify(files: Sequence[Path], base: Path) -> _Pins:
@@ -104,7 +108,7 @@ def _classify(files: Sequence[Path], base: Path) -> _Pins:
     return pins
 
 
-def _data_pins(model: Path, base: Path) -> list[dict[str, str]]:
+def _data_pins(model: Path, base: Path) -> list[dict[str, Any]]:
     """The model's external data files, found where its tensors say (below its folder) and pinned; a location
     that leaves the folder, a link or a missing file is refused now rather than by the build."""
     import onnx

@@ -12,13 +12,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from bundler.assembly.models import pin_models
+from bundler.assembly.ortenv import host_installable
 from bundler.assembly.python_env import lock_requirements, ort_wheel
 from bundler.errors import ManifestError, UsageError
 from bundler.manifest import Manifest
 from bundler.runner import Runner, run
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import FetchOptions, fetch_inputs
-from bundler.sources.inputs import target_of
+from bundler.sources.inputs import lock_inputs, require_local_files, target_of
 from bundler.sources.lock import Lock, PinnedModel, read_lock, write_lock
 from bundler.sources.resolve import resolve, resolve_installer
 
@@ -36,6 +37,7 @@ def lock_manifest(manifest: Manifest, *, cache: Cache, options: FetchOptions, ru
         raise UsageError(msg)
     target = target_of(manifest)
     inputs = ([source] if source is not None else []) + [i for model in manifest.models for i in model.inputs()]
+    require_local_files(inputs, manifest.path.parent)
     files = fetch_inputs(inputs, cache=cache, target=target, options=options, runner=runner)
     with cache.scratch(prefix="lock-") as tmp:
         lock = Lock(target=target, requirements=(), wheels=())
@@ -44,7 +46,11 @@ def lock_manifest(manifest: Manifest, *, cache: Cache, options: FetchOptions, ru
             lock = resolve(lock_requirements(manifest, requires), target=target, runner=runner, work_dir=Path(tmp))
         lock = replace(lock, installer=resolve_installer(target=target, runner=runner, work_dir=Path(tmp)))
     path = default_lock_path(manifest)
-    lock = replace(lock, models=pin_models(manifest, files, cache, previous=_previous_pins(path)))
+    numpy = [i for i in lock_inputs(lock)  # for the gate's environment, when this host can install it
+             if i.key == "lock:numpy" and manifest.models and host_installable(i.filename or "")]
+    wheels = fetch_inputs(numpy, cache=cache, target=target, options=options, runner=runner) if numpy else {}
+    lock = replace(lock, models=pin_models(manifest, files, cache, previous=_previous_pins(path),
+                                           wheels=tuple(wheels.values())))
     write_lock(lock, path)
     return lock, path
 

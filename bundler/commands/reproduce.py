@@ -33,6 +33,8 @@ from bundler.errors import (
 )
 from bundler.hashing import CHUNK, file_sha256
 from bundler.manifest import Input, Manifest, load
+from bundler.manifest.records import NAME_RE
+from bundler.names import file_name_problem
 from bundler.readers.bundlezip import SIGNATURE_BLOCK, BundleZip, is_signature, open_bundle, script_text
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import FetchOptions, fetch_inputs
@@ -127,7 +129,7 @@ def write_sources(bundle: BundleZip, folder: Path) -> tuple[Manifest, Lock | Non
         msg = f"{bundle.path.name}: bundle.json records no manifest; expected a bundle made by `ort-bundler build`"
         raise VerificationError(msg)
     folder.mkdir(parents=True)
-    manifest_path = folder / f"{bundle.record.get('name', 'bundle')}.toml"
+    manifest_path = folder / f"{_bundle_name(bundle)}.toml"
     manifest_path.write_text(tomli_w.dumps(raw), encoding="utf-8")
     lock_name = raw.get("python", {}).get("lock") if isinstance(raw.get("python"), dict) else None
     lock = None
@@ -141,15 +143,30 @@ def write_sources(bundle: BundleZip, folder: Path) -> tuple[Manifest, Lock | Non
     return manifest, lock
 
 
+def _bundle_name(bundle: BundleZip) -> str:
+    """bundle.json's `name`, checked as the manifest parser checks `[bundle] name` before it names a file:
+    a hostile bundle's name (`/home/u/.cargo/config`, `../../x`) must not choose where reproduce writes."""
+    name = bundle.record.get("name")
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        msg = (f"{bundle.path.name}: bundle.json's name is {str(name)[:80]!r}, expected letters, digits, '.', '_' "
+               "or '-' as `ort-bundler build` writes it (the bundle was altered)")
+        raise VerificationError(msg)
+    return name
+
+
 def _write_lock(bundle: BundleZip, folder: Path, lock_name: str) -> Lock:
+    relative = PurePosixPath(lock_name)
+    if relative.is_absolute() or ".." in relative.parts or "\\" in lock_name:
+        msg = (f"{bundle.path.name}: the recorded manifest's python.lock is {lock_name[:80]!r}, outside the manifest's "
+               "folder; reproduce can only write a lock beside the manifest")
+        raise UnsupportedError(msg)
+    if problem := next((file_name_problem(part) for part in relative.parts if file_name_problem(part)), None):
+        msg = (f"{bundle.path.name}: the recorded manifest's python.lock is {lock_name[:80]!r}, which has {problem}; "
+               "expected the file name `ort-bundler lock` writes (the bundle was altered)")
+        raise VerificationError(msg)
     if LOCK_FILE not in bundle.infos:
         msg = (f"{bundle.path.name}: the bundle carries no {LOCK_FILE} (built by ort-bundler {bundle.built_with}, "
                "which did not record its lock); reproduce needs the lock the bundle was built from")
-        raise UnsupportedError(msg)
-    relative = PurePosixPath(lock_name)
-    if relative.is_absolute() or ".." in relative.parts:
-        msg = (f"{bundle.path.name}: the recorded manifest's python.lock is {lock_name!r}, outside the manifest's "
-               "folder; reproduce can only write a lock beside the manifest")
         raise UnsupportedError(msg)
     target = folder / relative
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -215,8 +232,6 @@ def _keep(zip_path: Path, folder: Path) -> Path:
     shutil.copyfile(zip_path, partial)
     partial.replace(final)
     return final
-
-
 
 
 # -- comparing the two zips ---------------------------------------------------------------------------------

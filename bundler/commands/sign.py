@@ -31,6 +31,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bundle", type=Path, help="the unsigned bundle zip (as `build` wrote it)")
     parser.add_argument("-o", "--output", type=Path, required=True,
                         help="output folder, or the signed zip (<top>.zip or <top>-signed.zip)")
+    add_signing_options(parser)
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def add_signing_options(parser: argparse.ArgumentParser) -> None:
+    """The ways to sign, shared by `sign` and `package --msi`."""
     parser.add_argument("--cert", type=Path, help="PEM code-signing certificate (may be followed by its chain)")
     parser.add_argument("--key", type=Path, help="unencrypted PEM private key of --cert")
     parser.add_argument("--pkcs12", type=Path, help="PKCS#12 (.p12/.pfx) file with the key and certificate")
@@ -42,7 +48,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "on every run)")
     parser.add_argument("--signer", metavar="COMMAND",
                         help="external signing command, run as COMMAND INPUT OUTPUT for each file")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def sign_command(args: argparse.Namespace, *, cache: Cache) -> int:
@@ -50,7 +55,10 @@ def sign_command(args: argparse.Namespace, *, cache: Cache) -> int:
 
     from bundler.signing.bundle import sign_bundle
 
-    options = _options(args)
+    options = signing_options(args)
+    if options is None:
+        msg = "give exactly one of --cert/--key, --pkcs12 or --signer (found none)"
+        raise UsageError(msg)
     dest = output_path(args.bundle, args.output)
     result = sign_bundle(args.bundle, dest, options=options, cache=cache)
     if args.json:
@@ -58,17 +66,25 @@ def sign_command(args: argparse.Namespace, *, cache: Cache) -> int:
                           "signer": result.signer, "signed": list(result.signed)}, indent=2))
     elif not args.quiet:
         print(f"wrote {result.zip_path} ({result.size:,} bytes), signed by {result.signer}: "
-              f"{len(result.signed)} signatures\nsha256 {result.sha256}")
+              f"{_count(len(result.signed), 'signature')}\nsha256 {result.sha256}")
     return 0
 
 
-def _options(args: argparse.Namespace) -> SignOptions:
+def _count(number: int, noun: str) -> str:
+    """`1 signature`, `3 signatures`."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def signing_options(args: argparse.Namespace) -> SignOptions | None:
+    """The one way to sign the arguments give, None when they give none."""
     from bundler.signing.bundle import SignOptions
     from bundler.signing.credentials import environment, load_pem_identity, load_pkcs12_identity, pkcs12_password
     from bundler.signing.external import parse_command
 
     ways = [name for name, given in (("--cert/--key", args.cert or args.key), ("--pkcs12", args.pkcs12),
                                      ("--signer", args.signer)) if given]
+    if not ways and not args.timestamp_url and not args.chain:
+        return None
     if len(ways) != 1:
         msg = f"give exactly one of --cert/--key, --pkcs12 or --signer (found {', '.join(ways) or 'none'})"
         raise UsageError(msg)

@@ -3,6 +3,7 @@ resolved against the manifest's folder, nothing fetched."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
@@ -13,7 +14,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from bundler.manifest.problems import Problems
 from bundler.manifest.records import Input, InputKind
-from bundler.readers.names import file_name_problem
+from bundler.names import file_name_problem
 
 # Paths and URLs longer than this are refused up front: file systems cap a path at 4096 bytes (PATH_MAX)
 # and Windows much lower, and an unreadable path otherwise surfaces as an OS error mid-build.
@@ -21,7 +22,7 @@ MAX_LOCATION_LENGTH = 2048
 
 
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-INPUT_KEYS = {"url", "path", "requirement", "sha256", "size"}
+INPUT_KEYS = {"url", "path", "requirement", "sha256", "size", "allow_outside"}
 
 
 def parse_input(table: Any, where: str, base: Path, problems: Problems, *, required: bool = True,
@@ -51,9 +52,14 @@ def parse_input(table: Any, where: str, base: Path, problems: Problems, *, requi
     if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size <= 0):
         problems.found(f"{where}.size", size, "the file's size in bytes, a positive integer")
         return None
+    allow_outside = table.get("allow_outside", False)
+    if not isinstance(allow_outside, bool):
+        problems.found(f"{where}.allow_outside", allow_outside, "true or false")
+        return None
     if hashes is None or location is None:
         return None
-    return Input(key=where, kind=kind, location=location, sha256=hashes, filename=filename, size=size)
+    return Input(key=where, kind=kind, location=location, sha256=hashes, filename=filename, size=size,
+                 allow_outside=allow_outside)
 
 
 def _hashes(value: Any, where: str, problems: Problems, *, many: bool) -> tuple[str, ...] | None:
@@ -123,8 +129,32 @@ def _path_location(value: str, where: str, base: Path, problems: Problems) -> tu
     if too_long := next((part for part in re.split(r"[/\\]", value) if len(part.encode("utf-8")) > 255), None):
         problems.found(where, value, f"path components of at most 255 bytes (found one of {len(too_long)} characters)")
         return None, None
+    if (link := link_below(base, value)) is not None:
+        problems.found(where, value, f"the file itself, not a path through a symbolic link ({link} is one, and a link "
+                                     "can point anywhere: name the file it points to)")
+        return None, None
     path = (base / value).resolve()
     return str(path), path.name
+
+
+def link_below(base: Path, value: str) -> str | None:
+    """The first symbolic link (folder or file) on the way from the manifest's folder to `value`, as the user
+    wrote it; None when every step is a real folder or file, or the path is not below the manifest's folder.
+
+    A linked file was refused while a linked folder (`models/` → elsewhere) let the same file in (issue 27):
+    one rule for both. Only the steps below the manifest's folder are the manifest's to vouch for.
+    """
+    target = Path(os.path.normpath(base / value))
+    try:
+        steps = target.relative_to(base).parts
+    except ValueError:
+        return None
+    current = base
+    for step in steps:
+        current = current / step
+        if current.is_symlink():
+            return current.relative_to(base).as_posix()
+    return None
 
 
 def _requirement_location(value: str, where: str, base: Path, problems: Problems) -> tuple[str | None, str | None]:

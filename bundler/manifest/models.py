@@ -15,7 +15,7 @@ from typing import Any
 from bundler.manifest.inputs import INPUT_KEYS, parse_input
 from bundler.manifest.problems import Problems, string_at
 from bundler.manifest.records import NAME_RE, Model, ModelData
-from bundler.readers.externaldata import location_problem
+from bundler.names import location_problem
 
 # What a model's self-check may synthesise: the sum over its inputs of the product of the [[models]] shapes
 # dimensions. synth.py holds an int64 index array of that many elements (128 MiB at this cap).

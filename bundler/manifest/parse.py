@@ -37,8 +37,11 @@ from bundler.manifest.records import (
     Python,
     VcRedist,
 )
+from bundler.names import reserved_on_windows
 from bundler.platforms import TARGETS
-from bundler.readers.names import reserved_on_windows
+
+#: The publisher Add/Remove Programs and the MSI show: no control characters or line breaks.
+PUBLISHER_RE = re.compile(r"[^\x00-\x1f\x7f]{1,128}")
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Environment variables the launchers (templates/run.*.j2) and the runtime beneath them own: a manifest that
@@ -58,7 +61,7 @@ RESERVED_ENV_PREFIXES = ("ORT_BUNDLE_", "DYLD_", "LD_")
 
 SECTIONS = {"bundle", "ort", "python", "vc_redist", "gpu", "models", "launch"}
 KEYS = {
-    "bundle": {"name", "version", "platform", "python", "source_date_epoch"},
+    "bundle": {"name", "version", "platform", "python", "source_date_epoch", "publisher"},
     "ort": {"version", "archive", "wheel", "capi", "dependencies", "allow_unsigned"},
     "python": {"lock", "requirements", "runtime"},
     "vc_redist": INPUT_KEYS | {"min_version", "allow_unsigned"},
@@ -160,9 +163,12 @@ def _bundle(table: Mapping[str, Any] | None, problems: Problems) -> Bundle | Non
     if not isinstance(epoch, int) or isinstance(epoch, bool) or not ZIP_EPOCH <= epoch <= 4102444800:
         problems.found("bundle.source_date_epoch", epoch, "whole seconds since 1970 between 1980 and 2100")
         epoch = None
+    publisher = string_at(table, "publisher", "bundle", problems, pattern=PUBLISHER_RE, required=False,
+                          expected="1 to 128 characters without control characters, as Add/Remove Programs shows them")
     if name is None or version is None or platform is None or python is None or epoch is None:
         return None
-    return Bundle(name=name, version=version, platform=platform, python=python, source_date_epoch=epoch)
+    return Bundle(name=name, version=version, platform=platform, python=python, source_date_epoch=epoch,
+                  publisher=publisher)
 
 
 def _ort(table: Mapping[str, Any] | None, base: Path, problems: Problems) -> Ort | None:

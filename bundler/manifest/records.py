@@ -42,6 +42,8 @@ class Input:
     sha256: tuple[str, ...]  # one for url/path; one or more (one per candidate wheel) for requirement
     filename: str | None  # the file name, when the source names it (a requirement's wheel name is found by pip)
     size: int | None = None  # bytes, when the manifest declares them: then the bound of a download
+    # A `path` (or file: URL) outside the manifest's folder is read only with `allow_outside = true` (issue 27).
+    allow_outside: bool = False
 
     @property
     def display(self) -> str:
@@ -55,6 +57,7 @@ class Bundle:
     platform: str
     python: str
     source_date_epoch: int
+    publisher: str | None = None  # Add/Remove Programs' and the MSI's publisher; "ort-bundler" when unset
 
     @property
     def python_tag(self) -> str:

@@ -20,24 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from bundler.derived import known_sha256
 from bundler.errors import (
     BuildError,
     InputUnavailableError,
     UnsafeArchiveError,
 )
 from bundler.hashing import CHUNK
-from bundler.readers.archive_formats import (
-    DEFAULT_LIMITS,
-    Limits,
-    RawEntry,
-    Reader,
-    check_tar_budget,
-    is_archive,
-    open_reader,
-    translated_errors,
-    unsafe,
-)
-from bundler.sources.derived import known_sha256
+from bundler.readers.archive_formats import is_archive, open_reader
+from bundler.readers.archive_reader import DEFAULT_LIMITS, Limits, RawEntry, Reader, translated_errors, unsafe
+from bundler.readers.tar_reader import check_tar_budget
 
 # The archive API the rest of the build uses: `SafeArchive` and what describes its limits and inputs.
 __all__ = ["DEFAULT_LIMITS", "Entry", "Limits", "SafeArchive", "check_tar_budget", "is_archive"]
@@ -59,7 +51,6 @@ EXTRACT_THREADS = min(4, os.cpu_count() or 1)
 _READ_LIMIT = 256 * 1024 * 1024
 
 
-
 _RESERVED_STEMS = frozenset(
     ["CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"] + [f"{port}{n}" for port in ("COM", "LPT") for n in "0123456789¹²³"]
 )
@@ -72,34 +63,6 @@ _SEPARATORS = re.compile(r"[/\\]")
 # or a `$` (COM¹, CONIN$) cannot match the character set.
 _PLAIN_COMPONENT = r"(?!(?i:CON|PRN|AUX|NUL|COM[0-9]|LPT[0-9])(?:[./]|$))[A-Za-z0-9_+.-]*[A-Za-z0-9_+-]"
 _PLAIN_NAME = re.compile(rf"{_PLAIN_COMPONENT}(?:/{_PLAIN_COMPONENT})*/?")
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def _clean_name(raw: str, *, label: str, limits: Limits) -> str:

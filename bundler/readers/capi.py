@@ -20,9 +20,9 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from bundler.errors import BuildError, InputUnavailableError, UnsupportedError
+from bundler.names import distribution_name, read_utf8, version_text
 from bundler.platforms import TARGETS
 from bundler.readers.archives import SafeArchive
-from bundler.readers.names import distribution_name, read_utf8, version_text
 from bundler.readers.pe import X64_MACHINE, inspect_pe, is_x86_64_elf
 
 WIN_PYTHON_DLL_RE = re.compile(r"^python3(\d+)\.dll$", re.IGNORECASE)
@@ -71,6 +71,8 @@ class CapiTree:
     archive_root: str = ""  # where `root` is inside that zip ("" for its top, "build/Release" for a nested tree)
     # Package files (relative to `root`) left in that zip, not extracted: none is read as a file (`ON_DISK`).
     in_archive: tuple[str, ...] = ()
+    # How messages name the source: the manifest's key, never `root`, a scratch folder the user never made.
+    label: str = "ort.capi"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,14 +99,15 @@ def read_capi(source: Path, *, work_dir: Path, platform: str, label: str) -> Cap
         version=_tree_version(root, metadata, label=label),
         requires=tuple(metadata.get_all("Requires-Dist") or ()) if metadata else (),
         dist_info=dist_info,
-        tag=derive_tag(root, platform=platform, source_tags=source_tags),
+        tag=derive_tag(root, platform=platform, source_tags=source_tags, label=label),
         archive=archive,
         archive_root=root.relative_to(base).as_posix() if archive and root != base else "",
         in_archive=tuple(sorted(name.removeprefix(prefix) for name in left if name.startswith(f"{prefix}{PACKAGE}/"))),
+        label=label,
     )
 
 
-def derive_tag(tree_root: Path, *, platform: str, source_tags: Sequence[str] = ()) -> str:
+def derive_tag(tree_root: Path, *, platform: str, source_tags: Sequence[str] = (), label: str | None = None) -> str:
     """The wheel tag the binaries call for.
 
     A `.pyd` names its Python in its import table (`python311.dll` → cp311); a Linux extension names it
@@ -113,22 +116,24 @@ def derive_tag(tree_root: Path, *, platform: str, source_tags: Sequence[str] = (
     `Py_LIMITED_API` and is not readable from the binary, so it comes from the lowest `cp3X-abi3` tag
     the source wheel carried, and without one the build stops rather than claim a Python it may not
     serve. On Linux the platform part is the manylinux tag(s) the source wheel carried (the binaries'
-    glibc needs were audited for those) and otherwise plain `linux_x86_64`. Never `py3-none`.
+    glibc needs were audited for those) and otherwise plain `linux_x86_64`. Never `py3-none`. Messages name
+    the package as `label` says (the manifest's key) when given, never the folder a source was unpacked into.
     """
     if platform not in PLATFORMS:
         msg = f"found target platform '{platform}', expected one of {', '.join(PLATFORMS)}"
         raise UnsupportedError(msg)
     package = tree_root / PACKAGE
+    where = f"{label}: its {PACKAGE} package" if label else str(package)
     extensions = _win_extensions(package) if TARGETS[platform].windows else _linux_extensions(package)
     if not extensions:
-        msg = (f"{package}: found no Python extension module for {platform} (a .pyd importing pythonXY.dll "
+        msg = (f"{where}: found no Python extension module for {platform} (a .pyd importing pythonXY.dll "
                f"or a *.cpython-3XY-x86_64-linux-gnu.so), expected one; without it the wheel could only be "
                f"py3-none, which cannot carry ONNX Runtime's binaries")
         raise BuildError(msg)
-    source = _parse_tags(source_tags, where=f"{tree_root}: the source wheel's WHEEL file")
-    python, abi = _python_and_abi(extensions, source_tags=source, package=package)
+    source = _parse_tags(source_tags, where=f"{label or tree_root}: the source wheel's WHEEL file")
+    python, abi = _python_and_abi(extensions, source_tags=source, where=where)
     if source and not any(t.interpreter == python and t.abi == abi for t in source):
-        msg = (f"{package}: the binaries are built for {python}-{abi}, but the source wheel's WHEEL file says "
+        msg = (f"{where}: the binaries are built for {python}-{abi}, but the source wheel's WHEEL file says "
                f"{', '.join(sorted(source_tags))}; expected them to agree")
         raise BuildError(msg)
     return f"{python}-{abi}-{'.'.join(_platform_tags(platform, python, abi, source))}"
@@ -175,11 +180,12 @@ def _skipped(name: str) -> bool:
 def _package_root(base: Path, *, label: str) -> Path:
     roots = sorted(_roots_with_capi(base, depth=SEARCH_DEPTH))
     if not roots:
-        msg = (f"{label}: found no {PACKAGE}/capi/ folder in {base}, expected a zip or folder holding the "
+        msg = (f"{label}: found no {PACKAGE}/capi/ folder in it, expected a zip or folder holding the "
                f"{PACKAGE} package tree (for example an unpacked wheel or a build's output)")
         raise BuildError(msg)
     if len(roots) > 1:
-        msg = (f"{label}: found {len(roots)} {PACKAGE}/capi/ folders ({', '.join(map(str, roots))}), "
+        listed = ", ".join(f"{root.relative_to(base).as_posix()}/{PACKAGE}/capi" for root in roots)
+        msg = (f"{label}: found {len(roots)} {PACKAGE}/capi/ folders ({listed}), "
                f"expected exactly one")
         raise BuildError(msg)
     return roots[0]
@@ -200,7 +206,8 @@ def _dist_info(root: Path, *, label: str) -> Path | None:
     found = sorted(p for p in root.glob("*.dist-info")
                    if p.is_dir() and canonicalize_name(p.name.split("-")[0]).startswith(PACKAGE))
     if len(found) > 1:
-        msg = f"{label}: found {len(found)} ONNX Runtime dist-info folders in {root}, expected at most one"
+        listed = ", ".join(p.name for p in found)
+        msg = f"{label}: found {len(found)} ONNX Runtime dist-info folders ({listed}), expected at most one"
         raise BuildError(msg)
     return found[0] if found else None
 
@@ -229,15 +236,16 @@ def _tree_package(root: Path, metadata: Message | None) -> str:
 def _tree_version(root: Path, metadata: Message | None, *, label: str) -> str:
     """`__version__` of the package, cross-checked with every other place the tree states its version."""
     init = root / PACKAGE / "__init__.py"
+    # Named relative to the tree: `root` may be a scratch folder the source was unpacked into.
     claims = {
-        f"{init}": module_constants(init).get("__version__"),
-        f"{root / PACKAGE / 'capi' / 'build_and_package_info.py'}":
+        f"{PACKAGE}/__init__.py": module_constants(init).get("__version__"),
+        f"{PACKAGE}/capi/build_and_package_info.py":
             module_constants(root / PACKAGE / "capi" / "build_and_package_info.py").get("__version__"),
         "the dist-info METADATA": metadata["Version"] if metadata else None,
     }
     stated = {where: value for where, value in claims.items() if isinstance(value, str)}
     if not stated:
-        msg = f"{label}: found no __version__ in {init}, expected a string assignment such as __version__ = \"1.23.1\""
+        msg = f"{label}: found no __version__ in {PACKAGE}/__init__.py, expected a string assignment such as __version__ = \"1.23.1\""
         raise BuildError(msg)
     if len({_version(value, where=where) for where, value in stated.items()}) > 1:
         listed = "; ".join(f"{where} says {value}" for where, value in stated.items())
@@ -323,12 +331,12 @@ def _check_elf_x86_64(path: Path) -> None:
 
 
 def _python_and_abi(extensions: Sequence[_Extension], *, source_tags: frozenset[Tag],
-                    package: Path) -> tuple[str, str]:
+                    where: str) -> tuple[str, str]:
     """One Python for all modules; version-specific modules pin it, stable-ABI ones merely accept it."""
     specific = sorted({e.python for e in extensions if e.abi != "abi3"})
     if len(specific) > 1:
         listed = "; ".join(f"{e.path.name} is {e.python}" for e in extensions if e.abi != "abi3")
-        msg = f"{package}: the extension modules disagree about the Python version ({listed}), expected one"
+        msg = f"{where}: the extension modules disagree about the Python version ({listed}), expected one"
         raise BuildError(msg)
     if specific:
         return specific[0], specific[0]
@@ -336,7 +344,7 @@ def _python_and_abi(extensions: Sequence[_Extension], *, source_tags: frozenset[
                       key=lambda interpreter: int(interpreter[3:]))
     if not declared:
         names = ", ".join(e.path.name for e in extensions)
-        msg = (f"{package}: found only stable-ABI extension modules ({names}) and no cp3X-abi3 tag in a source "
+        msg = (f"{where}: found only stable-ABI extension modules ({names}) and no cp3X-abi3 tag in a source "
                f"dist-info, expected one: the oldest Python such a module supports cannot be read from the "
                f"binary; use the wheel it came from as the capi source")
         raise BuildError(msg)

@@ -146,7 +146,7 @@ def _minor(python_version: str) -> str:
 
 
 # First redistributable build of each MSVC toolset: the runtime that binaries linked by that
-# toolset need at least (FACTS.md §2; Visual Studio release notes). Linker 14.0 is VS 2015,
+# toolset need at least (docs/facts.md §2; Visual Studio release notes). Linker 14.0 is VS 2015,
 # 14.1x VS 2017, 14.2x VS 2019, 14.3x-14.4x VS 2022.
 VC_REDIST_FIRST_BUILD = {
     0: "14.0.23026", 10: "14.10.25008", 11: "14.11.25325", 12: "14.12.25810", 13: "14.13.26020",
@@ -202,7 +202,7 @@ _CUDA_NAMED = re.compile(r"^(cudart|cublas|cublaslt)64_(\d+)\.dll$")
 _CUDNN = re.compile(r"^cudnn64_(\d+)\.dll$")
 _TENSORRT = re.compile(r"^nvinfer_(\d+)\.dll$")
 
-# Where ONNX Runtime builds for each CUDA / cuDNN major exist (FACTS.md §4).
+# Where ONNX Runtime builds for each CUDA / cuDNN major exist (docs/facts.md §4).
 ORT_BUILDS_FOR_CUDA = {
     11: "1.15-1.18 on the package index (onnxruntime-gpu) and 1.19-1.21 only on a separate Microsoft feed",
     12: "1.19 and later on the package index (from 1.22 only CUDA 12 builds are released)",

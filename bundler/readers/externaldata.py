@@ -2,22 +2,19 @@
 
 ONNX keeps the weights of a model over 2 GB in files beside the .onnx, each tensor naming its file relative
 to the model's folder. `onnx` itself once followed hostile locations out of that folder (CVE-2024-27318,
-CVE-2024-27319), so every location is checked here, before onnx or ORT opens a file: relative, below the
-model's folder, no `..`, a name every file system can hold. What is on disk (links, sizes) is checked by
+CVE-2024-27319), so every location is checked as text (`bundler.names.location_problem`) before onnx or ORT
+opens a file: relative, below the model's folder, no `..`, a name every file system can hold. What is on disk (links, sizes) is checked by
 the callers, which know where the files are.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bundler.readers.names import file_name_problem
+from bundler.names import location_problem
 
-# A Windows drive (C:), which makes a location absolute there even without a leading separator.
-_DRIVE_RE = re.compile(r"^[A-Za-z]:")
 MISSING_PIN = ("the manifest pins no such data file; add it to the model's [[models.data]] "
                "(`ort-bundler init --from model.onnx` pins them all)")
 
@@ -107,25 +104,6 @@ def _tensors(model: Any) -> Iterator[tuple[Any, bool]]:
                 graphs.append(attribute.g)
             graphs.extend(attribute.graphs)
     yield from ((part, False) for tensor in sparse for part in (tensor.values, tensor.indices))
-
-
-def location_problem(location: str) -> str | None:
-    """Why a data file's location cannot ship (the phrase after "which"), or None when it stays in the model's folder."""
-    if not location:
-        return "is empty"
-    if location.startswith(("/", "\\")) or _DRIVE_RE.match(location):
-        return "is absolute (expected a path relative to the model's folder)"
-    if "\\" in location:
-        return "uses '\\' (expected '/' between folders, the same on every platform)"
-    parts = location.split("/")
-    if ".." in parts:
-        return "climbs out of the model's folder with '..'"
-    if any(part in ("", ".") for part in parts):
-        return "has an empty or '.' path component (expected a plain relative path)"
-    for part in parts:
-        if problem := file_name_problem(part):
-            return f"has a component that is not a portable file name: {problem}"
-    return None
 
 
 def reference_problems(label: str, refs: list[ExternalRef], sizes: Mapping[str, int], *,

@@ -21,7 +21,7 @@ from bundler.platforms import TARGETS, WINDOWS
 from bundler.readers.archives import Limits, SafeArchive, check_tar_budget
 from bundler.readers.pe import X64_MACHINE, inspect_pe, is_x86_64_elf
 
-# ORT's FileVersion is <major>.<minor>.<build date>.<build number>.<short commit> (FACTS.md §1).
+# ORT's FileVersion is <major>.<minor>.<build date>.<build number>.<short commit> (docs/facts.md §1).
 _FILE_VERSION = re.compile(r"^(\d+)\.(\d+)\.\d+\.\d+\.([0-9a-f]{7,40})$")
 
 

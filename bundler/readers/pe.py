@@ -18,8 +18,8 @@ from typing import Any
 
 import pefile
 
+from bundler.derived import code_digest, content_sha256, read_entry, write_entry
 from bundler.errors import BuildError, InputUnavailableError
-from bundler.sources.derived import code_digest, content_sha256, read_entry, write_entry
 
 MACHINE_NAMES = {0x8664: "x64", 0x014C: "x86", 0xAA64: "arm64"}
 
@@ -183,7 +183,7 @@ def _inspect(data: mmap.mmap, *, name: str) -> PeInfo:
 def runtime_dll_names(data: bytes | mmap.mmap, *, exclude: set[str]) -> tuple[str, ...]:
     """DLL names in the file's strings: what it may LoadLibrary by name, invisible in imports.
 
-    cuDNN 8 loads its sub-libraries and zlibwapi.dll this way (FACTS.md §3). `exclude` holds
+    cuDNN 8 loads its sub-libraries and zlibwapi.dll this way (docs/facts.md §3). `exclude` holds
     lower-case names to leave out. Order: first occurrence, ASCII before UTF-16, one spelling each.
     """
     found: dict[str, str] = {}

@@ -26,9 +26,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from bundler.errors import BuildError, InputUnavailableError, ManifestError, UnsafeArchiveError
-from bundler.readers.archives import Limits, SafeArchive
+from bundler.readers.archives import DEFAULT_LIMITS, SafeArchive, check_tar_budget
 from bundler.readers.elf import read_elf
 from bundler.readers.pe import ELF_X86_64, X64_MACHINE, inspect_pe
+from bundler.sources.cache import DISK_ERRNOS
 
 RuntimeKind = Literal["python-build-standalone", "embeddable"]
 PBS_TOP = "python"
@@ -233,6 +234,8 @@ def _tar_errors(label: str) -> Iterator[None]:
     try:
         yield
     except (tarfile.TarError, EOFError, OSError) as exc:
+        if isinstance(exc, OSError) and exc.errno in DISK_ERRNOS:
+            raise  # our scratch disk is full or read-only: the build names that disk, the archive is not at fault
         msg = f"{label} is a truncated or corrupt tar archive ({exc}); expected a complete install_only archive"
         raise UnsafeArchiveError(msg) from exc
 
@@ -241,37 +244,47 @@ def _without_links(path: Path, *, label: str, scratch: Path) -> tuple[Path, dict
     """The archive to open with SafeArchive, and its accepted links (archive names) -> the sibling they name.
 
     A zip, or a tar without links, is used as it is; a damaged one is left to SafeArchive, whose messages
-    name the damage. Otherwise the tar is re-packed into `scratch` with each link as an empty placeholder.
+    name the damage. Otherwise the tar's headers are held to the archive rules first (`_within_budget`),
+    then it is re-packed into `scratch` with each link as an empty placeholder.
     """
     if not path.is_file():
         raise InputUnavailableError(f"{label} is missing or not a file: {path}")
     if zipfile.is_zipfile(path) or not _is_tar(path):
         return path, {}
-    links: dict[str, str] = {}
-    regular: set[str] = set()
-    limits = Limits()
     scratch.parent.mkdir(parents=True, exist_ok=True)
-    with _tar_errors(label), tarfile.open(path, "r:*") as source, \
-            tarfile.open(scratch, "w", format=tarfile.PAX_FORMAT) as out:
-        for count, member in enumerate(source, 1):
-            if count > limits.max_members:
-                raise UnsafeArchiveError(f"{label} is beyond the limit of {limits.max_members} members")
-            if member.issym():
-                links[_normal(member.name)] = member.linkname
-                placeholder = tarfile.TarInfo(member.name)
-                placeholder.mode = 0o644
-                out.addfile(placeholder)
-                continue
-            if member.isreg():
-                regular.add(_normal(member.name))
-                out.addfile(member, source.extractfile(member))
-            else:
-                out.addfile(member)
-        _require_end(source, label=label)
-    if not links:
-        scratch.unlink()
-        return path, {}
+    with _tar_errors(label), tarfile.open(path, "r:*") as source:
+        members = _within_budget(source, archive_size=path.stat().st_size, label=label)
+        links = {_normal(m.name): m.linkname for m in members if m.issym()}
+        if not links:
+            return path, {}
+        regular = {_normal(m.name) for m in members if m.isreg()}
+        with tarfile.open(scratch, "w", format=tarfile.PAX_FORMAT) as out:
+            for member in members:
+                if member.issym():
+                    placeholder = tarfile.TarInfo(member.name)
+                    placeholder.mode = 0o644
+                    out.addfile(placeholder)
+                else:
+                    out.addfile(member, source.extractfile(member) if member.isreg() else None)
     return scratch, {name: _accept_link(name, links, regular, label=label) for name in sorted(links)}
+
+
+def _within_budget(source: tarfile.TarFile, *, archive_size: int, label: str) -> list[tarfile.TarInfo]:
+    """Every member's header, held to the archive rules before the re-packed copy gets a byte.
+
+    The re-packing writes what it reads, so it must not be the first to see a member: a 199-byte archive
+    with a 100 GiB sparse member (tarfile reports its expanded size) or gigabytes of zeros compressed
+    1000:1 is refused here by count, total and ratio, as SafeArchive refuses them, with nothing written.
+    """
+    members: list[tarfile.TarInfo] = []
+    total = 0
+    for count, member in enumerate(source, 1):
+        total += member.size if member.isreg() else 0
+        check_tar_budget(label, member.name, count=count, total=total, archive_size=archive_size,
+                         limits=DEFAULT_LIMITS)
+        members.append(member)
+    _require_end(source, label=label)
+    return members
 
 
 def _require_end(source: tarfile.TarFile, *, label: str) -> None:

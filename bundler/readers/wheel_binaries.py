@@ -16,9 +16,9 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from bundler.derived import content_sha256
 from bundler.errors import BuildError
 from bundler.readers.archives import SafeArchive
-from bundler.sources.derived import content_sha256
 
 PE_SUFFIXES = (".dll", ".pyd")
 INDEX = "INDEX.json"  # {member name: sha256 of the extracted file}

@@ -19,6 +19,7 @@ from packaging.version import Version
 
 from bundler.errors import BuildError, UnsupportedError
 from bundler.hashing import CHUNK
+from bundler.names import decode_utf8, record_digest
 from bundler.platforms import TARGETS
 from bundler.readers.archives import SafeArchive
 from bundler.readers.capi import (
@@ -28,7 +29,6 @@ from bundler.readers.capi import (
     _parse_tags,
     _version,
 )
-from bundler.readers.names import decode_utf8, record_digest
 
 
 def wheel_metadata(archive: SafeArchive, *, label: str) -> tuple[str, Message]:
@@ -39,7 +39,6 @@ def wheel_metadata(archive: SafeArchive, *, label: str) -> tuple[str, Message]:
         raise BuildError(msg)
     text = archive.read(f"{folders[0]}/METADATA").decode("utf-8", "replace")
     return folders[0], Parser().parsestr(text)
-
 
 
 # RECORD hashes we accept: fixed-length and at least as strong as sha256 (not md5/sha1, not the shake XOFs).

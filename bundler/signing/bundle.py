@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bundler.assembly.records import to_json
-from bundler.commands.verify import verify_bundle
 from bundler.errors import BuildError, UsageError, VerificationError
 from bundler.hashing import file_sha256
 from bundler.runner import Runner, run
@@ -38,6 +37,7 @@ from bundler.signing.layout import (
 )
 from bundler.signing.pkix import describe, fingerprint
 from bundler.signing.timestamp import request_token
+from bundler.signing.verify import verify_bundle
 from bundler.sources.cache import Cache, disk_errors
 from bundler.writer.members import Member, MemberCache
 from bundler.writer.zipwriter import write_zip
@@ -96,6 +96,15 @@ def sign_bundle(source: Path, dest: Path, *, options: SignOptions, cache: Cache,
                       signed=(*scripts, SUMS))
 
 
+def sign_msi(source: Path, dest: Path, *, options: SignOptions, work: Path, epoch: int, runner: Runner = run) -> str:
+    """Authenticode-sign an MSI (osslsigncode signs MSI files whole, as Windows Installer checks them) into
+    `dest`; returns the signer's subject. With our own key the signing time is fixed, so the bytes repeat."""
+    work.mkdir(mode=0o700)  # the key copy is this user's alone
+    signer = _Signer(options=options, work=work, epoch=epoch, runner=runner)
+    signer.authenticode(source, dest)
+    return signer.subject or "the external signer"
+
+
 def _unpack_verified(source: Path, dest: Path) -> Unpacked:
     """Only a bundle that verifies is signed: a signature would vouch for whatever damage it carries."""
     report = verify_bundle(source)
@@ -134,17 +143,21 @@ class _Signer:
             # the signature reproducible; verifiers do not trust a signing time anyway.
             self.signing_time = max(epoch, int(identity.cert.not_valid_before_utc.timestamp()))
 
+    def authenticode(self, source: Path, dest: Path) -> None:
+        """An Authenticode signature over the whole of `source` (a script, an MSI), written to `dest`."""
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if self.options.signer_command:
+            run_signer(self.options.signer_command, source, dest, kind="authenticode", runner=self.runner)
+        else:
+            self.tool = self.tool or authenticode.osslsigncode(self.runner)  # checked once, on the first file
+            authenticode.sign_script(source, dest, tool=self.tool, certs=self.certs, key=self.key,
+                                     passphrase=self.passphrase, runner=self.runner, signing_time=self.signing_time,
+                                     timestamp_url=self.options.timestamp_url)
+
     def script(self, rel: str, file: File) -> File:
         _check_encoding(rel, file.path.read_bytes())
         dest = self.work / "out" / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        if self.options.signer_command:
-            run_signer(self.options.signer_command, file.path, dest, kind="authenticode", runner=self.runner)
-        else:
-            self.tool = self.tool or authenticode.osslsigncode(self.runner)  # checked once, on the first script
-            authenticode.sign_script(file.path, dest, tool=self.tool, certs=self.certs, key=self.key,
-                                     passphrase=self.passphrase, runner=self.runner, signing_time=self.signing_time,
-                                     timestamp_url=self.options.timestamp_url)
+        self.authenticode(file.path, dest)
         data = dest.read_bytes()
         self._check_script(rel, file, data)
         return File(path=dest, sha256=_sha256(data), executable=file.executable)

@@ -52,7 +52,11 @@ class SignatureCheck:
         trust = {None: "not checked against an anchor", True: "chain reaches the anchor",
                  False: "NOT trusted"}[self.trusted]
         when = f"timestamped {self.timestamp} by {self.timestamp_authority}" if self.timestamp else "no timestamp"
-        line = f"  signature {self.path} ({self.kind}): {'ok' if self.ok else 'FAILED'}, signed by {self.signer}, {trust}, {when}"
+        if self.signer is None:  # the signature could not be read far enough to know who made it
+            line = f"  signature {self.path} ({self.kind}): {'ok' if self.ok else 'FAILED'}, signer unknown"
+        else:
+            line = (f"  signature {self.path} ({self.kind}): {'ok' if self.ok else 'FAILED'}, signed by {self.signer}, "
+                    f"{trust}, {when}")
         return "\n".join([line, *(f"    note: {n}" for n in self.notes), *(f"    problem: {p}" for p in self.problems)])
 
 

@@ -6,6 +6,7 @@ the sha256 of what it wrote. Client errors (4xx) are final: retrying a 404 only 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import queue
 import shutil
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from bundler.errors import InputUnavailableError
 from bundler.hashing import CHUNK
+from bundler.sources.cache import DISK_ERRNOS
 
 if TYPE_CHECKING:  # imported where a download runs: a build from the cache never pays for requests
     import requests
@@ -31,8 +33,10 @@ NET_CHUNK = 1 << 20
 # stops must not fill the cache's disk. Larger than any ORT, CUDA or cuDNN archive published so far;
 # an input that needs more declares its `size` in the manifest, which then is the bound.
 DEFAULT_MAX_DOWNLOAD = 4 * 1024**3
-# Free space kept beyond what a download needs, so the cache's disk is not filled to the last byte.
-FREE_SPACE_MARGIN = 1024**2
+# Free space a download leaves on the cache's disk, up front and while it streams: a body without a
+# Content-Length is cut off here rather than at ENOSPC, so the disk never fills to its last byte (the cache's
+# records, locks and the next build's scratch live on it too).
+FREE_SPACE_MARGIN = 16 * 1024**2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,7 +52,8 @@ class _Transient(Exception):
 
 
 class _TooBig(InputUnavailableError):
-    """The file is (or is declared) larger than its bound: its partial can never complete, so it goes."""
+    """The file is (or is declared) larger than its bound, or than the disk's room: its partial can only fail
+    the same way again, and holds the disk's space meanwhile, so it goes."""
 
 
 def _hash_existing(path: Path) -> tuple[hashlib._Hash, int]:
@@ -64,7 +69,7 @@ def _hash_existing(path: Path) -> tuple[hashlib._Hash, int]:
 
 def download(url: str, partial: Path, *, label: str, session: requests.Session,
              progress: Progress | None = None, policy: RetryPolicy = RetryPolicy(),
-             stop: threading.Event | None = None, max_size: int = DEFAULT_MAX_DOWNLOAD) -> str:
+             stop: threading.Event | None = None, max_size: int = DEFAULT_MAX_DOWNLOAD, declared: bool = False) -> str:
     """Complete `partial` from `url` and return the sha256 of the whole file.
 
     Bytes already in `partial` (from an interrupted run) are kept and hashed once; the rest is asked for
@@ -72,16 +77,21 @@ def download(url: str, partial: Path, *, label: str, session: requests.Session,
     `stop` (set on Ctrl-C) ends the download at the next chunk or backoff, keeping `partial` for a resume.
     The file may not exceed `max_size` bytes: a larger `Content-Length` is refused before a byte is
     written, a body that runs past it is cut off, and in both cases `partial` is removed, because
-    resuming it could only fail the same way.
+    resuming it could only fail the same way. The disk bounds it too: a `declared` size (the manifest's)
+    or a Content-Length must fit in the free space before a byte is asked for, and a body that would
+    leave less than FREE_SPACE_MARGIN free, or that meets a full disk, is cut off and its partial removed.
     """
     stop = stop or threading.Event()
     if partial.exists() and partial.stat().st_size > max_size:
         partial.unlink()  # left by a run with a larger bound: it cannot be the file we want
+    if declared:
+        _require_room(partial, label=label, url=url, needed=max_size - _size(partial))
     try:
         return _download(url, partial, label=label, session=session, progress=progress, policy=policy, stop=stop,
                          max_size=max_size)
     except _TooBig:
-        partial.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a disk turned read-only keeps it: the message said why
+            partial.unlink(missing_ok=True)
         raise
 
 
@@ -159,19 +169,41 @@ def _declared_total(resp: requests.Response, offset: int) -> int | None:
     return (offset if resp.status_code == 206 else 0) + int(length) if length.isdigit() else None
 
 
-def _check_room(resp: requests.Response, partial: Path, *, label: str, url: str, offset: int, max_size: int) -> None:
-    """Refuse a file larger than its bound, and one the cache's disk has no room for, before writing."""
+def _check_room(resp: requests.Response, partial: Path, *, label: str, url: str, offset: int, max_size: int) -> int:
+    """Refuse a file larger than its bound, and one the cache's disk has no room for, before writing;
+    return how many more bytes this response may bring: its bound, or the disk's room, whichever is less."""
     total = _declared_total(resp, offset)
     if total is not None and total > max_size:
         msg = (f"{label}: {url} is {total} bytes, above the bound of {max_size} bytes; if that size is right, "
                f"declare it with `size = {total}` in the manifest entry")
         raise _TooBig(msg)
-    needed = (total - (offset if resp.status_code == 206 else 0)) if total is not None else 0
+    start = offset if resp.status_code == 206 else 0
+    room = _require_room(partial, label=label, url=url, needed=total - start if total is not None else 0)
+    return min(max_size - start, room)
+
+
+def _require_room(partial: Path, *, label: str, url: str, needed: int) -> int:
+    """The bytes the cache's disk can take beyond FREE_SPACE_MARGIN; refused when `needed` does not fit."""
     free = shutil.disk_usage(partial.parent).free
     if needed + FREE_SPACE_MARGIN > free:
         msg = (f"{label}: {url} needs {needed} bytes but the cache folder {partial.parent} has {free} free; "
                f"free some space or pass --cache on a larger disk (the bytes so far are kept)")
         raise InputUnavailableError(msg)
+    return free - FREE_SPACE_MARGIN
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _no_room(label: str, url: str, partial: Path, *, received: int) -> _TooBig:
+    msg = (f"{label}: {url} sent {received} bytes without ending, all the room the cache folder {partial.parent} "
+           f"has short of {FREE_SPACE_MARGIN} bytes kept free; the partial download was removed: free some space "
+           f"or pass --cache on a larger disk, and declare the file's `size` in the manifest entry")
+    return _TooBig(msg)
 
 
 def _attempt(url: str, partial: Path, *, label: str, session: requests.Session, digest: hashlib._Hash,
@@ -190,9 +222,10 @@ def _attempt(url: str, partial: Path, *, label: str, session: requests.Session, 
             if status >= 400:
                 msg = f"{label}: {url} answered HTTP {status} {resp.reason}; check the URL in the manifest"
                 raise InputUnavailableError(msg)
-            _check_room(resp, partial, label=label, url=url, offset=offset, max_size=max_size)
+            allowed = _check_room(resp, partial, label=label, url=url, offset=offset, max_size=max_size)
             if offset and status != 206:
                 digest, offset = hashlib.sha256(), 0  # the server ignored Range: start over
+            limit = offset + allowed
             with partial.open("ab" if offset else "wb") as fh, \
                     _Background(fh.write, "write") as writer, _Background(digest.update, "sha256") as hasher:
                 while chunk := resp.raw.read1(NET_CHUNK, decode_content=False):
@@ -203,6 +236,8 @@ def _attempt(url: str, partial: Path, *, label: str, session: requests.Session, 
                                f"of {max_size} bytes; if the file really is larger, declare its `size` in the "
                                f"manifest entry")
                         raise _TooBig(msg)
+                    if offset + len(chunk) > limit:
+                        raise _no_room(label, url, partial, received=offset)
                     writer.put(chunk)
                     hasher.put(chunk)
                     offset += len(chunk)
@@ -216,6 +251,8 @@ def _attempt(url: str, partial: Path, *, label: str, session: requests.Session, 
         raise InputUnavailableError(msg) from None
     except OSError as exc:  # the partial file: disk full, no permission (requests' own errors are caught above)
         msg = f"{label}: cannot write {partial} ({exc.strerror or exc}); check the cache folder's space and permissions"
+        if exc.errno in DISK_ERRNOS:  # another writer filled the disk first: this partial only holds its space
+            raise _TooBig(msg + "; the partial download was removed") from None
         raise InputUnavailableError(msg) from None
     except Exception as exc:  # urllib3 errors surface raw from resp.raw.read1
         if type(exc).__module__.startswith("urllib3"):

@@ -1,7 +1,7 @@
 """Bring every pinned input into the cache: from the cache itself, a mirror, the network or pip.
 
 Order of preference per input: already cached (by hash) → `--mirror DIR` (by file name, then by hash;
-never the network) → its source. `--offline` stops after the cache. Inputs are fetched in parallel; each
+never the network) or `--mirror oci://HOST/REPO` (by digest from that registry alone) → its source. `--offline` stops after the cache. Inputs are fetched in parallel; each
 hash is locked while it is fetched, so processes sharing a cache do the work once.
 """
 
@@ -16,25 +16,28 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlparse
 
 from bundler.errors import BundleError, HashMismatchError, InputUnavailableError
 from bundler.hashing import CHUNK, file_sha256, mismatch_message
 from bundler.manifest import Input
 from bundler.runner import Runner, run
-from bundler.sources.cache import Cache
+from bundler.sources.cache import Cache, disk_errors
 from bundler.sources.download import DEFAULT_MAX_DOWNLOAD, RetryPolicy, download
+from bundler.sources.inputs import local_source
 from bundler.sources.lock import Target
 
 if TYPE_CHECKING:  # imported where they are used: a build from the cache never pays for them (0.1 s)
     import requests
     from tqdm import tqdm
 
+    from bundler.sources.oci_inputs import RegistryMirror
+
 
 @dataclass(frozen=True, kw_only=True)
 class FetchOptions:
     offline: bool = False
     mirror: Path | None = None
+    registry: RegistryMirror | None = None  # `--mirror oci://…`: inputs by digest from a registry, nothing else
     jobs: int = 4
     quiet: bool = False
     retry: RetryPolicy = RetryPolicy()
@@ -42,14 +45,24 @@ class FetchOptions:
 
 def cached_inputs(inputs: Sequence[Input], cache: Cache) -> dict[str, Path]:
     """The cached file of every input, or one error listing all that are missing."""
+    from bundler.sources import mismatches
+
     found: dict[str, Path] = {}
     missing: list[str] = []
+    seen_wrong: list[str] = []
     for item in inputs:
         path = cache.find_any(item.sha256, item.filename)
-        if path is None:
+        note = mismatches.recalled(cache, item) if path is None else None
+        if note is not None:
+            seen_wrong.append(f"{note} (as `ort-bundler fetch` found it; correct the sha256 or the source, then fetch "
+                              "again)")
+        elif path is None:
             missing.append(item.display)
         else:
             found[item.key] = path
+    if seen_wrong:
+        also = [f"also not in the cache ({cache.root}): " + "; ".join(missing)] if missing else []
+        raise HashMismatchError("\n".join([*seen_wrong, *also]))
     if missing:
         msg = f"not in the cache ({cache.root}), run `ort-bundler fetch` first: " + "; ".join(missing)
         raise InputUnavailableError(msg)
@@ -74,6 +87,7 @@ def fetch_inputs(inputs: Sequence[Input], *, cache: Cache, target: Target, optio
     for outcome in outcomes:
         if isinstance(outcome, BaseException) and not isinstance(outcome, BundleError):
             raise outcome
+    _note_mismatches(inputs, outcomes, cache)
     errors = [o for o in outcomes if isinstance(o, BundleError)]
     if errors:
         # One exit code for the lot: a hash mismatch (a wrong pin or a tampered source) outranks the rest.
@@ -85,6 +99,17 @@ def fetch_inputs(inputs: Sequence[Input], *, cache: Cache, target: Target, optio
             kind = InputUnavailableError
         raise kind("\n".join(str(e) for e in errors))
     return {item.key: path for item, path in zip(inputs, outcomes) if isinstance(path, Path)}
+
+
+def _note_mismatches(inputs: Sequence[Input], outcomes: Sequence[Path | BaseException | None], cache: Cache) -> None:
+    """Keep what a mismatch was for `build` to name (bundler/sources/mismatches.py); a match clears it."""
+    from bundler.sources import mismatches
+
+    for item, outcome in zip(inputs, outcomes):
+        if isinstance(outcome, HashMismatchError):
+            mismatches.remember(cache, item, str(outcome))
+        elif isinstance(outcome, Path):
+            mismatches.forget(cache, item)
 
 
 def _advance(bar: tqdm[Any]) -> None:
@@ -143,10 +168,17 @@ class _Fetcher:
         self._local = threading.local()
 
     def fetch(self, item: Input) -> Path:
+        """The cached file of `item`; a full or read-only cache disk met anywhere on the way (pip's scratch,
+        a copy, a link) is exit 4 naming the input, as for a download, never an internal error."""
+        with disk_errors(InputUnavailableError, f"{item.key}: the cache's disk"):
+            return self._fetch(item)
+
+    def _fetch(self, item: Input) -> Path:
         found = self.cache.find_any(item.sha256, item.filename)
         if found:
             return found
-        if self.options.offline:
+        local = local_source(item)
+        if self.options.offline and local is None:  # a local file is read from disk, which --offline allows
             msg = f"{item.display}: not in the cache ({self.cache.root}) and --offline forbids the network"
             raise InputUnavailableError(msg)
         with self.cache.lock(item.sha256[0]):
@@ -155,13 +187,11 @@ class _Fetcher:
                 return found
             if self.options.mirror is not None:
                 return self._from_mirror(item)
+            if self.options.registry is not None:
+                return self._from_registry(item, self.options.registry)
             if item.kind == "requirement":
                 return self._from_pip(item)
-            parsed = urlparse(item.location)
-            if item.kind == "path" or parsed.scheme == "file":
-                from urllib.request import url2pathname
-
-                local = Path(item.location) if item.kind == "path" else Path(url2pathname(unquote(parsed.path)))
+            if local is not None:
                 return self._copy(item, local)
             return self._download(item)
 
@@ -184,7 +214,7 @@ class _Fetcher:
         with self._bar(item) as bar:
             actual = download(item.location, partial, label=item.key, session=self._session(),
                               progress=lambda n: _add(bar, n), policy=self.options.retry, stop=self.stop,
-                              max_size=item.size or DEFAULT_MAX_DOWNLOAD)
+                              max_size=item.size or DEFAULT_MAX_DOWNLOAD, declared=item.size is not None)
         if actual not in item.sha256:
             partial.unlink(missing_ok=True)
             raise HashMismatchError(mismatch_message(item.key, item.location, item.sha256, actual))
@@ -236,6 +266,27 @@ class _Fetcher:
         if mismatch:
             raise mismatch
         msg = f"{item.display}: not found in the mirror {mirror} by file name or sha256, and --mirror never uses the network"
+        raise InputUnavailableError(msg)
+
+    def _from_registry(self, item: Input, mirror: RegistryMirror) -> Path:
+        """By digest from the registry, through the same resumable, hashing download as a URL input."""
+        for sha256 in item.sha256:
+            blob = mirror.blob(sha256)
+            if blob is None:
+                continue
+            filename = mirror.filename(item, sha256)
+            partial = self.cache.partial(sha256)
+            with self._bar(item) as bar:
+                actual = mirror.registry.fetch_blob(blob, partial, label=item.key, progress=lambda n: _add(bar, n),
+                                                    stop=self.stop, policy=self.options.retry)
+            if actual != sha256:
+                partial.unlink(missing_ok=True)
+                raise HashMismatchError(mismatch_message(item.key, mirror.registry.blob_url(blob.digest), sha256, actual))
+            with self.cache.temporary() as tmp:
+                partial.replace(tmp)
+                return self.cache.adopt(tmp, sha256=actual, filename=filename)
+        msg = (f"{item.display}: not in the registry {mirror} (no blob sha256:{item.sha256[0]}), and --mirror never "
+               f"uses the network; run `ort-bundler cache push` for this manifest on a connected machine")
         raise InputUnavailableError(msg)
 
     # -- helpers ----------------------------------------------------------------------------------

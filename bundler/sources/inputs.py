@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from bundler.errors import ManifestError
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+from urllib.request import url2pathname
+
+from bundler.errors import InputUnavailableError, ManifestError
 from bundler.manifest import Input, Manifest
 from bundler.sources.lock import Lock, Target, read_lock
 
@@ -42,3 +47,49 @@ def lock_inputs(lock: Lock | None) -> list[Input]:
 
 def all_inputs(manifest: Manifest) -> list[Input]:
     return manifest.inputs() + lock_inputs(load_lock(manifest))
+
+
+def local_source(item: Input) -> Path | None:
+    """The file a `path` or `file:` input names on this machine; None for a download or a requirement."""
+    if item.kind == "path":
+        return Path(item.location)
+    parsed = urlparse(item.location)
+    return Path(url2pathname(unquote(parsed.path))) if item.kind == "url" and parsed.scheme == "file" else None
+
+
+def outside_folder(inputs: list[Input], folder: Path) -> list[str]:
+    """One sentence per local file outside the manifest's folder that the manifest does not allow there.
+
+    `path = "/etc/shadow"` was read, hashed and its sha256 printed in the mismatch message (issue 27): a
+    manifest reads files of its own folder, and anything else only where it says so (`allow_outside`).
+    Checked before any file is read, so nothing about the file is disclosed.
+    """
+    problems = []
+    for item in inputs:
+        local = local_source(item)
+        if local is None or item.allow_outside or os.path.normpath(local).startswith(os.path.join(folder, "")):
+            continue
+        problems.append(f"{item.key}: {item.location} is outside the manifest's folder {folder}; expected a file "
+                        f"below it, or `allow_outside = true` in {item.key} to read it from there")
+    return problems
+
+
+def absent_local_files(inputs: list[Input]) -> list[str]:
+    """One sentence per `path`/`file:` input whose file is not there, whether or not the cache holds its hash.
+
+    A cache that holds the pinned bytes hides a wrong path on this machine (fetch, lock and build never
+    read the file again), yet the manifest is wrong for the next person, whose fetch fails (issue 26).
+    """
+    return [f"{item.key}: {item.location} does not exist; expected the file the manifest pins there "
+            f"(sha256 {item.sha256[0][:12]}…): correct the path"
+            for item in inputs if (local := local_source(item)) is not None and not local.is_file()]
+
+
+def require_local_files(inputs: list[Input], folder: Path) -> None:
+    """fetch and lock read a manifest's local files only from its folder unless allowed (exit 3), and refuse one
+    that is not where the manifest says (exit 4); every problem named, nothing read before."""
+    if outside := outside_folder(inputs, folder):
+        raise ManifestError(outside)
+    problems = absent_local_files(inputs)
+    if problems:
+        raise InputUnavailableError("\n".join(problems))

@@ -1,5 +1,5 @@
 """Resolution for the target: what pip would install on the target machine, markers evaluated for the target,
-repeated until the closure is complete (FACTS.md §1: pip alone evaluates markers for the build machine)."""
+repeated until the closure is complete (docs/facts.md §1: pip alone evaluates markers for the build machine)."""
 
 from __future__ import annotations
 
@@ -37,12 +37,6 @@ MAX_ROUNDS = 8
 
 #: What the bundle's install engine installs wheels with (pure Python, no dependencies).
 INSTALLER_REQUIREMENT = "installer>=0.7"
-
-
-
-
-
-
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,7 +18,10 @@ class Context:
         return self.bundle.get("gpu") or {}
 
     def reinstall(self) -> str:
-        return f"Re-run the bundle's installer with -Force (--force on Linux) to restore {self.root}."
+        """The repair a user of this platform types: each platform's installer, with its own spelling of force."""
+        if self.bundle.get("platform") == "win_amd64":
+            return f"Re-run the bundle's install.cmd with -Force to restore {self.root}."
+        return f"Re-run the bundle's install.sh with --force to restore {self.root}."
 
 
 def is_below(path: Path, folder: Path) -> bool:

@@ -1,7 +1,8 @@
 """Which `onnxruntime.dll` a native program would load, and what System32 holds (Windows ML's inbox copy).
 
 For an unpackaged program Windows searches the program's own folder, then System32, then the Windows
-folder, the current folder and `PATH` last (Microsoft, "Dynamic-link library search order"; FACTS.md §8).
+folder, the current folder and `PATH` last (Microsoft, "Dynamic-link library search order":
+https://learn.microsoft.com/en-us/windows/win32/dlls/dynamic-link-library-search-order; docs/facts.md §8).
 Windows 10 21H1+ and 11 keep an older `onnxruntime.dll` in System32, so the self-check asks, with the
 program's folder as the starting point, which copy wins, and reports a System32 copy with its version even
 when the bundle's wins. Pure standard library, Python 3.8+: the version is read from the file's

@@ -2,8 +2,10 @@
 
 One program for Linux and Windows, shipped in every bundle as payload/installer/ortengine/ (started
 through payload/installer/engine.py) and copied into every install as installer/. This module holds
-the install itself and the command line; engine_fs (the tree, the lock, the swap, the receipt),
-engine_env (venv, wheels, bytecode, self-check run) and installed (audit, uninstall) hold the rest. It runs with the
+the install itself and the command line; image (what goes where in the installed tree, also built
+here by `make-image` for the MSI), engine_fs (the tree, the lock, the swap, the receipt), engine_env
+(venv, wheels, bytecode, self-check run), installed (audit, uninstall) and msi_action (the MSI's custom
+action) hold the rest. It runs with the
 target's Python before any environment exists, so it uses the standard library only (Python 3.8+);
 the wheels are installed with pypa's `installer`, imported from the pinned wheel the bundle ships.
 install.sh and install.ps1 are thin front ends: they find the Python and do what must happen outside
@@ -25,16 +27,15 @@ import contextlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from .engine_env import install_wheels, make_venv, reboot_explains, relocate_venv, run_selfcheck, selfcheck_env
+from .engine_env import make_venv, reboot_explains, run_selfcheck, selfcheck_env
 from .engine_fs import (
     PREVIOUS,
     STAGING,
@@ -44,7 +45,6 @@ from .engine_fs import (
     entry_sha256,
     file_sha256,
     hash_tree,
-    inside,
     leftovers,
     native,
     read_receipt,
@@ -56,7 +56,9 @@ from .engine_fs import (
     walk_folders,
     write_receipt,
 )
-from .installed import VERIFY_CHANGED, VERIFY_OK, Audit, audit, record_after_reboot, uninstall
+from .folder_trust import posix_problem
+from .image import MakeEnvironment, make_image, populate
+from .installed import VERIFY_CHANGED, VERIFY_OK, Audit, audit, guarded_folders, record_after_reboot, uninstall
 from .records import (
     INSTALL_EXIT_CODES,
     PLAN_FILE,
@@ -84,11 +86,6 @@ class Options:
     dry_run: bool = False
     reboot_pending: bool = False  # Windows: VC_redist asked for a reboot before this run
     restrict_acl: bool = False  # Windows per-machine: Administrators/SYSTEM write, users read
-
-
-#: Creates the environment: (staging venv folder, final venv folder). The default runs the target's
-#: `python -m venv --without-pip`; the Wine tests pass the one stand-in (no Windows Python exists there).
-MakeEnvironment = Callable[[Path, Path], None]
 
 
 def load_plan(bundle: Path) -> InstallPlan:
@@ -164,26 +161,6 @@ def check_target(target: Path, plan: InstallPlan) -> Optional[Receipt]:
     return receipt
 
 
-def copy_entries(entries: Sequence[Tuple[str, str]], source_root: Path, dest_root: Path) -> None:
-    for source_rel, target_rel in entries:
-        source = inside(source_root, source_rel, what=f"{PLAN_FILE} 'from'")
-        target = inside(dest_root, target_rel, what=f"{PLAN_FILE} 'to'")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
-        if not WINDOWS:
-            os.chmod(target, 0o755 if target_rel.endswith(".sh") else 0o644)
-
-
-def place_runtime(plan: InstallPlan, bundle: Path, stage: Path) -> None:
-    """The bundled interpreter's files ([python] runtime) are the environment: copied, not created. Its
-    bin/ keeps the executable bit even when the bundle was unpacked by a tool that drops modes."""
-    copy_entries([(e.source, e.target) for e in plan.venv.runtime], bundle, stage)
-    if not WINDOWS:
-        for entry in plan.venv.runtime:
-            if entry.target.startswith(f"{plan.venv.dir}/bin/"):
-                os.chmod(native(stage, entry.target), 0o755)
-
-
 def installed_python(plan: InstallPlan, target: Path) -> str:
     """What runs the installed code: the bundled interpreter in its final place, else the Python that made the venv."""
     if plan.venv.runtime:
@@ -191,16 +168,8 @@ def installed_python(plan: InstallPlan, target: Path) -> str:
     return sys.executable
 
 
-def place_files(plan: InstallPlan, options: Options, stage: Path, stage_venv: Path) -> None:
-    copy_entries([(e.source, e.target) for e in plan.copy], options.bundle, stage)
-    copy_entries([(e.source, e.target) for e in plan.venv.site_packages_files], options.bundle,
-                 native(stage_venv, plan.venv.site_packages))
-    shutil.copyfile(options.bundle / PLAN_FILE, stage / PLAN_FILE)
-    if options.cache_dir:
-        (stage / "cache_dir.txt").write_text(options.cache_dir + "\n", encoding="utf-8")
-
-
-def carry_over(previous: Optional[Receipt], target: Path, stage: Path, plan: InstallPlan) -> Tuple[str, ...]:
+def carry_over(previous: Optional[Receipt], target: Path, stage: Path, plan: InstallPlan,
+               log: Optional[Log] = None) -> Tuple[str, ...]:
     """Files in the old install that are not ours (user data, a cache folder) are linked into the
     stage, so they survive the swap; the originals stay in place until the swap has happened.
     Nothing is carried into the environment or the DLL folders: what lies there decides what runs,
@@ -208,10 +177,13 @@ def carry_over(previous: Optional[Receipt], target: Path, stage: Path, plan: Ins
     if previous is None:
         return ()
     ours = {entry.path for entry in previous.files} | {RECEIPT_FILE}
-    guarded = tuple(folder + "/" for folder in (plan.venv.dir, *plan.dll_dirs))
-    kept = []
+    guarded = tuple(folder + "/" for folder in guarded_folders(plan))
+    kept, dropped = [], []
     for relative in walk(target):
-        if relative in ours or relative.startswith(guarded):
+        if relative in ours:
+            continue
+        if relative.startswith(guarded):
+            dropped.append(relative)
             continue
         destination = native(stage, relative)
         if os.path.lexists(destination):
@@ -223,17 +195,10 @@ def carry_over(previous: Optional[Receipt], target: Path, stage: Path, plan: Ins
         except OSError:
             shutil.copy2(source, destination, follow_symlinks=False)
         kept.append(relative)
+    if dropped and log is not None:
+        shown = ", ".join(dropped[:5]) + (f" and {len(dropped) - 5} more" if len(dropped) > 5 else "")
+        log(f"not carried over (only the bundle's files belong in the environment, DLL and code folders): {shown}")
     return tuple(sorted(kept))
-
-
-def restrict_acl(stage: Path) -> None:
-    """A folder an administrator creates under C:\\ inherits "Authenticated Users: Modify": keep write
-    access for Administrators and SYSTEM, read and run for users, before anything is copied in."""
-    proc = subprocess.run(["icacls.exe", str(stage), "/inheritance:r", "/grant:r", "*S-1-5-32-544:(OI)(CI)F",
-                           "*S-1-5-18:(OI)(CI)F", "*S-1-5-32-545:(OI)(CI)RX"],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
-    if proc.returncode != 0:
-        raise EngineError("install", f"icacls could not restrict write access to {stage}: {proc.stdout.strip()}")
 
 
 def selfcheck_outcome(plan: InstallPlan, options: Options, stage: Path, log: Log) -> SelfcheckOutcome:
@@ -273,6 +238,17 @@ def check_space(plan: InstallPlan, bundle: Path, target: Path) -> None:
                                           f"{needed >> 20} MB")
 
 
+def check_parent_posix(target: Path) -> None:
+    """POSIX: the parent must not be writable by another user (Windows: windows_setup.check_parent reads its ACL).
+    Whoever can write it can plant a `.NAME.previous-*` folder the next run would restore, or the folder itself."""
+    if WINDOWS:
+        return
+    problem = posix_problem(os.stat(target.parent), euid=os.geteuid())
+    if problem:
+        raise EngineError("usage", f"the install folder's parent {target.parent} is not safe to install into: {problem}; "
+                                   f"choose a folder only you (or root) can write (nothing was changed)")
+
+
 def install(options: Options, log: Log, *, make_environment: MakeEnvironment = make_venv) -> str:
     """The whole install; returns 'installed', 'unchanged' or 'deferred' (self-check after the reboot)."""
     plan = load_plan(options.bundle)
@@ -282,8 +258,14 @@ def install(options: Options, log: Log, *, make_environment: MakeEnvironment = m
     target = options.install_dir
     previous = check_target(target, plan)
     if previous is not None and previous.bundle_sha256 == bundle_sha256 and not options.force:
-        log(f"{plan.install_id} from this bundle is already installed in {target}; nothing to do (--force reinstalls)")
-        return "unchanged"
+        damage = audit(target)
+        if damage.ok:
+            log(f"{plan.install_id} from this bundle is already installed in {target} and every file matches its "
+                f"receipt; nothing to do (--force reinstalls)")
+            return "unchanged"
+        log(f"{plan.install_id} is installed in {target} but damaged ({len(damage.changed)} changed, "
+            f"{len(damage.missing)} missing, {len(damage.extra)} added where only the bundle's files belong); "
+            f"installing it again")
     check_space(plan, options.bundle, target)
     if options.dry_run:
         log(f"dry run: would install {plan.install_id} into {target}"
@@ -294,6 +276,7 @@ def install(options: Options, log: Log, *, make_environment: MakeEnvironment = m
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise EngineError("install", f"cannot create {target.parent}: {exc.strerror}") from None
+    check_parent_posix(target)
     with target_lock(target):
         recover(target, log)
         previous = check_target(target, plan)  # what recover() restored, if anything
@@ -326,18 +309,12 @@ def _build_stage(plan: InstallPlan, options: Options, log: Log, previous: Option
     if not WINDOWS:
         os.chmod(stage, 0o755)
     if options.restrict_acl:
-        restrict_acl(stage)
-    stage_venv, final_venv = native(stage, plan.venv.dir), native(target, plan.venv.dir)
-    if plan.venv.runtime:
-        log(f"placing the bundled interpreter in {stage_venv}")
-        place_runtime(plan, options.bundle, stage)
-    else:
-        log(f"creating the environment in {stage_venv}")
-        make_environment(stage_venv, final_venv)
-        relocate_venv(stage_venv, final_venv, plan.venv.scripts)
-    known = install_wheels(plan, options.bundle, stage_venv, final_venv, log)
-    place_files(plan, options, stage, stage_venv)
-    kept = carry_over(previous, target, stage, plan)
+        from .windows_host import restrict_folder  # Windows only: the stage drops the inherited "Users: Modify"
+
+        restrict_folder(stage)
+    known = populate(plan, options.bundle, stage, target, log, make_environment=make_environment,
+                     cache_dir=options.cache_dir)
+    kept = carry_over(previous, target, stage, plan, log)
     receipt = Receipt(install_id=plan.install_id, name=plan.name, version=plan.version, platform=plan.platform,
                       bundle_sha256=bundle_sha256, installed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                       install_dir=str(target), python_executable=installed_python(plan, target),
@@ -372,7 +349,40 @@ def parser() -> argparse.ArgumentParser:
     after = sub.add_parser("after-reboot", help="run the deferred self-check and record it in the receipt")
     after.add_argument("--root", type=Path, required=True)
     after.add_argument("--log-file", type=Path)
+    after.add_argument("--task", help="Windows: the one-shot startup task that ran this, deleted when done")
+    image = sub.add_parser("make-image", help="build the tree an install holds into a new folder (for the MSI)")
+    image.add_argument("--bundle", type=Path, required=True)
+    image.add_argument("--out", type=Path, required=True)
+    image.add_argument("--epoch", type=int, required=True, help="the time the image's receipt records")
+    finish = sub.add_parser("msi-finish", help="the MSI's custom action: self-check the installed tree, record CACHEDIR")
+    finish.add_argument("--root", type=Path, required=True)
+    finish.add_argument("--cache-dir", default="")
+    finish.add_argument("--no-self-check", action="store_true")
+    finish.add_argument("--remove", action="store_true", help="the MSI is being removed: delete cache_dir.txt")
+    finish.add_argument("--log-file", type=Path)
+    for command in FRONT_ENDS:
+        sub.add_parser(command, help=f"{FRONT_ENDS[command]} FOLDER SWITCHES...: what the Windows scripts hand over to")
     return main_parser
+
+
+#: Windows: `engine.py windows-install --bundle DIR -InstallDir … -Force …` (install.cmd/.ps1) and
+#: `windows-uninstall --script-dir DIR …` (uninstall.cmd/.ps1). The script's switches follow the folder
+#: as the user typed them, in PowerShell's form, which argparse would take for its own options.
+FRONT_ENDS = {"windows-install": "--bundle", "windows-uninstall": "--script-dir"}
+
+
+def _front_end(args_list: List[str], log: Log) -> int:
+    command = args_list[0]
+    if args_list[1:2] != [FRONT_ENDS[command]] or len(args_list) < 3:
+        raise EngineError("usage", f"engine.py {command} needs {FRONT_ENDS[command]} FOLDER before the switches")
+    folder, switches = Path(os.path.abspath(args_list[2])), args_list[3:]
+    if command == "windows-install":
+        from .windows_setup import install_main
+
+        return install_main(folder, switches)
+    from .windows_setup import uninstall_main
+
+    return uninstall_main(folder, switches)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -380,15 +390,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["verify"] and "--verify" in args_list:
         args_list.remove("--verify")  # run.sh/run.cmd pass their own arguments through, --verify first
+    if args_list[:1] and args_list[0] in FRONT_ENDS:
+        return _run_logged(lambda log: _front_end(args_list, log), Log(None))
     try:
         args = parser().parse_args(args_list)
     except SystemExit as exc:
         return 0 if exc.code == 0 else INSTALL_EXIT_CODES["usage"]
     log = Log(getattr(args, "log_file", None))
+    return _run_logged(lambda log: _dispatch(args, log), log)
+
+
+def _run_logged(action: Callable[[Log], int], log: Log) -> int:
+    """Every failure ends in a documented exit code and one logged line with its reason."""
     try:
-        return _dispatch(args, log)
+        return action(log)
     except EngineError as exc:
-        log(f"ERROR: {exc}")
+        if not exc.logged:
+            log(f"ERROR: {exc}")
         code = INSTALL_EXIT_CODES[exc.code]
         return INSTALL_EXIT_CODES["install"] if code > 255 and not WINDOWS else code
     except OSError as exc:
@@ -420,8 +438,19 @@ def _dispatch(args: argparse.Namespace, log: Log) -> int:
         if args.dry_run:
             log("dry run: nothing was changed")
         return 0
+    if args.command == "make-image":
+        bundle = args.bundle.resolve()
+        plan = load_plan(bundle)
+        make_image(plan, bundle, verify_bundle(bundle, plan, log), Path(os.path.abspath(args.out)), args.epoch, log)
+        return 0
+    if args.command == "msi-finish":
+        from .msi_action import finish
+
+        return finish(Path(os.path.abspath(args.root)), cache_dir=args.cache_dir.strip() or None,
+                      self_check=not args.no_self_check, remove=args.remove, log=log)
     if args.command == "after-reboot":
-        return record_after_reboot(Path(os.path.abspath(args.root)), log)
+        return record_after_reboot(Path(os.path.abspath(args.root)), log, task=args.task)
+
     return _verify(Path(os.path.abspath(args.root)), as_json=args.json)
 
 

@@ -7,13 +7,16 @@ Standard library only, Python 3.8+.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
+import tempfile
+import zipfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import IO, Dict, List, Optional, Sequence, Tuple
 
 from .engine_fs import EngineError, Log, native
 from .records import InstallPlan, RecordError, SelfcheckReport
@@ -98,20 +101,22 @@ class Compiler:
             self.pool.shutdown()
 
 
-def install_wheels(plan: InstallPlan, bundle: Path, stage_venv: Path, final_venv: Path, log: Log) -> Dict[str, str]:
-    """Every wheel of the plan, without pip: scripts and launchers name the final interpreter, so every
-    RECORD matches the files on disk. Wheels unpack in parallel and each one's modules are compiled as
-    soon as it is in place. Returns {absolute path: sha256} of every file written (from the installer's
+def install_wheels(plan: InstallPlan, bundle: Path, stage_venv: Path, final_venv: Path, interpreter: str,
+                   log: Log) -> Dict[str, str]:
+    """Every wheel of the plan, without pip: scripts and launchers run `interpreter` (the final one), so
+    every RECORD matches the files on disk. Wheels unpack in parallel and each one's modules are compiled
+    as soon as it is in place. Returns {absolute path: sha256} of every file written (from the installer's
     own hashes and the compiler's), so the receipt need not read them again."""
     installer = _import_installer(bundle / plan.installer_wheel)
     venv = plan.venv
-    interpreter = str(native(final_venv, venv.interpreter))
     site, final_site = str(native(stage_venv, venv.site_packages)), str(native(final_venv, venv.site_packages))
     written: List[Tuple[str, str]] = []
     modules: List[Tuple[str, str]] = []  # (staged source, final path) of every module written so far
 
     class Destination(installer.destinations.SchemeDictionaryDestination):  # type: ignore[misc, name-defined]
         def write_to_fs(self, scheme, path, stream, is_executable):  # type: ignore[no-untyped-def]
+            if scheme == "scripts" and path.endswith(".exe"):
+                stream = io.BytesIO(_launcher_without_time(stream.read()))
             target = os.path.normpath(os.path.join(self.scheme_dict[scheme], path))
             # Wheels unpack in parallel: folders they share must not race in the installer's mkdir.
             os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -146,6 +151,29 @@ def install_wheels(plan: InstallPlan, bundle: Path, stage_venv: Path, final_venv
     return hashes
 
 
+def _launcher_without_time(data: bytes) -> bytes:
+    """A Windows script launcher (launcher, shebang, zip of __main__.py) with its zip member dated 1980-01-01:
+    pypa installer dates it now, so two installs of one bundle would differ in every launcher."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        [member] = archive.infolist()
+        code = archive.read(member)
+    rebuilt = io.BytesIO()
+    with zipfile.ZipFile(rebuilt, "w") as archive:
+        archive.writestr(zipfile.ZipInfo(member.filename, date_time=(1980, 1, 1, 0, 0, 0)), code)
+    return data[:member.header_offset] + rebuilt.getvalue()
+
+
+def compile_site_files(plan: InstallPlan, stage_venv: Path, final_venv: Path) -> Dict[str, str]:
+    """Bytecode for the modules the plan puts into site-packages itself (the DLL-directory hook), so the
+    first run of an installed interpreter writes nothing there that the receipt does not list."""
+    site, final_site = native(stage_venv, plan.venv.site_packages), native(final_venv, plan.venv.site_packages)
+    pairs = [(str(native(site, e.target)), str(native(final_site, e.target))) for e in plan.venv.site_packages_files
+             if e.target.endswith(".py")]
+    compiler = Compiler()
+    compiler.submit(pairs)
+    return compiler.results()
+
+
 def _take(items: List[Tuple[str, str]]) -> List[Tuple[str, str]]:
     """Everything in `items` so far, removed from it (the unpacking threads keep appending)."""
     taken = items[:len(items)]
@@ -170,23 +198,46 @@ def selfcheck_env(plan: InstallPlan, root: Path) -> Dict[str, str]:
     return env
 
 
+#: The self-check of a tiny model takes seconds; a hung one (a driver, a dialog) must not hold the install.
+SELFCHECK_TIMEOUT = 900
+
+
 def run_selfcheck(plan: InstallPlan, root: Path, log: Log) -> Tuple[int, Optional[SelfcheckReport]]:
-    """The installed self-check, in `root`, as the launcher runs it; (exit code, its report)."""
+    """The installed self-check, in `root`, as the launcher runs it; (exit code, its report).
+
+    Always isolated (-I: no PYTHONPATH, no user site, not the script's folder on sys.path) and without
+    bytecode writes (-B): as an administrator or SYSTEM it must not import a module planted beside it."""
     python = str(native(root, plan.venv.dir + "/" + plan.venv.interpreter))
     script = root / "selfcheck" / "selfcheck.py"
-    # A bundled interpreter starts isolated, as the launchers start it; -B, as -I ignores PYTHONDONTWRITEBYTECODE.
-    isolated = ["-I", "-B"] if plan.venv.runtime else []
-    command = [python, *isolated, str(script), "--json"] if script.is_file() else \
-        [python, *isolated, "-c", "import onnxruntime; print('onnxruntime', onnxruntime.__version__)"]
-    proc = subprocess.run(command, capture_output=True, text=True,
-                          env=selfcheck_env(plan, root), check=False)
-    for line in (proc.stdout + proc.stderr).splitlines()[-40:]:
-        log(f"self-check: {line}")
+    command = [python, "-I", "-B", str(script), "--json"] if script.is_file() else \
+        [python, "-I", "-B", "-c", "import onnxruntime; print('onnxruntime', onnxruntime.__version__)"]
+    # Files, not pipes: a process the self-check starts in passing (Windows starts explorer.exe for the first
+    # DXGI call of a session without a desktop) inherits the handles and would hold a pipe open for good.
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            code = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=selfcheck_env(plan, root),
+                                  timeout=SELFCHECK_TIMEOUT, check=False).returncode
+        except subprocess.TimeoutExpired:
+            raise EngineError("selfcheck", f"the self-check did not finish within {SELFCHECK_TIMEOUT} s") from None
+        stdout, stderr = (_read_text(stream) for stream in (out, err))
     report = None
     if script.is_file():
         with contextlib.suppress(RecordError):
-            report = SelfcheckReport.loads(proc.stdout)
-    return proc.returncode, report
+            report = SelfcheckReport.loads(stdout)
+    if report is None:
+        for line in (stdout + stderr).splitlines():
+            log(f"self-check: {line}")
+        return code, None
+    for check in report.checks:
+        log(f"self-check: {check.status.upper():4} {check.id}: {check.message}")
+    for line in stderr.splitlines()[-20:]:
+        log(f"self-check (stderr): {line}")
+    return code, report
+
+
+def _read_text(stream: IO[bytes]) -> str:
+    stream.seek(0)
+    return stream.read().decode("utf-8", "replace").replace("\r\n", "\n")
 
 
 def reboot_explains(report: Optional[SelfcheckReport]) -> bool:

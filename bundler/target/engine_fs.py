@@ -25,9 +25,10 @@ PREVIOUS = ".previous-"
 class EngineError(Exception):
     """A failure with the installer exit code it maps to (a key of INSTALL_EXIT_CODES)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, *, logged: bool = False) -> None:
         super().__init__(message)
         self.code = code
+        self.logged = logged  # already written to the log by the step that raised it
 
 
 class Log:
@@ -161,17 +162,31 @@ def leftovers(target: Path) -> Tuple[List[Path], List[Path]]:
     return staging, previous
 
 
+def journal_path(target: Path) -> Path:
+    """Where a swap without an atomic exchange records the one previous-install folder it is making."""
+    return target.parent / f".{target.name}.swap"
+
+
 def recover(target: Path, log: Log) -> None:
-    """Under the lock: finish or undo what a killed run left. A missing target with a previous-*
-    folder means a kill between the two renames of the Windows swap: that folder is the install."""
+    """Under the lock: finish or undo what a killed run left. A missing target with the previous-* folder
+    that the journal names means a kill between the two renames of a non-atomic swap: that folder is the
+    install. Any other leftover is removed, never adopted: a folder that someone planted beside the target
+    (with a receipt and modules of their choosing) must not become the installation."""
     staging, previous = leftovers(target)
-    if previous and not os.path.lexists(target):
-        os.rename(previous[-1], target)
+    journal = journal_path(target)
+    recorded = None
+    if journal.is_file() and not journal.is_symlink():
+        recorded = journal.read_text(encoding="utf-8").strip()
+    restore = [path for path in previous if path.name == recorded and not path.is_symlink() and path.is_dir()]
+    if restore and not os.path.lexists(target):
+        os.rename(restore[0], target)
         log(f"restored the previous installation {target} that an interrupted run had moved aside")
-        previous = previous[:-1]
+        previous.remove(restore[0])
     for path in staging + previous:
         remove_tree(path)
         log(f"removed {path}, left by an interrupted run")
+    if os.path.lexists(journal):
+        journal.unlink()
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -198,13 +213,17 @@ def swap(stage: Path, target: Path) -> Optional[Path]:
     if _exchange(stage, target):
         return stage
     previous = target.parent / f".{target.name}{PREVIOUS}{os.urandom(6).hex()}"
+    journal = journal_path(target)
+    journal.write_text(previous.name + "\n", encoding="utf-8")
     os.rename(target, previous)  # fails, never follows, if something already has that name
     try:
         os.rename(stage, target)
     except OSError as exc:
         os.rename(previous, target)
-        raise EngineError("install", f"cannot move the new installation into {target}: {exc} (is a program from it "
-                                     f"still running?)") from None
+        journal.unlink()
+        raise EngineError("in_use" if WINDOWS else "install", f"cannot move the new installation into {target}: {exc} "
+                                                              f"(is a program from it still running?); nothing was changed") from None
+    journal.unlink()
     return previous
 
 

@@ -7,12 +7,25 @@ from __future__ import annotations
 
 import contextlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from .engine_env import run_selfcheck
-from .engine_fs import EngineError, Log, entry_sha256, inside, native, read_receipt, target_lock, walk, write_receipt
+from .engine_fs import (
+    EngineError,
+    Log,
+    entry_sha256,
+    inside,
+    leftovers,
+    native,
+    read_receipt,
+    remove_tree,
+    target_lock,
+    walk,
+    write_receipt,
+)
 from .records import INSTALL_EXIT_CODES, PLAN_FILE, RECEIPT_FILE, InstallPlan, RecordError
 
 #: Exit codes of `verify`: every installed file matches its receipt, or something changed.
@@ -41,7 +54,10 @@ def audit(root: Path) -> Audit:
         raise EngineError("usage", f"{root} holds no {RECEIPT_FILE}; it is not an installation")
     listed = {entry.path: entry.sha256 for entry in receipt.files}
     present = set(walk(root)) - {RECEIPT_FILE}
-    changed = tuple(rel for rel in sorted(present & set(listed)) if entry_sha256(native(root, rel)) != listed[rel])
+    both = sorted(present & set(listed))
+    with ThreadPoolExecutor(max_workers=4) as pool:  # hashlib releases the GIL: the disk sets the pace
+        digests = list(pool.map(lambda rel: entry_sha256(native(root, rel)), both))
+    changed = tuple(rel for rel, digest in zip(both, digests) if digest != listed[rel])
     guarded = _guarded_folders(root)
     unlisted = sorted(present - set(listed))
     extra = tuple(rel for rel in unlisted if any(rel.startswith(folder + "/") for folder in guarded))
@@ -49,13 +65,23 @@ def audit(root: Path) -> Audit:
     return Audit(changed=changed, missing=tuple(sorted(set(listed) - present)), extra=extra, not_ours=not_ours)
 
 
+#: Folders of the install that hold code it runs (besides the environment and the DLL folders): a file added
+#: there could run as whoever runs the self-check or the uninstall.
+CODE_FOLDERS = ("installer", "selfcheck")
+
+
+def guarded_folders(plan: InstallPlan) -> Tuple[str, ...]:
+    """Where only the bundle's files belong: the environment, the DLL folders and the code folders."""
+    return (plan.venv.dir, *plan.dll_dirs, *CODE_FOLDERS)
+
+
 def _guarded_folders(root: Path) -> Tuple[str, ...]:
-    """The environment and the DLL folders, from the installed copy of the plan."""
+    """guarded_folders() of the installed copy of the plan."""
     try:
         plan = InstallPlan.loads((root / PLAN_FILE).read_text(encoding="utf-8"), source=str(root / PLAN_FILE))
     except (OSError, RecordError):
-        return ("venv",)
-    return (plan.venv.dir, *plan.dll_dirs)
+        return ("venv", *CODE_FOLDERS)
+    return guarded_folders(plan)
 
 
 def uninstall(install_dir: Path, log: Log, *, name: Optional[str], dry_run: bool) -> List[str]:
@@ -73,6 +99,9 @@ def uninstall(install_dir: Path, log: Log, *, name: Optional[str], dry_run: bool
     if dry_run:
         return [rel for rel, _ in present]
     with target_lock(install_dir):
+        for leftover in sum(leftovers(install_dir), []):
+            remove_tree(leftover)
+            log(f"removed {leftover}, left by an interrupted run")
         for _, path in present:
             path.unlink()
         folders = [inside(install_dir, rel + "/x", what=RECEIPT_FILE).parent for rel in receipt.folders]
@@ -90,8 +119,9 @@ def _remove_empty_folders(paths: Sequence[Path], root: Path) -> None:
             folder.rmdir()
 
 
-def record_after_reboot(root: Path, log: Log) -> int:
-    """The deferred self-check, run once after the reboot (RunOnce): its result goes into the receipt."""
+def record_after_reboot(root: Path, log: Log, *, task: Optional[str] = None) -> int:
+    """The deferred self-check, run once at the first startup after the reboot by a one-shot scheduled task
+    (as SYSTEM, who can write the receipt and the log): its result goes into the receipt, then the task goes."""
     receipt = read_receipt(root)
     if receipt is None:
         raise EngineError("usage", f"{root} holds no {RECEIPT_FILE}")
@@ -100,4 +130,10 @@ def record_after_reboot(root: Path, log: Log) -> int:
     outcome = replace(receipt.selfcheck, after_reboot=code == 0)
     write_receipt(root, replace(receipt, selfcheck=outcome))
     log(f"the self-check after the reboot {'passed' if code == 0 else f'failed with exit code {code}'}")
+    if task:
+        from .windows_host import schtasks
+
+        done, output = schtasks("/delete", "/tn", task, "/f")
+        log(f"removed the scheduled task {task}" if done == 0 else
+            f"warning: could not remove the scheduled task {task}: {output}")
     return 0 if code == 0 else INSTALL_EXIT_CODES["selfcheck"]

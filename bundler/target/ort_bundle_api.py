@@ -11,7 +11,8 @@
 model on this machine (ORT's defaults until it has been run, or when the model or the machine changed
 since), and profiling on under `run --profile`. `tuned_settings(name)` returns just those values.
 The command-line parts: `python -m ort_bundle.tuning` (run --tune), `python -m ort_bundle.profile`
-(run --profile), `python -m ort_bundle.support` (run --support-bundle).
+(run --profile), `python -m ort_bundle.support` (run --support-bundle), `python -m ort_bundle.infer` (one
+inference of the first model: the entry point `ort-bundler init` writes).
 """
 
 from .sessions import session_options, tuned_settings

@@ -38,6 +38,7 @@ INSTALL_EXIT_CODES: Mapping[str, int] = {
     "prerequisite": 12,
     "install": 13,
     "selfcheck": 14,
+    "in_use": 15,
 }
 
 

@@ -3,8 +3,9 @@
     <install>/venv/bin/python <install>/selfcheck/selfcheck.py [--json] [--allow-cpu-fallback] [--root DIR]
 
 It runs where only the installed environment exists, so it is one standard-library file (the build
-inlines bundler/target/synth.py into the shipped copy). onnxruntime and numpy are imported inside the
-checks: a broken environment must become a failed check with advice, not a traceback.
+inlines the target modules it imports into the shipped copy: bundler/assembly/selfcheck_script.py).
+onnxruntime and numpy are imported inside the checks: a broken environment must become a failed check with
+advice, not a traceback.
 Exit 0 only when no check failed; warnings do not fail.
 """
 
@@ -14,27 +15,21 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
 
 from bundler.target.check_context import Context, is_below
-from bundler.target.cuda_check import CUDA, check_cuda, session_options
+from bundler.target.cuda_check import CUDA, check_cuda
 from bundler.target.interpreter import check_interpreter
 from bundler.target.libraries import check_libraries, check_native_runtime
+from bundler.target.model_check import CPU, check_identity, check_model, session_providers
 from bundler.target.records import Check, SelfcheckReport
-from bundler.target.synth import compare_output, describe_io, output_digest, probe_model, synthesize_inputs
+from bundler.target.synth import probe_model
 
-CPU = "CPUExecutionProvider"
 MIN_FREE_BYTES = 1 << 30
-LATENCY_RUNS = 5
-LATENCY_BUDGET_SECONDS = 5.0
-
-
 
 
 # ---------------------------------------------------------------- checks without onnxruntime
@@ -90,8 +85,6 @@ def check_cpu(ctx: Context) -> Check:
         return Check(id="cpu", status="warn", message="this CPU does not offer AVX2",
                      fix="Expect slower inference: ORT falls back to its SSE kernels on this CPU.")
     return Check(id="cpu", status="pass", message="CPU offers AVX2")
-
-
 
 
 def cache_dir() -> Path:
@@ -168,151 +161,6 @@ def check_providers(ctx: Context, ort: Any) -> Check:
     return Check(id="providers", status="pass", details=details, message=f"available providers: {', '.join(available)}")
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-def session_providers(ctx: Context, ort: Any, *, cuda_ok: bool) -> list[str]:
-    expected = ctx.bundle.get("expected_providers", [CPU])
-    available = ort.get_available_providers()
-    chosen = [name for name in expected if name in available and (name != CUDA or cuda_ok)]
-    return chosen if CPU in chosen else [*chosen, CPU]
-
-
-def check_identity(ctx: Context, ort: Any) -> Check:
-    import numpy as np
-
-    path = ctx.root / ctx.bundle["selfcheck"]["identity_model"]
-    if not path.is_file():
-        return Check(id="identity", status="fail", message=f"the identity model {path} is missing", fix=ctx.reinstall())
-    try:
-        session = ort.InferenceSession(str(path), session_options(ort), providers=[CPU])
-        feeds = synthesize_inputs(describe_io(session.get_inputs()))
-        (result,) = session.run(None, feeds)
-    except Exception as exc:  # whatever ORT raises here is the finding
-        return Check(id="identity", status="fail", message=f"the identity model {path} did not run: {exc}",
-                     fix=ctx.reinstall())
-    (given,) = feeds.values()
-    if result.dtype != given.dtype or not np.array_equal(result, given):
-        return Check(id="identity", status="fail", fix=ctx.reinstall(),
-                     message=f"the identity model {path} returned {result.dtype}{list(result.shape)}, "
-                             "which differs from its input")
-    return Check(id="identity", status="pass",
-                 message=f"identity model returned its {given.dtype}{list(given.shape)} input exactly")
-
-
-def file_sha256(path: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for chunk in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def model_file_problem(ctx: Context, record: Dict[str, Any]) -> str | None:
-    """The model file and its external data files (installed beside it, at the locations its tensors name)."""
-    folder = PurePosixPath(record["file"]).parent
-    files = [(record["file"], record["sha256"])]
-    files += [(str(folder / location), sha256) for location, sha256 in sorted(record.get("data", {}).items())]
-    for name, expected in files:
-        path = ctx.root / name
-        what = f"model '{record['name']}' file {name}"
-        if not path.is_file():
-            return f"{what} is missing from {ctx.root}"
-        actual = file_sha256(path)
-        if actual != expected:
-            return f"{what} has sha256 {actual}, the bundle recorded {expected}"
-    return None
-
-
-def timed_runs(session: Any, feeds: Dict[str, Any]) -> tuple[List[Any], list[float]]:
-    """The first run's outputs and the durations of up to LATENCY_RUNS runs within the time budget."""
-    durations: List[float] = []
-    results: List[Any] = []
-    while len(durations) < LATENCY_RUNS and sum(durations) < LATENCY_BUDGET_SECONDS:
-        started = time.perf_counter()
-        outputs = session.run(None, feeds)
-        durations.append(time.perf_counter() - started)
-        results = results or outputs
-    return results, durations
-
-
-def check_model(ctx: Context, ort: Any, record: Dict[str, Any], providers: list[str]) -> Check:
-    check_id = f"model:{record['name']}"
-    problem = model_file_problem(ctx, record)
-    if problem:
-        return Check(id=check_id, status="fail", message=problem, fix=ctx.reinstall())
-    reference = record.get("reference") or {}
-    try:
-        feeds = synthesize_inputs(record["inputs"], record.get("shapes"))
-    except ValueError as exc:
-        return Check(id=check_id, status="fail", message=f"model '{record['name']}': {exc}", fix=ctx.reinstall())
-    drifted = [name for name, digest in reference.get("inputs", {}).items() if output_digest(feeds[name]) != digest]
-    if drifted:
-        return Check(id=check_id, status="fail", fix="Rebuild the bundle: its self-check and its references disagree.",
-                     message=f"model '{record['name']}': the synthesised inputs {drifted} differ "
-                             "from the ones the build used")
-    try:
-        session = ort.InferenceSession(str(ctx.root / record["file"]), session_options(ort), providers=providers)
-        results, durations = timed_runs(session, feeds)
-    except Exception as exc:  # ORT's reason is the finding
-        return Check(id=check_id, status="fail", fix=ctx.reinstall(),
-                     message=f"model '{record['name']}' ({record['file']}) did not run: {' '.join(str(exc).split())}")
-    latency = statistics.median(durations) * 1000
-    details = {"latency_ms": round(latency, 3), "runs": len(durations), "providers": session.get_providers()}
-    mismatches = [
-        mismatch for spec, value in zip(record["outputs"], results)
-        if spec["name"] in reference.get("outputs", {})
-        and (mismatch := compare_output(spec["name"], value, reference["outputs"][spec["name"]],
-                                        rtol=reference["rtol"], atol=reference["atol"]))
-    ]
-    if mismatches:
-        return Check(id=check_id, status="fail", details=details,
-                     message=f"model '{record['name']}' ran but differs from the build's reference: "
-                             f"{'; '.join(mismatches)}",
-                     fix="Compare this machine's onnxruntime and libraries below with the bundle; re-run the installer "
-                         "with -Force if files were changed.")
-    compared = "matches the reference" if reference.get("outputs") else "ran (no reference recorded)"
-    return Check(id=check_id, status="pass", details=details,
-                 message=f"model '{record['name']}' {compared}; "
-                         f"median latency {latency:.2f} ms on {session.get_providers()[0]}")
-
-
-# ---------------------------------------------------------------- loaded libraries
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 # ---------------------------------------------------------------- driver
 
 
@@ -351,8 +199,6 @@ def run_checks(ctx: Context) -> list[Check]:
     checks.extend([check_libraries(ctx), check_native_runtime(ctx), check_cpu(ctx), check_cache_space(ctx),
                    check_files(ctx), check_tuning(ctx)])
     return checks
-
-
 
 
 def check_files(ctx: Context) -> Check:

@@ -48,10 +48,17 @@ RELEVANT_NAMES = {"PATH", "LD_LIBRARY_PATH", "LD_PRELOAD", "TEMP", "TMP", "TMPDI
                   "NUMBER_OF_PROCESSORS", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES"}
 RELEVANT_PREFIXES = ("ORT_", "ONNX", "OMP_", "KMP_", "MKL_", "OPENBLAS_", "CUDA", "CUDNN", "NVIDIA_", "TRT_",
                      "TENSORRT", "PYTHON", "PIP_", "DNNL_", "OPENVINO")
-SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|PWD|KEY|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|SIGNATURE",
+# A variable whose name says it holds a credential is removed whatever its value looks like (PASS also
+# covers PASSWD and PASSPHRASE; KEY covers API_KEY and KEYRING).
+SECRET_NAME = re.compile(r"PASS|PWD|SECRET|TOKEN|KEY|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|SIGNATURE",
                          re.IGNORECASE)
+# ... and a value that holds one anywhere is removed whole: a partial redaction that misses one encoding
+# (a second '@', percent-escapes) would leak the rest, and the value's shape says enough to support.
 SECRET_VALUE = (
-    re.compile(r"://[^/@\s:]*:[^/@\s]+@"),  # credentials in a URL
+    re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s]*@"),  # userinfo of any URL: user:pass@, token@, bob@
+    re.compile(r"[?&;][^=&;#\s]*(token|key|secret|pass|pwd|auth|credential|sig|session|code)[^=&;#\s]*=",
+               re.IGNORECASE),  # a query parameter that carries a credential (?access_token=, &X-Amz-Signature=)
+    re.compile(r"eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*"),  # a JWT: base64url '{"' header, payload, signature
     re.compile(r"\b(bearer|basic)\s+\S+", re.IGNORECASE),
     re.compile(r"(?<![\w/\\.-])(?=[A-Za-z0-9+_=-]*\d)(?=[A-Za-z0-9+_=-]*[A-Za-z])[A-Za-z0-9+_=-]{32,}(?![\w/\\.-])"),
 )

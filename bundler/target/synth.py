@@ -2,7 +2,7 @@
 
 The build records a reference output for every model; the self-check on the target recomputes it
 and compares. Both must feed the model byte-identical inputs, so both use this one module: the build
-imports it, and the shipped self-check carries it inlined (`modelgate.selfcheck_script_bytes`).
+imports it, and the shipped self-check carries it inlined (`bundler.assembly.selfcheck_script`).
 It runs on the target, so it uses only the standard library and numpy, and imports numpy inside the
 functions: a missing numpy must become a failed check in the self-check's report, not a traceback.
 """
@@ -30,6 +30,17 @@ ELEMENT_DTYPES = {
     "tensor(bool)": "bool",
 }
 
+# Bytes per element of each type above: sizes are bounded before numpy or ORT allocates anything.
+ELEMENT_BYTES = {"float32": 4, "float64": 8, "float16": 2, "int8": 1, "int16": 2, "int32": 4, "int64": 8,
+                 "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8, "bool": 1}
+# What one probe may ask for: the synthesised inputs together as many elements as a manifest's `shapes` may
+# ask for (manifest.MAX_SHAPE_ELEMENTS) and at most 128 MiB, and each output the model declares at most
+# 1 GiB (its dynamic dimensions counted as 1, so only what is certainly too big is refused). A static
+# [2**31, 4] input escapes the manifest's check, which sees only the shapes it is given.
+MAX_INPUT_ELEMENTS = 1 << 24
+MAX_INPUT_BYTES = 1 << 27
+MAX_OUTPUT_BYTES = 1 << 30
+
 # How many leading output values a reference keeps: all of a small output, a sample of a large one.
 REFERENCE_VALUES = 1024
 DEFAULT_RTOL = 1e-4
@@ -56,6 +67,35 @@ def resolve_shape(spec: Mapping[str, Any], shapes: Mapping[str, Sequence[int]] |
             msg = f"input '{spec['name']}' has shape {declared} but the given shape is {given}"
             raise ValueError(msg)
     return given
+
+
+def size_problem(inputs: list[dict[str, Any]], outputs: list[dict[str, Any]],
+                 shapes: Mapping[str, Sequence[int]] | None = None) -> str | None:
+    """The sentence naming the first tensor a probe must not allocate, or None; decided from the signature
+    alone, before an input is made or the model runs. Shapes that do not fit are left to
+    `synthesize_inputs`, whose message says so."""
+    elements = size = 0
+    for spec in inputs:
+        dtype = ELEMENT_DTYPES.get(spec["type"])
+        try:
+            shape = resolve_shape(spec, shapes)
+        except ValueError:
+            return None
+        elements += math.prod(shape)
+        size += math.prod(shape) * ELEMENT_BYTES.get(dtype or "", 1)
+        if elements > MAX_INPUT_ELEMENTS or size > MAX_INPUT_BYTES:
+            return (f"input '{spec['name']}' is {dtype or spec['type']}{shape}: the synthesised inputs would hold "
+                    f"{elements} elements, {size} bytes, above the limit of {MAX_INPUT_ELEMENTS} elements and "
+                    f"{MAX_INPUT_BYTES} bytes")
+    for spec in outputs:
+        dtype = ELEMENT_DTYPES.get(spec["type"])
+        if dtype is None:
+            continue
+        shape = [1 if is_dynamic(dim) else dim for dim in spec["shape"] or []]
+        if (declared := math.prod(shape) * ELEMENT_BYTES[dtype]) > MAX_OUTPUT_BYTES:
+            return (f"output '{spec['name']}' is declared {dtype}{list(spec['shape'] or [])}: at least {declared} "
+                    f"bytes, above the limit of {MAX_OUTPUT_BYTES} bytes for one output")
+    return None
 
 
 def synthesize_inputs(inputs: list[dict[str, Any]], shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, Any]:
@@ -170,8 +210,9 @@ def compare_output(name: str, value: Any, recorded: Mapping[str, Any], *, rtol: 
 def probe_model(onnxruntime: Any, path: str, shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, Any]:
     """Load and run one model in the given onnxruntime module, turning ORT's failure into data.
 
-    The build calls this in-process, or through the shipped self-check's `--reference` mode in an
-    isolated environment holding the pinned ORT; either way the same code records the reference.
+    The build calls this through the shipped self-check's `--reference` mode in a child process with a
+    memory limit (with this interpreter when it has the pinned ORT, else in an isolated environment); a
+    tensor too large to allocate is refused by `size_problem` before anything is made.
     """
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 4  # ORT's reason arrives in the exception; its log would only repeat it.
@@ -181,6 +222,8 @@ def probe_model(onnxruntime: Any, path: str, shapes: Mapping[str, Sequence[int]]
         return {"ok": False, "stage": "load", "reason": " ".join(str(exc).split())}
     inputs = describe_io(session.get_inputs())
     outputs = describe_io(session.get_outputs())
+    if too_big := size_problem(inputs, outputs, shapes):
+        return {"ok": False, "stage": "size", "reason": too_big}
     try:
         feeds = synthesize_inputs(inputs, shapes)
     except ValueError as exc:

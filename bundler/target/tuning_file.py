@@ -15,7 +15,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple
 
 TUNING_FILE = "tuning.json"
 TUNING_FORMAT = 1
@@ -41,13 +41,20 @@ class Settings:
 
 @dataclass(frozen=True)
 class Measurement:
-    """One candidate's timed runs (after its warm-up), in milliseconds."""
+    """One candidate's timed runs (after its warm-up), in milliseconds.
+
+    `runs` is how many were timed (a time budget may stop before --runs); `spread_pct` is how far p95 lies
+    above p50, in percent of p50: a reader sees at once whether two candidates differ by more than the noise.
+    Files written before both existed read as 0 (unknown).
+    """
 
     settings: Settings
     p50_ms: float
     p95_ms: float
     min_ms: float
     max_ms: float
+    runs: int = 0
+    spread_pct: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,9 @@ class TuningFile:
     runs: int
     models: Tuple[ModelTuning, ...]
     format: int = TUNING_FORMAT
+    budget_s: float = 0.0  # the time the measuring was given (0: none, every run was made)
+    elapsed_s: float = 0.0  # the time it took
+    notes: Tuple[str, ...] = ()  # what was changed from the request, e.g. thread counts capped at the cores
 
     def model(self, name: str) -> ModelTuning | None:
         return next((model for model in self.models if model.name == name), None)
@@ -129,7 +139,21 @@ class TuningFile:
                                    physical_cores=_int(machine, "physical_cores", source),
                                    cores_source=_text(machine, "cores_source", source)),
                    warmup=_int(top, "warmup", source), runs=_int(top, "runs", source),
-                   models=tuple(_model(item, f"{source}: models[{index}]") for index, item in enumerate(models)))
+                   models=_models(models, _int(machine, "logical_cores", source), source),
+                   budget_s=_optional_number(top, "budget_s", source), elapsed_s=_optional_number(top, "elapsed_s", source),
+                   notes=tuple(str(note) for note in top.get("notes") or ()))
+
+
+def _models(items: List[Any], logical_cores: int, source: str) -> Tuple[ModelTuning, ...]:
+    """Every model's record; a best setting with more threads than the machine's cores is never what tuning
+    chooses (it caps them), so a file that says so was not written by it and is refused, not applied."""
+    models = tuple(_model(item, f"{source}: models[{index}]") for index, item in enumerate(items))
+    for index, model in enumerate(models):
+        if logical_cores and model.best.intra_op_num_threads > logical_cores:
+            msg = (f"{source}: models[{index}]: best has {model.best.intra_op_num_threads} threads, more than the "
+                   f"{logical_cores} logical cores it was measured on; run --tune again")
+            raise TuningFileError(msg)
+    return models
 
 
 def _object(value: object, where: str) -> Dict[str, Any]:
@@ -163,6 +187,10 @@ def _number(table: Dict[str, Any], key: str, where: str) -> float:
     return float(value)
 
 
+def _optional_number(table: Dict[str, Any], key: str, where: str) -> float:
+    return _number(table, key, where) if key in table else 0.0
+
+
 def _settings(value: object, where: str) -> Settings:
     table = _object(value, where)
     mode = _text(table, "execution_mode", where)
@@ -184,7 +212,9 @@ def _model(value: object, where: str) -> ModelTuning:
         Measurement(settings=_settings(_object(item, f"{where}: candidates[{index}]").get("settings"),
                                        f"{where}: candidates[{index}].settings"),
                     p50_ms=_number(item, "p50_ms", where), p95_ms=_number(item, "p95_ms", where),
-                    min_ms=_number(item, "min_ms", where), max_ms=_number(item, "max_ms", where))
+                    min_ms=_number(item, "min_ms", where), max_ms=_number(item, "max_ms", where),
+                    runs=int(_optional_number(item, "runs", where)),
+                    spread_pct=_optional_number(item, "spread_pct", where))
         for index, item in enumerate(candidates))
     best = _settings(table.get("best"), f"{where}: best")
     if best not in {measurement.settings for measurement in measured}:

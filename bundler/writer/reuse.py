@@ -7,15 +7,26 @@ libraries it builds with, and the Python and zlib that write the zip. The build 
 key gives the same bytes on any machine), so the kept zip is the zip a full build would write. It is
 checked against the sha256 recorded with it while it is published; a kept zip that differs is dropped and
 the bundle is assembled again. `reproduce` never reuses: it exists to assemble.
+
+A record in the cache cannot vouch for a zip beside it: whoever can replace the one can rewrite the other
+(issue 27). So each record carries an HMAC over the key, the zip's sha256 and its name, made with a secret
+that only the cache's owner can read (`bundles/reuse.key`, 32 random bytes, mode 0600, owned by the user
+who builds, never followed through a link). A record without a valid HMAC, or a secret that is not this
+user's alone, means the bundle is assembled again. The published zip is a copy, never a hard link to the
+kept one, so nothing done to the cache later changes what was published.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import json
 import os
 import re
+import secrets
+import shutil
+import stat
 import sys
 import zlib
 from collections.abc import Mapping
@@ -23,7 +34,7 @@ from importlib import metadata
 from pathlib import Path
 
 from bundler import __version__
-from bundler.atomic import link_or_copy, write_atomic
+from bundler.atomic import write_atomic
 from bundler.errors import BuildError
 from bundler.hashing import CHUNK
 from bundler.manifest import Manifest
@@ -33,6 +44,8 @@ from bundler.writer.temps import locked_temp
 
 STORE = "bundles"
 RECORD = "bundle.sha256"
+SECRET = "reuse.key"
+_SECRET_BYTES = 32
 _PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 _TEMPLATES = "bundler.templates"
 
@@ -83,9 +96,12 @@ def reuse(cache: Cache, key: str, dest: Path, sidecar: Path) -> str | None:
     """Publish the kept zip for `key` at `dest` (and its sidecar) and return its sha256, or None to build."""
     folder = cache.root / STORE / key[:2] / key
     try:
-        sha256, _, name = (folder / RECORD).read_text(encoding="ascii").strip().partition("  ")
-    except (OSError, UnicodeDecodeError):
+        sha256, name, mac = (folder / RECORD).read_text(encoding="ascii").strip().split("  ")
+    except (OSError, UnicodeDecodeError, ValueError):  # absent, or not a record this version wrote
         return None
+    secret = _secret(cache, create=False)
+    if secret is None or not hmac.compare_digest(mac, _mac(secret, key, sha256, name)):
+        return None  # a record its owner did not write: the bundle is assembled again
     kept = folder / name
     if name != dest.name or not kept.is_file():
         return None
@@ -124,13 +140,45 @@ def reuse(cache: Cache, key: str, dest: Path, sidecar: Path) -> str | None:
 
 
 def keep(cache: Cache, key: str, zip_path: Path, sha256: str) -> None:
-    """Keep a finished zip under its key (a hard link where the file system allows); a cache that cannot
-    take it only costs the next rebuild its speed."""
+    """Keep a copy of a finished zip under its key, with a record only this cache's owner can make; a cache
+    that cannot take it only costs the next rebuild its speed. A copy, not a hard link: the published zip
+    and the kept one must not be one file, or a change to the cache would change what was published."""
     folder = cache.root / STORE / key[:2] / key
     with contextlib.suppress(OSError):
+        secret = _secret(cache, create=True)
+        if secret is None:
+            return
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".{zip_path.name}.{os.getpid()}.tmp"
         tmp.unlink(missing_ok=True)
-        link_or_copy(zip_path, tmp)
+        shutil.copyfile(zip_path, tmp)
         os.replace(tmp, folder / zip_path.name)
-        write_atomic(folder / RECORD, f"{sha256}  {zip_path.name}\n".encode("ascii"))
+        record = f"{sha256}  {zip_path.name}  {_mac(secret, key, sha256, zip_path.name)}\n"
+        write_atomic(folder / RECORD, record.encode("ascii"))
+
+
+def _mac(secret: bytes, key: str, sha256: str, name: str) -> str:
+    return hmac.new(secret, f"{key}\n{sha256}\n{name}".encode(), hashlib.sha256).hexdigest()
+
+
+def _secret(cache: Cache, *, create: bool) -> bytes | None:
+    """The cache owner's secret, or None when it is missing (and not to be made) or anyone else could have
+    written or read it: a regular file, not a link, owned by this user, with no permission for others."""
+    path = cache.root / STORE / SECRET
+    if create and not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):  # another build made it first: read theirs
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            with os.fdopen(fd, "wb") as out:
+                out.write(secrets.token_bytes(_SECRET_BYTES))
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as source:  # a folder in its place fails here, as a link fails above
+            info = os.fstat(source.fileno())
+            data = source.read(_SECRET_BYTES + 1)
+    except OSError:
+        return None
+    private = os.name == "nt" or (info.st_uid == os.geteuid() and not info.st_mode & 0o077)
+    if not stat.S_ISREG(info.st_mode) or not private or len(data) != _SECRET_BYTES:
+        return None
+    return data

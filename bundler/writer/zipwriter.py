@@ -51,32 +51,12 @@ MADE_BY_UNIX = 3 << 8
 _DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM})
 
 
-
-
-
-
-
-
-
-
-
-
 def dos_date_time(epoch: int) -> tuple[int, int]:
     """(time, date) in DOS format, in UTC: the zip format has no time zone, so we pick one."""
     t = time.gmtime(max(epoch, 315532800))
     dos_time = (t.tm_hour << 11) | (t.tm_min << 5) | (t.tm_sec // 2)
     dos_date = ((t.tm_year - 1980) << 9) | (t.tm_mon << 5) | t.tm_mday
     return dos_time, dos_date
-
-
-
-
-
-
-
-
-
-
 
 
 def _directories(names: Sequence[str]) -> list[str]:

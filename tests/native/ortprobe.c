@@ -5,7 +5,7 @@
  * Written for ort-bundler's Windows test tier (run under Wine). It loads the DLL *by name*, so the
  * standard DLL search order -- and therefore the launcher's set-up -- decides which copy is found.
  * ORT's own header is deliberately not used: OrtApi is a table of function pointers that ORT only
- * ever appends to, so the few functions we need are called by their slot index (FACTS.md section 7).
+ * ever appends to, so the few functions we need are called by their slot index (docs/facts.md section 7).
  *
  * Usage: ortprobe.exe [--dll NAME] [--expect-version V] [--dump DIR] [--echo-args] [--echo-env NAME]...
  *                     [--exit N] [[--shape INPUT=D0,D1,...]... [--check-identity] MODEL]...

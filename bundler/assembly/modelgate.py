@@ -5,9 +5,11 @@ costs a build. `lock` runs the gate once, on the connected machine, and pins wha
 model's fingerprint, signature and a reference output computed on deterministic inputs,
 `target/synth.py`); `build` runs it again and checks that the pinned ORT reproduces the pinned
 reference within its tolerance, and ships the pinned record: the zip never carries this machine's
-floating-point results. The session runs in the very ORT version the bundle ships: in this process
-when it is that version, else in an isolated environment on the build host running the shipped
-self-check's `--reference` mode.
+floating-point results. The session runs in the very ORT version the bundle ships, always in a child
+process running the shipped self-check's `--reference` mode with a memory limit (`memory_limited`): with
+this interpreter when it has that version, else in an isolated environment on the build host (`ortenv`). A model
+is untrusted input: one whose signature asks for gigabytes is refused before anything is allocated
+(`synth.size_problem`), and one that only asks for them while it runs fails in the child, not the host.
 """
 
 from __future__ import annotations
@@ -17,22 +19,20 @@ import hashlib
 import importlib.util
 import json
 import math
-import os
 import secrets
 import shutil
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from filelock import FileLock, Timeout
-from packaging.version import InvalidVersion, Version
 
 from bundler import __version__
 from bundler import runner as runners
+from bundler.assembly.ortenv import host_has_ort, isolated_python
+from bundler.assembly.selfcheck_script import selfcheck_script_bytes
 from bundler.atomic import link_or_copy, write_atomic
 from bundler.errors import (
     BuildError,
@@ -40,21 +40,22 @@ from bundler.errors import (
     ManifestError,
 )
 from bundler.hashing import file_sha256, mismatch_message
-from bundler.readers.capi import module_constants
 from bundler.readers.externaldata import external_refs, reference_problems, without_external_initializers
 from bundler.runner import Runner
-from bundler.target import synth
 
-# The one line of selfcheck.py that the shipped copy replaces with synth.py's source.
 # The model gate's private folders under the isolated environments' folder (cache/ort-envs/).
 GATE_PREFIX = "gate-"
-# Dependencies first: the inlined modules run top to bottom in one namespace.
-INLINED = ("records", "synth", "dllsearch", "check_context", "interpreter", "cuda_check", "libraries")
-TARGET_IMPORT = "from bundler.target."
-FUTURE_IMPORT = "from __future__ import annotations\n"
-READY_MARKER = ".ort-bundler-ready"
-# The first onnxruntime release built against NumPy 2 (1.19.0 release notes).
-NUMPY2_SINCE = Version("1.19")
+# What the reference worker may allocate beyond the model's own files (see `memory_limited`).
+GATE_MEMORY_BYTES = 8 * 1024**3
+_LIMIT_BOOTSTRAP = (
+    "import resource, runpy, sys\n"
+    "limit = int(sys.argv[1])\n"
+    "_, hard = resource.getrlimit(resource.RLIMIT_DATA)\n"
+    "limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)\n"
+    "resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))\n"
+    "sys.argv = sys.argv[2:]\n"
+    "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+)
 
 Json = dict[str, Any]
 
@@ -131,14 +132,15 @@ class ModelRecord:
 
 
 def gate_models(
-    models: Sequence[ModelInput], *, ort_version: str, runner: Runner | None = None, work_dir: Path
+    models: Sequence[ModelInput], *, ort_version: str, runner: Runner | None = None, work_dir: Path,
+    wheels: Sequence[Path] = (),
 ) -> list[ModelRecord]:
     """Check every model and record it, or fail naming every model that cannot ship (run by `lock`)."""
     opsets, problems = check_model_files(models)
     parsed = [model for model in models if model.name in opsets]
     with staged_models(parsed, work_dir) as paths:
         probes = probe_models(parsed, paths=paths, ort_version=ort_version, runner=runner or runners.run,
-                              work_dir=work_dir)
+                              work_dir=work_dir, wheels=wheels)
     problems += [problem for model in parsed
                  if (problem := probe_problem(model, probes[model.name], opsets[model.name], ort_version))]
     if problems:
@@ -160,7 +162,7 @@ def gate_models(
 
 def gate_pinned(
     models: Sequence[ModelInput], pinned: Mapping[str, ModelRecord], *, ort_version: str,
-    runner: Runner | None = None, work_dir: Path, results_dir: Path,
+    runner: Runner | None = None, work_dir: Path, results_dir: Path, wheels: Sequence[Path] = (),
 ) -> list[ModelRecord]:
     """The build's gate: the pinned ORT must reproduce each pinned record within its tolerance.
 
@@ -178,7 +180,7 @@ def gate_pinned(
             raise HashMismatchError(problem)
     with staged_models(todo, work_dir) as paths:
         probes = probe_models(todo, paths=paths, ort_version=ort_version, runner=runner or runners.run,
-                              work_dir=work_dir)
+                              work_dir=work_dir, wheels=wheels)
     problems = [problem for model in todo
                 if (problem := probe_problem(model, probes[model.name], pinned[model.name].opsets, ort_version)
                     or pinned_problem(model, pinned[model.name], probes[model.name], ort_version))]
@@ -302,6 +304,8 @@ def probe_problem(model: ModelInput, probe: Json, opsets: Mapping[str, int], ort
         return None
     if probe["stage"] == "inputs":
         return f"{model.label}: its [[models]] shapes do not fit the model: {probe['reason']}"
+    if probe["stage"] == "size":
+        return f"{model.label}: {probe['reason']}; the gate does not run a model that asks for that much memory"
     if probe["stage"] == "load":
         imports = ", ".join(f"{domain} {version}" for domain, version in sorted(opsets.items()))
         what = f"does not load (opset imports: {imports})"
@@ -311,13 +315,12 @@ def probe_problem(model: ModelInput, probe: Json, opsets: Mapping[str, int], ort
 
 
 def probe_models(models: Sequence[ModelInput], *, paths: Mapping[str, Path], ort_version: str, runner: Runner,
-                 work_dir: Path) -> dict[str, Json]:
+                 work_dir: Path, wheels: Sequence[Path] = ()) -> dict[str, Json]:
     """Each model's probe from `synth.probe_model`, computed in the pinned ORT version (`paths`: `staged_models`)."""
     if not models:
         return {}
-    if (onnxruntime := in_process_ort(ort_version)) is not None:
-        return {model.name: synth.probe_model(onnxruntime, str(paths[model.name]), model.shapes) for model in models}
-    python = isolated_python(ort_version, runner=runner, work_dir=work_dir)
+    python = Path(sys.executable) if host_has_ort(ort_version) else isolated_python(
+        ort_version, runner=runner, work_dir=work_dir, wheels=wheels)
     return run_reference_worker(python, models, paths=paths, ort_version=ort_version, runner=runner, work_dir=work_dir)
 
 
@@ -342,58 +345,6 @@ def staged_models(models: Sequence[ModelInput], work_dir: Path) -> Iterator[dict
                 target.parent.mkdir(parents=True, exist_ok=True)  # the locations were checked: below the folder
                 link_or_copy(source, target)
         yield paths
-
-
-def in_process_ort(ort_version: str) -> ModuleType | None:
-    """This process's onnxruntime when it is the pinned version, else None.
-
-    Importing it takes a quarter of a second, so it is imported only when the `__version__` its package
-    states (read without importing, as `readers.capi` reads a capi tree) is the pinned one; the imported
-    module's own version then decides.
-    """
-    spec = importlib.util.find_spec("onnxruntime")
-    if spec is None or spec.origin is None or module_constants(Path(spec.origin)).get("__version__") != ort_version:
-        return None
-    import onnxruntime
-
-    return onnxruntime if onnxruntime.__version__ == ort_version else None
-
-
-def isolated_requirements(ort_version: str) -> list[str]:
-    """What the isolated environment installs: the pinned ORT and a NumPy its binaries were built against.
-
-    onnxruntime declares `numpy>=1.21.6` with no upper bound, but releases before 1.19 are built against
-    NumPy 1.x and fail to import under NumPy 2 ("_ARRAY_API not found"); pip alone would pick NumPy 2.
-    """
-    try:
-        before_numpy2 = Version(ort_version) < NUMPY2_SINCE
-    except InvalidVersion:
-        before_numpy2 = False
-    return [f"onnxruntime=={ort_version}", "numpy<2" if before_numpy2 else "numpy"]
-
-
-def isolated_python(ort_version: str, *, runner: Runner, work_dir: Path) -> Path:
-    """A virtual environment on the build host with exactly the pinned ORT, made once per work_dir.
-
-    It is made again when it is dead (the ready marker there, the interpreter gone, e.g. its base Python
-    removed) or was made with other requirements than `isolated_requirements` now gives.
-    """
-    env_dir = work_dir / f"ort-{ort_version}-py{sys.version_info.major}{sys.version_info.minor}"
-    python = env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    requirements = isolated_requirements(ort_version)
-    ready = "\n".join(requirements) + "\n"
-    marker = env_dir / READY_MARKER
-    work_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(work_dir / f"{env_dir.name}.lock"):  # builds sharing a cache make the environment once
-        # An environment made before the marker listed its requirements holds the ORT version only.
-        accepted = {ready, ort_version} if requirements[-1] == "numpy" else {ready}
-        if marker.is_file() and marker.read_text(encoding="utf-8") in accepted and python.exists():
-            return python  # exists() follows the venv's link to its base interpreter
-        shutil.rmtree(env_dir, ignore_errors=True)
-        runner([sys.executable, "-m", "venv", str(env_dir)])
-        runner([str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", *requirements])
-        marker.write_text(ready, encoding="utf-8")
-    return python
 
 
 @contextlib.contextmanager
@@ -447,7 +398,15 @@ def run_reference_worker(
         request = Path(private) / "model-gate-request.json"
         request.write_text(json.dumps([{"name": model.name, "path": str(paths[model.name]), "shapes": dict(model.shapes)}
                                        for model in models]), encoding="utf-8")
-        stdout = runner([str(python), "-I", str(script), "--reference", str(request)])
+        limit = GATE_MEMORY_BYTES + sum(model_bytes(model) for model in models)
+        try:
+            stdout = runner([str(python), "-I", *memory_limited(limit), str(script), "--reference", str(request)])
+        except BuildError as exc:  # killed, or aborted by an allocation ORT could not make (std::bad_alloc)
+            last = (str(exc).strip().splitlines() or ["(no output)"])[-1].strip()
+            labels = ", ".join(model.label for model in models)
+            msg = (f"{labels}: the model check in ONNX Runtime {ort_version}, limited to {limit} bytes of memory, "
+                   f"ended without a report ({last}); a model that needs more memory to run is not supported")
+            raise BuildError(msg) from None
     try:
         report = json.loads(stdout)
     except json.JSONDecodeError:
@@ -460,48 +419,18 @@ def run_reference_worker(
     return probes
 
 
-def identity_model_bytes() -> bytes:
-    """The self-check's identity model (payload/selfcheck/identity.onnx), the same bytes on every build.
-
-    Shipped as a file of the package: making it with onnx's helpers would import onnx (and NumPy and
-    ml_dtypes, over a second) in every build; tests/test_modelgate.py makes it with them and compares.
-    """
-    return (resources.files("bundler.target") / "identity.onnx").read_bytes()
+def model_bytes(model: ModelInput) -> int:
+    """The model's file and external data: what the reference worker may map on top of its own needs."""
+    return model.path.stat().st_size + sum(data.path.stat().st_size for data in model.data)
 
 
-def selfcheck_script_bytes() -> bytes:
-    """The self-check as shipped (payload/selfcheck/selfcheck.py): one file, its target modules inlined.
-
-    The target has no ort-bundler package, so the script cannot import them; inlining keeps a single source
-    for what the build and the target share (synthesised inputs, the report's definition, the DLL search).
-    The modules go in INLINED's order, dependencies first, where the script's first target import stood; every
-    `from bundler.target.` line, in the script and in the modules, is then satisfied by the inlined code.
-    """
-    package = resources.files("bundler.target")
-    script = (package / "selfcheck.py").read_text(encoding="utf-8").splitlines(keepends=True)
-    ours = [index for index, line in enumerate(script) if line.startswith(TARGET_IMPORT)]
-    if not ours:
-        msg = "bundler/target/selfcheck.py imports no target module: nothing to inline"
-        raise BuildError(msg)
-    inlined: list[str] = []
-    for module in INLINED:
-        source = (package / f"{module}.py").read_text(encoding="utf-8")
-        if FUTURE_IMPORT not in source:
-            msg = f"bundler/target/{module}.py must start with postponed annotations to be inlined"
-            raise BuildError(msg)
-        inlined += [f"# --- inlined from bundler/target/{module}.py by ort-bundler ---\n",
-                    *_without_target_imports(source.replace(FUTURE_IMPORT, "", 1), module),
-                    f"# --- end of {module}.py ---\n"]
-    head = script[: ours[0]]
-    tail = _without_target_imports("".join(script[ours[0]:]), "selfcheck")
-    return "".join([*head, *inlined, *tail]).encode("utf-8")
+def memory_limited(limit: int) -> list[str]:
+    """`-c BOOTSTRAP LIMIT` arguments that run the script after them with at most `limit` bytes of data
+    memory (RLIMIT_DATA: heap and private writable mappings, not the mapped model or libraries), so an
+    allocation beyond it fails in the child instead of taking the build host's memory; a host without
+    `resource` (Windows) runs the script without one."""
+    if importlib.util.find_spec("resource") is None:
+        return []
+    return ["-c", _LIMIT_BOOTSTRAP, str(limit)]
 
 
-def _without_target_imports(source: str, module: str) -> list[str]:
-    """The lines of `source` less its one-line imports of other target modules (a wrapped one cannot be cut)."""
-    lines = source.splitlines(keepends=True)
-    wrapped = [line for line in lines if line.startswith(TARGET_IMPORT) and line.rstrip().endswith("(")]
-    if wrapped:
-        msg = f"bundler/target/{module}.py must import each target module on one line, found {wrapped[0].strip()!r}"
-        raise BuildError(msg)
-    return [line for line in lines if not line.startswith(TARGET_IMPORT)]

@@ -27,6 +27,8 @@ WINDOWS_FORBIDDEN = frozenset('<>:"/\\|?*')
 WINDOWS_RESERVED = frozenset(
     ["CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"] + [f"{port}{n}" for port in ("COM", "LPT") for n in "0123456789¹²³"]
 )
+# A Windows drive (C:), which makes a location absolute there even without a leading separator.
+_DRIVE_RE = re.compile(r"^[A-Za-z]:")
 
 
 def reserved_on_windows(name: str) -> bool:
@@ -48,6 +50,25 @@ def file_name_problem(name: str) -> str | None:
         return "a name that starts with a dot or space or ends with one"
     if reserved_on_windows(name):
         return "a device name that Windows reserves (CON, NUL, COM1, ...)"
+    return None
+
+
+def location_problem(location: str) -> str | None:
+    """Why a data file's location cannot ship (the phrase after "which"), or None when it stays in the model's folder."""
+    if not location:
+        return "is empty"
+    if location.startswith(("/", "\\")) or _DRIVE_RE.match(location):
+        return "is absolute (expected a path relative to the model's folder)"
+    if "\\" in location:
+        return "uses '\\' (expected '/' between folders, the same on every platform)"
+    parts = location.split("/")
+    if ".." in parts:
+        return "climbs out of the model's folder with '..'"
+    if any(part in ("", ".") for part in parts):
+        return "has an empty or '.' path component (expected a plain relative path)"
+    for part in parts:
+        if problem := file_name_problem(part):
+            return f"has a component that is not a portable file name: {problem}"
     return None
 
 
@@ -76,13 +97,7 @@ def version_text(text: str, *, where: str) -> str:
 
 def read_utf8(path: Path, *, label: str) -> str:
     """A metadata file (METADATA, WHEEL, RECORD) as text; bytes that are not UTF-8 are named, not a traceback."""
-    data = path.read_bytes()
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        msg = (f"{label}: {path.name} is not UTF-8 text ({exc.reason} at byte {exc.start}); expected the UTF-8 "
-               f"file the wheel format requires")
-        raise BuildError(msg) from None
+    return decode_utf8(path.read_bytes(), label=label, name=path.name)
 
 
 def decode_utf8(data: bytes, *, label: str, name: str) -> str:

@@ -1,4 +1,5 @@
-"""`ort-bundler verify`: check a finished bundle without trusting anything inside it but SHA256SUMS.
+"""Check a finished bundle without trusting anything inside it but SHA256SUMS (`ort-bundler verify`; `sign`
+checks its input, `publish` and `pull` the bundle they move the same way).
 
 Structure (one top folder named like the bundle, the required files, and only plain files and folders
 with names that stay inside it: no `..`, no empty parts, no links or devices), `bundle.json` (parses

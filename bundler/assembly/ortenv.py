@@ -1,0 +1,114 @@
+"""ONNX Runtime on the build host, for the model gate: this interpreter's when it is the pinned version,
+else a virtual environment holding exactly that version, made once per work folder.
+
+The gate runs a model in the very ORT version the bundle ships (`modelgate.probe_models`). When this
+interpreter has another one (or none), an isolated environment is made beside the cache: from the bundle's
+own ORT and NumPy wheels when this host can install them (`host_wheels`), else from the index through the
+user's pip configuration, wheels only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from filelock import FileLock
+from packaging.tags import sys_tags
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from bundler.readers.capi import module_constants
+from bundler.runner import Runner
+from bundler.sources.cache import cached_sha256
+
+READY_MARKER = ".ort-bundler-ready"
+# The first onnxruntime release built against NumPy 2 (1.19.0 release notes).
+NUMPY2_SINCE = Version("1.19")
+
+
+def host_has_ort(ort_version: str) -> bool:
+    """Whether this interpreter's onnxruntime states the pinned version (read without importing it, as
+    `readers.capi` reads a capi tree); the worker's report then confirms the version it imported."""
+    spec = importlib.util.find_spec("onnxruntime")
+    return spec is not None and spec.origin is not None and \
+        module_constants(Path(spec.origin)).get("__version__") == ort_version
+
+
+def isolated_requirements(ort_version: str) -> list[str]:
+    """What the isolated environment installs: the pinned ORT and a NumPy its binaries were built against.
+
+    onnxruntime declares `numpy>=1.21.6` with no upper bound, but releases before 1.19 are built against
+    NumPy 1.x and fail to import under NumPy 2 ("_ARRAY_API not found"); pip alone would pick NumPy 2.
+    """
+    try:
+        before_numpy2 = Version(ort_version) < NUMPY2_SINCE
+    except InvalidVersion:
+        before_numpy2 = False
+    return [f"onnxruntime=={ort_version}", "numpy<2" if before_numpy2 else "numpy"]
+
+
+def host_wheels(paths: Iterable[Path]) -> tuple[Path, ...]:
+    """The bundle's own ORT and NumPy wheels (verified in the cache against their pins) when this host can
+    install both, else none: the isolated environment is then made from exactly those files."""
+    chosen: dict[str, Path] = {}
+    for path in sorted(paths):
+        name = str(parse_wheel_filename(path.name)[0]) if host_installable(path.name) else ""
+        role = "numpy" if name == "numpy" else "onnxruntime" if name.startswith("onnxruntime") else None
+        if role:
+            chosen.setdefault(role, path)
+    return (chosen["onnxruntime"], chosen["numpy"]) if len(chosen) == 2 else ()
+
+
+def host_installable(filename: str) -> bool:
+    """Whether `filename` is a wheel this interpreter can install (one of its tags is the host's)."""
+    if not filename.endswith(".whl"):
+        return False
+    try:
+        tags = parse_wheel_filename(filename)[3]
+    except InvalidWheelFilename:
+        return False
+    return not tags.isdisjoint(sys_tags())
+
+
+def isolated_python(ort_version: str, *, runner: Runner, work_dir: Path, wheels: Sequence[Path] = ()) -> Path:
+    """A virtual environment on the build host with exactly the pinned ORT, made once per work_dir.
+
+    With `wheels` (`host_wheels`: files in the cache, named by their sha256) it is made from those files
+    alone, each held to its hash by pip (`--require-hashes --no-index --no-deps --only-binary :all:`), in a
+    folder of its own for that set. Without them, pip brings `isolated_requirements` from the index through
+    the user's configuration, wheels only (`--only-binary :all:`: no sdist's setup.py runs on the build host).
+    It is made again when it is dead (the ready marker there, the interpreter gone, e.g. its base Python
+    removed) or was made with other requirements.
+    """
+    pinned = [f"{path} --hash=sha256:{cached_sha256(path)}" for path in wheels]
+    requirements = [f"{path.name} {cached_sha256(path)}" for path in wheels] or isolated_requirements(ort_version)
+    ready = "\n".join(requirements) + "\n"
+    # One folder per set of wheels, named by their names and hashes (not where the cache is): builds of
+    # bundles with another NumPy keep their own environments instead of remaking one in turn.
+    suffix = f"-{hashlib.sha256(ready.encode()).hexdigest()[:12]}" if pinned else ""
+    env_dir = work_dir / f"ort-{ort_version}-py{sys.version_info.major}{sys.version_info.minor}{suffix}"
+    python = env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    marker = env_dir / READY_MARKER
+    work_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(work_dir / f"{env_dir.name}.lock"):  # builds sharing a cache make the environment once
+        # An environment made before the marker listed its requirements holds the ORT version only.
+        accepted = {ready, ort_version} if requirements[-1] == "numpy" else {ready}
+        if marker.is_file() and marker.read_text(encoding="utf-8") in accepted and python.exists():
+            return python  # exists() follows the venv's link to its base interpreter
+        shutil.rmtree(env_dir, ignore_errors=True)
+        runner([sys.executable, "-m", "venv", str(env_dir)])
+        install = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
+                   "--only-binary", ":all:"]
+        if pinned:
+            listed = work_dir / f"{env_dir.name}.requirements.txt"
+            listed.write_text("\n".join(pinned) + "\n", encoding="utf-8")
+            runner([*install, "--no-index", "--no-deps", "--require-hashes", "-r", str(listed)])
+        else:
+            runner([*install, *requirements])
+        marker.write_text(ready, encoding="utf-8")
+    return python

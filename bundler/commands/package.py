@@ -1,0 +1,280 @@
+"""`ort-bundler package BUNDLE.zip --msi --intunewin -o DIR`: a Windows bundle as the packages Intune and
+ConfigMgr take.
+
+The bundle is verified exactly as `ort-bundler verify` verifies it (one that fails is never packaged), unpacked
+(`bundler.signing.layout.unpack`, which keeps every member inside its folder) and wrapped:
+
+- `DIR/<name>-<version>-win_amd64.msi` (--msi): the bundle's install image as an MSI (bundler/packaging/msi.py);
+- `DIR/<name>-<version>-win_amd64.intunewin`: that MSI as the setup file, or without --msi the unpacked bundle
+  with install.cmd as the setup file;
+- `DIR/<name>-<version>-vcredist-x64.intunewin`: when the bundle ships VC_redist.x64.exe, that file alone, to be
+  the app's dependency in Intune;
+
+each with its `.sha256`, and the Win32 app settings of each (commands, return codes, detection rules,
+requirements, dependencies) in `--json`. Everything is made in a hidden folder inside DIR and moved into place
+only once every output is complete, so a run that fails leaves DIR as it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bundler.commands.sign import add_signing_options, signing_options
+from bundler.errors import UnsupportedError, UsageError, VerificationError
+
+if TYPE_CHECKING:
+    from bundler.packaging.intunewin import Intunewin
+    from bundler.packaging.msi import Msi
+    from bundler.packaging.win32app import Win32App
+    from bundler.signing.bundle import SignOptions
+    from bundler.signing.layout import Unpacked
+    from bundler.sources.cache import Cache
+    from bundler.target.bundle_info import BundleInfo
+    from bundler.writer.members import MemberCache
+
+NAME = "package"
+HELP = "wrap a verified Windows bundle for Intune and ConfigMgr: an MSI and .intunewin packages"
+EXAMPLES = """examples:
+  ort-bundler package dist/app-1.0.0-win_amd64.zip --msi -o packages/
+  ort-bundler package dist/app-1.0.0-win_amd64.zip --msi --intunewin -o intune/ --json
+  ort-bundler package dist/app-1.0.0-win_amd64.zip --intunewin -o intune/
+  ort-bundler package signed/app-1.0.0-win_amd64.zip --intunewin -o intune/ --json
+the inner zip of a .intunewin is byte-identical for the same bundle (its sha256 is reported); the file itself
+differs on every run, because Intune's format encrypts it with fresh random keys"""
+
+
+def configure(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+    parser.add_argument("bundle", type=Path, help="a win_amd64 bundle zip (as `build` or `sign` wrote it)")
+    parser.add_argument("-o", "--output", type=Path, required=True, help="output folder")
+    parser.add_argument("--intunewin", action="store_true",
+                        help="write <name>-<version>-win_amd64.intunewin (install.cmd as the setup file) and, "
+                             "when the bundle ships VC_redist.x64.exe, <name>-<version>-vcredist-x64.intunewin")
+    parser.add_argument("--msi", action="store_true",
+                        help="write <name>-<version>-win_amd64.msi (bundles with [python] runtime; needs wixl and "
+                             "msitools); with --intunewin the .intunewin wraps the MSI")
+    add_signing_options(parser)
+    parser.add_argument("--json", action="store_true",
+                        help="print every output (path, size, sha256, inner zip) and its Win32 app settings as JSON")
+
+
+def run(args: argparse.Namespace, *, cache: Cache) -> int:
+    if not args.intunewin and not args.msi:
+        msg = "found no package format, expected --msi, --intunewin or both"
+        raise UsageError(msg)
+    if not args.msi and any((args.cert, args.key, args.pkcs12, args.signer, args.chain, args.timestamp_url)):
+        msg = "the signing options sign the MSI: give --msi (sign the bundle itself with `ort-bundler sign`)"
+        raise UsageError(msg)
+    signing = signing_options(args)
+    result = package_bundle(args.bundle, args.output, cache=cache, msi=args.msi, intunewin=args.intunewin,
+                            signing=signing)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    elif not args.quiet:
+        if result.msi is not None:
+            print(f"wrote {result.msi.path} ({result.msi.size:,} bytes, {result.msi.files:,} files), product code "
+                  f"{result.msi.product.product_code}, upgrade code {result.msi.product.upgrade_code}")
+        for package in result.packages:
+            print(f"wrote {package.intunewin.path} ({package.intunewin.size:,} bytes), setup file "
+                  f"{package.intunewin.setup_file}\n  inner zip sha256 {package.intunewin.inner_sha256} "
+                  f"({package.intunewin.inner_size:,} bytes)")
+    return 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Package:
+    """One `.intunewin` written, and the Win32 app settings it is uploaded with."""
+
+    role: str  # "app" or "vc_redist"
+    intunewin: Intunewin
+    app: Win32App
+
+    def to_json(self) -> dict[str, object]:
+        return {"role": self.role, **self.intunewin.to_json(), "win32_app": self.app.to_json()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Packaged:
+    bundle: Path
+    msi: Msi | None
+    packages: tuple[Package, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {"bundle": str(self.bundle), "msi": self.msi.to_json() if self.msi else None,
+                "packages": [p.to_json() for p in self.packages]}
+
+
+def package_bundle(bundle: Path, out: Path, *, cache: Cache, msi: bool = False, intunewin: bool = True,
+                   signing: SignOptions | None = None) -> Packaged:
+    """Verify `bundle`, refuse one that is not for Windows, and write its packages into `out` (all or none)."""
+    from bundler.signing.layout import unpack
+    from bundler.signing.verify import verify_bundle
+    from bundler.writer.members import MemberCache
+
+    _check_output(out)
+    report = verify_bundle(bundle, cache=cache)
+    if not report.ok:
+        msg = (f"{bundle.name} does not verify ({'; '.join(report.findings()[:3])}); nothing was packaged: run "
+               f"`ort-bundler verify {bundle}` and package an intact bundle")
+        raise VerificationError(msg)
+    member_cache = MemberCache(cache.work_dir("members"))
+    with zipfile.ZipFile(bundle) as archive, _staging(out) as staging:
+        top = archive.namelist()[0].split("/", 1)[0]
+        info = _windows_bundle(bundle, archive, top)
+        unpacked = unpack(archive, top, staging / "bundle" / top)
+        built = _msi(info, unpacked, staging, signing) if msi else None
+        packages = _intunewins(info, unpacked, staging, member_cache=member_cache, msi=built) if intunewin else []
+        return Packaged(bundle=bundle, msi=_publish_msi(built, out) if built else None,
+                        packages=tuple(_publish(p, out) for p in packages))
+
+
+def _check_output(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        msg = f"-o {out}: found a file, expected a folder (existing or to be made) for the packages"
+        raise UsageError(msg)
+
+
+def _windows_bundle(bundle: Path, archive: zipfile.ZipFile, top: str) -> BundleInfo:
+    """The bundle's own record, and only for a Windows bundle: Intune and its packages are Windows'."""
+    from bundler.platforms import TARGETS
+    from bundler.target.bundle_info import BUNDLE_FILE, BundleInfo, BundleInfoError
+
+    try:
+        info = BundleInfo.from_json(json.loads(archive.read(f"{top}/{BUNDLE_FILE}")), source=f"{bundle.name}: "
+                                    f"{BUNDLE_FILE}")
+    except BundleInfoError as exc:
+        msg = f"{exc}; package reads the bundles of this ort-bundler version: rebuild the bundle with it"
+        raise UnsupportedError(msg) from None
+    target = TARGETS.get(info.platform)
+    if target is None or not target.windows:
+        msg = (f"{bundle.name}: a bundle for {info.platform}, expected one for win_amd64: Intune packages wrap "
+               "Windows bundles only")
+        raise UnsupportedError(msg)
+    return info
+
+
+def _msi(info: BundleInfo, unpacked: Unpacked, staging: Path, signing: SignOptions | None) -> Msi:
+    """The MSI of the bundle unpacked in `staging/bundle` (signed when `signing` says how), with its `.sha256`, in
+    `staging/out`."""
+    from bundler.atomic import write_atomic
+    from bundler.packaging.msi import build_msi, signed
+    from bundler.signing.bundle import sign_msi
+
+    work, out = staging / "msi-work", staging / "out"
+    work.mkdir()
+    out.mkdir(exist_ok=True)
+    built = build_msi(staging / "bundle" / unpacked.top, info, work, out / f"{info.name}-{info.version}-{info.platform}"
+                      ".msi", epoch=unpacked.epoch)
+    if signing is not None:
+        unsigned = built.path.rename(work / built.path.name)
+        signer = sign_msi(unsigned, built.path, options=signing, work=work / "signing", epoch=unpacked.epoch)
+        built = signed(built, signer=signer)
+    write_atomic(built.path.with_name(built.path.name + ".sha256"), f"{built.sha256}  {built.path.name}\n".encode())
+    shutil.rmtree(work)
+    return built
+
+
+def _intunewins(info: BundleInfo, unpacked: Unpacked, staging: Path, *, member_cache: MemberCache,
+                msi: Msi | None) -> list[Package]:
+    """Every package of the bundle unpacked in `staging/bundle` (or of its MSI), written to `staging/out`."""
+    from bundler.packaging.intunewin import MsiInfo, write_intunewin
+    from bundler.packaging.win32app import bundle_app, msi_app
+
+    folder, out = staging / "bundle" / unpacked.top, staging / "out"
+    vc = _vc_redist_package(info, unpacked, staging, member_cache=member_cache)
+    payload = sum(file.path.stat().st_size for file in unpacked.files.values())
+    vc_name = vc.intunewin.path.name if vc else None
+    target = out / f"{info.name}-{info.version}-{info.platform}.intunewin"
+    if msi is None:
+        app = bundle_app(info, payload_bytes=payload, vc_redist_package=vc_name)
+        wrapped = write_intunewin(folder, app.setup_file, target, name=app.display_name, epoch=unpacked.epoch,
+                                  member_cache=member_cache)
+    else:
+        app = msi_app(info, msi_file=msi.path.name, product_code=msi.product.product_code, payload_bytes=payload,
+                      vc_redist_package=vc_name)
+        described = MsiInfo(product_code=msi.product.product_code, product_version=msi.product.product_version,
+                            upgrade_code=msi.product.upgrade_code, package_code=msi.package_code,
+                            publisher=msi.product.publisher, contains_system_registry_keys=True)
+        wrapped = write_intunewin(single_file_folder(msi.path, staging / "msi"), msi.path.name, target,
+                                  name=app.display_name, epoch=unpacked.epoch, member_cache=member_cache, msi=described)
+    return [Package(role="app", intunewin=wrapped, app=app), *([vc] if vc else [])]
+
+
+def _vc_redist_package(info: BundleInfo, unpacked: Unpacked, staging: Path, *,
+                       member_cache: MemberCache) -> Package | None:
+    """The bundle's VC_redist.x64.exe wrapped on its own, when the bundle ships one."""
+    from bundler.packaging.intunewin import write_intunewin
+    from bundler.packaging.win32app import vc_redist_app
+
+    if info.vc_redist is None:
+        return None
+    listed = unpacked.files.get(str(info.vc_redist["file"]))
+    if listed is None:
+        msg = f"bundle.json: vc_redist names {info.vc_redist['file']!r}, which the bundle does not hold"
+        raise VerificationError(msg)
+    folder = single_file_folder(listed.path, staging / "vc_redist")
+    version = str(info.vc_redist["version"])
+    app = vc_redist_app(setup_file=listed.path.name, version=version, minimum=info.vc_runtime_min or version)
+    wrapped = write_intunewin(folder, app.setup_file, staging / "out" / f"{info.name}-{info.version}-vcredist-x64"
+                              ".intunewin", name=app.display_name, epoch=unpacked.epoch, member_cache=member_cache)
+    return Package(role="vc_redist", intunewin=wrapped, app=app)
+
+
+def single_file_folder(file: Path, folder: Path) -> Path:
+    """A new `folder` holding only `file` (linked, else copied): a setup folder is packaged whole, so a setup
+    file that lives among others (VC_redist in the bundle, an MSI beside its build files) gets a folder of its
+    own."""
+    from bundler.atomic import link_or_copy
+
+    folder.mkdir()
+    link_or_copy(file, folder / file.name)
+    return folder
+
+
+@contextmanager
+def _staging(out: Path) -> Iterator[Path]:
+    """A hidden folder inside `out` for the unpacked bundle and the outputs, on the outputs' file system (so they
+    are moved into place by a rename), removed however the run ends; so is `out` when this run made it and
+    failed."""
+    made = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=out, prefix=".ort-bundler-package-", suffix=".tmp"))
+    except OSError as exc:
+        msg = f"-o {out}: the output folder cannot be used ({exc.strerror}); choose another one"
+        raise UsageError(msg) from None
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if made:
+            with suppress(OSError):  # not empty: another process put something there meanwhile
+                out.rmdir()
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def _publish_msi(built: Msi, out: Path) -> Msi:
+    """Move the MSI and then its `.sha256` into `out`."""
+    final = replace(built, path=out / built.path.name)
+    os.replace(built.path, final.path)
+    os.replace(built.path.with_name(built.path.name + ".sha256"), final.path.with_name(final.path.name + ".sha256"))
+    return final
+
+
+def _publish(package: Package, out: Path) -> Package:
+    """Move one output and then its `.sha256` into `out`: the sidecar never names a file not yet there."""
+    wrapped = package.intunewin
+    final = replace(wrapped, path=out / wrapped.path.name, sha256_file=out / wrapped.sha256_file.name)
+    os.replace(wrapped.path, final.path)
+    os.replace(wrapped.sha256_file, final.sha256_file)
+    return replace(package, intunewin=final)

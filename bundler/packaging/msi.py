@@ -1,0 +1,195 @@
+"""A bundle's MSI: its install image made here by the install engine, listed in a .wxs, built by wixl,
+made reproducible and (optionally) signed.
+
+Steps, each a tool that is not ours where one exists:
+
+1. The image: `engine.py make-image` (bundler/target/image.py, the code install.cmd runs on the target),
+   run by a Python of the bundle's minor version (bytecode is per minor version): the running one when it
+   matches, else `pythonX.Y` on PATH, else exit 9 naming it. It runs our own engine, not the bundle's copy.
+2. The source: bundler/packaging/msi_source.py, from the image's receipt (every file, and the receipt).
+3. `wixl -a x64` (Debian package `wixl`), in the image folder, every file dated the bundle's time, in UTC; `msibuild` (package `msitools`) marks the
+   public properties secure, so a managed install passes CACHEDIR and NOSELFCHECK to the server side.
+4. The summary information: wixl writes a random PackageCode and the build's clock into it (docs/facts.md §9),
+   so both are rewritten in place with `olefile`: the PackageCode from the image's receipt digest and the
+   two FILETIMEs from the bundle's SOURCE_DATE_EPOCH. Two runs then give the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from bundler.errors import BuildError, InputUnavailableError, UnsupportedError
+from bundler.hashing import file_sha256
+from bundler.packaging.msi_source import MsiProduct, guid, product_version, wxs
+from bundler.target.bundle_info import BundleInfo
+from bundler.target.records import PLAN_FILE, RECEIPT_FILE, InstallPlan, Receipt
+
+#: The tools and the Debian package that has each.
+TOOLS = {"wixl": "wixl", "msibuild": "msitools", "msiinfo": "msitools"}
+SUMMARY_STREAM = "\x05SummaryInformation"
+#: Summary information property ids (MS-OLEPS; Windows Installer's "Summary Information Stream Property Set").
+PID_REVISION, PID_CREATE_TIME, PID_LAST_SAVE_TIME = 9, 12, 13
+VT_LPSTR, VT_FILETIME = 30, 64
+#: FILETIME counts 100 ns since 1601-01-01.
+FILETIME_EPOCH_OFFSET = 11644473600
+
+
+@dataclass(frozen=True, kw_only=True)
+class Msi:
+    path: Path
+    size: int
+    sha256: str
+    product: MsiProduct
+    package_code: str
+    files: int  # files the MSI installs
+    signer: str | None = None  # the Authenticode signer's subject, when signed
+
+    def to_json(self) -> dict[str, object]:
+        return {"path": str(self.path), "size": self.size, "sha256": self.sha256, "files": self.files,
+                "product_code": self.product.product_code, "upgrade_code": self.product.upgrade_code,
+                "package_code": self.package_code, "product_version": self.product.product_version,
+                "signer": self.signer,
+                "install_command": f'msiexec /i "{self.path.name}" /qn /norestart',
+                "uninstall_command": f"msiexec /x {self.product.product_code} /qn /norestart"}
+
+
+def tool(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        msg = f"{name} is not installed; package --msi needs it: install the Debian package {TOOLS[name]}"
+        raise InputUnavailableError(msg)
+    return found
+
+
+def build_msi(bundle: Path, info: BundleInfo, work: Path, output: Path, *, epoch: int) -> Msi:
+    """The MSI of the unpacked, verified `bundle` at `output`; `work` is an empty folder for the image."""
+    bundle, work, output = bundle.resolve(), work.resolve(), output.resolve()  # the tools run in other folders
+    plan = InstallPlan.loads((bundle / PLAN_FILE).read_text(encoding="utf-8"), source=f"{bundle.name}/{PLAN_FILE}")
+    if not plan.venv.runtime:
+        msg = (f"{info.name} {info.version} runs on the target's own Python, so its installed tree depends on that "
+               f"machine; an MSI needs a bundle that carries its interpreter: add [python] runtime to the manifest")
+        raise UnsupportedError(msg)
+    version = product_version(info.version, source=f"{bundle.name}/bundle.json")
+    wixl, msibuild = tool("wixl"), tool("msibuild")
+    image = work / "image"
+    receipt = make_image(bundle, image, plan, epoch=epoch, work=work)
+    product = MsiProduct(name=info.name, version=info.version, product_version=version,
+                         publisher=str((info.manifest.get("bundle") or {}).get("publisher") or "ort-bundler"),
+                         product_code=guid(info.name, "product", info.version), upgrade_code=guid(info.name, "upgrade"),
+                         bundle_sha256=receipt.bundle_sha256, interpreter=f"{plan.venv.dir}/{plan.venv.interpreter}",
+                         vc_runtime_min=_vc_minimum(info.vc_runtime_min))
+    files = [entry.path for entry in receipt.files] + [RECEIPT_FILE]
+    _date_files(image, files, epoch)
+    source = work / "product.wxs"
+    source.write_text(wxs(product, files), encoding="utf-8")
+    _run([wixl, "-a", "x64", "-o", str(output), str(source)], cwd=image, what="wixl")
+    secure = ";".join(("INSTALLDIR", "CACHEDIR", "NOSELFCHECK", "NEWER_VERSION_FOUND", "OLDER_VERSION_FOUND"))
+    _run([msibuild, str(output), "-q",
+          f"UPDATE `Property` SET `Value` = '{secure}' WHERE `Property` = 'SecureCustomProperties'"],
+         cwd=work, what="msibuild")
+    package_code = guid(info.name, "package", info.version, hashlib.sha256((image / RECEIPT_FILE).read_bytes()).hexdigest())
+    fix_summary(output, package_code=package_code, epoch=epoch)
+    return Msi(path=output, size=output.stat().st_size, sha256=file_sha256(output), product=product,
+               package_code=package_code, files=len(files))
+
+
+def signed(msi: Msi, *, signer: str) -> Msi:
+    """The record of `msi` after it was signed in place (its bytes, so its size and hash, changed)."""
+    return replace(msi, size=msi.path.stat().st_size, sha256=file_sha256(msi.path), signer=signer)
+
+
+def compiler_python(minor: str) -> str:
+    """A Python of the bundle's minor version, for the image's bytecode."""
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if running == minor:
+        return sys.executable
+    found = shutil.which(f"python{minor}")
+    if found is None:
+        msg = (f"the bundle's bytecode needs Python {minor} and this is Python {running}: "
+               f"put python{minor} on PATH (e.g. the Debian or deadsnakes package python{minor}) or run ort-bundler "
+               f"with Python {minor}")
+        raise UnsupportedError(msg)
+    return found
+
+
+def make_image(bundle: Path, image: Path, plan: InstallPlan, *, epoch: int, work: Path) -> Receipt:
+    """The install engine's `make-image`, from this ort-bundler's copy of the engine, in a Python of the
+    bundle's minor version; the receipt it wrote."""
+    from bundler.assembly.launch import engine_files
+
+    engine = work / "engine"
+    for data, installed in engine_files().values():
+        path = engine / installed.removeprefix("installer/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    _run([compiler_python(plan.python), "-I", "-B", str(engine / "engine.py"), "make-image", "--bundle", str(bundle),
+          "--out", str(image), "--epoch", str(epoch)], cwd=work, what="the install engine's make-image")
+    return Receipt.loads((image / RECEIPT_FILE).read_text(encoding="utf-8"), source=str(image / RECEIPT_FILE))
+
+
+def fix_summary(msi: Path, *, package_code: str, epoch: int) -> None:
+    """Set the PackageCode and both timestamps of the summary information, in place (same sizes)."""
+    import olefile
+
+    with olefile.OleFileIO(str(msi), write_mode=True) as ole:
+        stream = bytearray(ole.openstream(SUMMARY_STREAM).read())
+        offsets = _property_offsets(bytes(stream))
+        filetime = struct.pack("<Q", (epoch + FILETIME_EPOCH_OFFSET) * 10_000_000)
+        for pid in (PID_CREATE_TIME, PID_LAST_SAVE_TIME):
+            kind, where = offsets[pid]
+            if kind != VT_FILETIME:
+                msg = f"{msi.name}: summary property {pid} has type {kind}, expected a FILETIME; wixl changed its output"
+                raise BuildError(msg)
+            stream[where:where + 8] = filetime
+        kind, where = offsets[PID_REVISION]
+        length = struct.unpack_from("<I", stream, where)[0]
+        text = package_code.encode("ascii") + b"\0"
+        if kind != VT_LPSTR or length != len(text):
+            msg = f"{msi.name}: the summary's PackageCode is {length} bytes of type {kind}, expected a GUID string"
+            raise BuildError(msg)
+        stream[where + 4:where + 4 + length] = text
+        ole.write_stream(SUMMARY_STREAM, bytes(stream))
+
+
+def _property_offsets(stream: bytes) -> dict[int, tuple[int, int]]:
+    """{property id: (type, offset of its value)} of the first section of an OLE property set stream."""
+    section = struct.unpack_from("<I", stream, 28 + 16)[0]  # header (28) + the section's FMTID (16)
+    count = struct.unpack_from("<I", stream, section + 4)[0]
+    found = {}
+    for index in range(count):
+        pid, offset = struct.unpack_from("<II", stream, section + 8 + 8 * index)
+        kind = struct.unpack_from("<I", stream, section + offset)[0] & 0xFFFF
+        found[pid] = (kind, section + offset + 4)
+    return found
+
+
+def _vc_minimum(text: str | None) -> tuple[int, int, int] | None:
+    """bundle.json's "14.40.33810" (or with a fourth part) as the three numbers the registry holds."""
+    if not text:
+        return None
+    major, minor, build = ([int(part) for part in text.split(".")[:3]] + [0, 0])[:3]
+    return major, minor, build
+
+
+def _date_files(image: Path, files: list[str], epoch: int) -> None:
+    """The cabinet records each file's modification time: the bundle's time, not the moment of this run."""
+    for relative in files:
+        os.utime(image / relative, (epoch, epoch), follow_symlinks=False)
+
+
+def _run(command: list[str], *, cwd: Path, what: str) -> None:
+    """`command`, in UTC (wixl turns file times into the cabinet's local DOS times), without PYTHON* variables."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTHON")}
+    env["TZ"] = "UTC"
+    proc = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        output = (proc.stderr.strip() or proc.stdout.strip())[-800:]
+        msg = f"{what} failed with exit code {proc.returncode}: {output}"
+        raise BuildError(msg)

@@ -1,0 +1,217 @@
+"""The WiX source of a bundle's MSI, from its install image: pure, so every rule here is testable alone.
+
+Written for what Debian's wixl 0.101 supports (GNOME msitools `tools/wixl/wix.vala`, `builder.vala`):
+WiX v3 syntax, custom actions of type 18 (an installed exe with arguments) only, `Execute="deferred"`
+honoured and rollback/commit actions ignored, no util extension, random GUIDs for `Id="*"` (so every
+GUID is given). Choices:
+
+- Identity. ProductCode from name and version, UpgradeCode from the name, one component per file
+  with a GUID from name and path (UUIDv5 in ort-bundler's namespace): the same bundle gives the same
+  MSI, and a file keeps its component across versions (what Windows Installer's component rules ask).
+- Upgrade. The Upgrade table is written out (not `MajorUpgrade`, which wixl schedules after
+  InstallValidate, outside the transaction) and RemoveExistingProducts runs after InstallInitialize,
+  inside it: an upgrade whose self-check fails rolls back to the version that was installed.
+- Proof. The self-check runs as a deferred, no-impersonate custom action on the installed python.exe
+  (`engine.py msi-finish`) before InstallFinalize; its non-zero exit rolls the install back. Briefcase's
+  immediate action after InstallFinalize runs unelevated for per-machine installs (beeware/briefcase#2722).
+- Routes. The detection value is the zip route's (HKLM\\SOFTWARE\\ort-bundler\\<name>, Route=msi); a
+  launch condition refuses while the zip route's install (Route=zip) is there, as install.cmd refuses
+  the MSI's.
+- Prerequisite. VC_redist is a Burn bundle that cannot run inside an MSI transaction (1618), so the
+  VC++ runtime is a launch condition on the registry values install.cmd reads, not a nested install.
+"""
+
+from __future__ import annotations
+
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from packaging.version import InvalidVersion, Version
+
+from bundler.errors import UnsupportedError
+
+#: ort-bundler's UUIDv5 namespace for MSI GUIDs (itself uuid5 of the URL namespace and the tool's name).
+NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "ort-bundler/msi")
+VC_RUNTIME_KEY = r"SOFTWARE\Microsoft\VisualStudio\14.0\VC\Runtimes\x64"
+DETECTION_KEY = "SOFTWARE\\ort-bundler\\{name}"
+#: Where our actions go in InstallExecuteSequence, by number: wixl 0.101 places Before=/After= actions wrongly
+#: (a custom action "Before InstallFinalize" lands at 1, ahead of the files). The standard actions' numbers:
+#: AppSearch 50, InstallInitialize 1500, RemoveFiles 3500, InstallFiles 4000, InstallFinalize 6600.
+SEQUENCE = {"app_search": 50, "remove_existing": 1510, "forget": 3490, "finish": 6500}
+#: MSI's ProductVersion limits: major.minor.build (Windows Installer ignores a fourth field).
+VERSION_LIMITS = (255, 255, 65535)
+
+
+@dataclass(frozen=True)
+class MsiProduct:
+    """What the MSI says about the product, all derived from the bundle."""
+
+    name: str
+    version: str  # the bundle's version
+    product_version: str  # MSI's three-part form of it
+    publisher: str
+    product_code: str  # {GUID}, upper case, as Windows Installer writes it
+    upgrade_code: str
+    bundle_sha256: str
+    interpreter: str  # image-relative, '/'-separated: python/python.exe
+    vc_runtime_min: tuple[int, int, int] | None
+
+
+def guid(*parts: str) -> str:
+    return "{" + str(uuid.uuid5(NAMESPACE, "/".join(parts))).upper() + "}"
+
+
+def product_version(version: str, *, source: str) -> str:
+    """The bundle version as MSI's major.minor.build. Only plain releases of at most three numbers map one to
+    one: 1.0.0rc1, 1.0.0.post1 or 1.0.0.4 would install as 1.0.0 and upgrade nothing, so they are refused."""
+    try:
+        parsed = Version(version)
+    except InvalidVersion:
+        parsed = None
+    if parsed is None or parsed.is_prerelease or parsed.is_postrelease or parsed.local or parsed.epoch \
+            or len(parsed.release) > 3:
+        msg = (f"{source}: version {version!r} has no MSI form: an MSI needs a plain release of at most three "
+               f"numbers (major.minor.build), as a pre-, post-, dev-, local or four-part version would map to the "
+               f"same MSI version as another release")
+        raise UnsupportedError(msg)
+    numbers = (*parsed.release, 0, 0)[:3]
+    if any(number > limit for number, limit in zip(numbers, VERSION_LIMITS)):
+        msg = (f"{source}: version {version!r} is beyond MSI's limits {'.'.join(map(str, VERSION_LIMITS))} "
+               f"(major.minor.build)")
+        raise UnsupportedError(msg)
+    return ".".join(map(str, numbers))
+
+
+def identifier(prefix: str, path: str) -> str:
+    """An MSI identifier for a path (letters, digits, '_' and '.', at most 72 characters), stable across builds."""
+    return prefix + uuid.uuid5(NAMESPACE, path).hex
+
+
+def _vc_condition(minimum: tuple[int, int, int]) -> str:
+    """Windows Installer compares the "#N" strings a DWORD RegistrySearch yields as text: equal widths make that
+    numeric (the runtime's minor has two digits and its build five since VS 2017; the major is always 14)."""
+    _, minor, build = minimum
+    return (f'Installed OR (VCRT_INSTALLED = "#1" AND (VCRT_MINOR > "#{minor:02d}" OR '
+            f'(VCRT_MINOR = "#{minor:02d}" AND VCRT_BLD >= "#{build:05d}")))')
+
+
+def wxs(product: MsiProduct, files: Sequence[str]) -> str:
+    """The .wxs for the image's `files` ('/'-separated, the receipt included), named relative to the image's
+    folder, where wixl runs (it refuses absolute source paths)."""
+    if product.interpreter not in files:
+        msg = f"the install image has no {product.interpreter}, which the MSI's self-check action runs"
+        raise UnsupportedError(msg)
+    root = ET.Element("Wix", xmlns="http://schemas.microsoft.com/wix/2006/wi")
+    node = ET.SubElement(root, "Product", Id=product.product_code, Name=product.name, Language="1033",
+                         Version=product.product_version, Manufacturer=product.publisher,
+                         UpgradeCode=product.upgrade_code, Codepage="65001")
+    ET.SubElement(node, "Package", InstallerVersion="500", Compressed="yes", InstallScope="perMachine",
+                  Description=f"{product.name} {product.version}", Manufacturer=product.publisher)
+    ET.SubElement(node, "Media", Id="1", Cabinet="payload.cab", EmbedCab="yes")
+    _properties(node, product)
+    _conditions(node, product)
+    _upgrade(node, product)
+    components = _tree(node, product, files)
+    feature = ET.SubElement(node, "Feature", Id="Main", Level="1", Title=product.name, Absent="disallow")
+    for component in components:
+        ET.SubElement(feature, "ComponentRef", Id=component)
+    _actions(node, product, identifier("f", product.interpreter))
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _properties(node: ET.Element, product: MsiProduct) -> None:
+    for name, value in (("ARPNOMODIFY", "1"), ("ARPNOREPAIR", "1"), ("MSIRESTARTMANAGERCONTROL", "Disable")):
+        ET.SubElement(node, "Property", Id=name, Value=value)
+    searches = [("ORT_ROUTE", DETECTION_KEY.format(name=product.name), "Route"),
+                ("INSTALLDIR", DETECTION_KEY.format(name=product.name), "InstallDir")]
+    if product.vc_runtime_min:
+        searches += [(f"VCRT_{part.upper()}", VC_RUNTIME_KEY, part) for part in ("Installed", "Minor", "Bld")]
+    for prop, key, name in searches:
+        holder = ET.SubElement(node, "Property", Id=prop)
+        ET.SubElement(holder, "RegistrySearch", Id=f"Search{prop}", Root="HKLM", Key=key, Name=name, Type="raw",
+                      Win64="yes")
+
+
+def _conditions(node: ET.Element, product: MsiProduct) -> None:
+    zip_route = (f"{product.name} is installed by its zip route (install.cmd); run its uninstall.cmd before "
+                 f"installing the MSI")
+    ET.SubElement(node, "Condition", Message=zip_route).text = 'Installed OR ORT_ROUTE <> "zip"'
+    if product.vc_runtime_min:
+        wanted = ".".join(map(str, product.vc_runtime_min))
+        message = (f"{product.name} needs the Microsoft Visual C++ 2015-2022 x64 runtime {wanted} or newer: install "
+                   f"VC_redist.x64.exe first (it cannot run inside this MSI; in Intune, make it a dependency)")
+        ET.SubElement(node, "Condition", Message=message).text = _vc_condition(product.vc_runtime_min)
+
+
+def _upgrade(node: ET.Element, product: MsiProduct) -> None:
+    upgrade = ET.SubElement(node, "Upgrade", Id=product.upgrade_code)
+    ET.SubElement(upgrade, "UpgradeVersion", Minimum=product.product_version, IncludeMinimum="no",
+                  OnlyDetect="yes", Property="NEWER_VERSION_FOUND")
+    ET.SubElement(upgrade, "UpgradeVersion", Minimum="0.0.0", Maximum=product.product_version, IncludeMinimum="yes",
+                  IncludeMaximum="no", Property="OLDER_VERSION_FOUND")
+    ET.SubElement(node, "Condition", Message=f"a newer version of {product.name} is already installed").text = \
+        "Installed OR NOT NEWER_VERSION_FOUND"
+
+
+def _tree(node: ET.Element, product: MsiProduct, files: Sequence[str]) -> list[str]:
+    """Directories and one component per file; returns every component id."""
+    top = ET.SubElement(node, "Directory", Id="TARGETDIR", Name="SourceDir")
+    programs = ET.SubElement(top, "Directory", Id="ProgramFiles64Folder")
+    folders = {"": ET.SubElement(programs, "Directory", Id="INSTALLDIR", Name=product.name)}
+    components = []
+    for path in sorted(files):
+        parent = _folder(folders, path.rpartition("/")[0])
+        component = identifier("c", path)
+        element = ET.SubElement(parent, "Component", Id=component, Guid=guid(product.name, "file", path), Win64="yes")
+        ET.SubElement(element, "File", Id=identifier("f", path), Name=PurePosixPath(path).name, KeyPath="yes",
+                      Source=path)
+        components.append(component)
+    registry = ET.SubElement(folders[""], "Component", Id="Detection", Guid=guid(product.name, "detection"), Win64="yes")
+    key = DETECTION_KEY.format(name=product.name)
+    for name, value in (("Version", product.version), ("InstallDir", "[INSTALLDIR]"), ("Route", "msi"),
+                        ("InstallId", f"{product.name}-{product.version}"), ("BundleSha256", product.bundle_sha256),
+                        ("ProductCode", product.product_code)):
+        ET.SubElement(registry, "RegistryValue", Root="HKLM", Key=key, Name=name, Value=value, Type="string",
+                      KeyPath="yes" if name == "Version" else "no")
+    return [*components, "Detection"]
+
+
+def _folder(folders: dict[str, ET.Element], relative: str) -> ET.Element:
+    if relative in folders:
+        return folders[relative]
+    parent = _folder(folders, relative.rpartition("/")[0])
+    folders[relative] = ET.SubElement(parent, "Directory", Id=identifier("d", relative),
+                                      Name=relative.rpartition("/")[2])
+    return folders[relative]
+
+
+def _actions(node: ET.Element, product: MsiProduct, python: str) -> None:
+    """`msi-finish` as SYSTEM before InstallFinalize, with or without the self-check, and on removal (before the
+    files go) to delete cache_dir.txt, which it wrote outside the file table. "[INSTALLDIR]." because INSTALLDIR
+    ends in a backslash, which would escape a closing quote on the command line."""
+    engine = '-I -B "[INSTALLDIR]installer\\engine.py" msi-finish --root "[INSTALLDIR]." --cache-dir "[CACHEDIR]" ' \
+             f'--log-file "[WindowsFolder]Logs\\Software\\{product.name}-{product.version}-msi.log"'
+    actions = (("OrtFinish", "", 'NOT REMOVE~="ALL" AND NOT NOSELFCHECK', "check", SEQUENCE["finish"]),
+               ("OrtFinishNoCheck", " --no-self-check", 'NOT REMOVE~="ALL" AND NOSELFCHECK', "check", SEQUENCE["finish"] + 1),
+               ("OrtForget", " --remove", 'REMOVE~="ALL"', "ignore", SEQUENCE["forget"]))
+    for action, extra, _, outcome, _ in actions:
+        ET.SubElement(node, "CustomAction", Id=action, FileKey=python, ExeCommand=engine + extra, Execute="deferred",
+                      Impersonate="no", Return=outcome)
+    # The remembered folder: AppSearch reads INSTALLDIR back from the detection value (a repair or an upgrade
+    # goes where the install went; Windows Installer keeps no directory property), unless the command line
+    # gave one, which is saved before AppSearch and put back after it.
+    ET.SubElement(node, "CustomAction", Id="OrtSaveInstallDir", Property="ORT_CMDLINE_INSTALLDIR",
+                  Value="[INSTALLDIR]", Execute="firstSequence")
+    ET.SubElement(node, "CustomAction", Id="OrtRestoreInstallDir", Property="INSTALLDIR",
+                  Value="[ORT_CMDLINE_INSTALLDIR]", Execute="firstSequence")
+    sequence = ET.SubElement(node, "InstallExecuteSequence")
+    ET.SubElement(sequence, "Custom", Action="OrtSaveInstallDir", Sequence=str(SEQUENCE["app_search"] - 1))
+    ET.SubElement(sequence, "Custom", Action="OrtRestoreInstallDir",
+                  Sequence=str(SEQUENCE["app_search"] + 1)).text = "ORT_CMDLINE_INSTALLDIR"
+    ET.SubElement(sequence, "RemoveExistingProducts", Sequence=str(SEQUENCE["remove_existing"]))
+    for action, _, condition, _, number in actions:
+        ET.SubElement(sequence, "Custom", Action=action, Sequence=str(number)).text = condition

@@ -1,0 +1,1 @@
+"""Released bundles kept outside the build machine (a registry): above `readers`, which checks them, below `commands`."""

@@ -1,0 +1,58 @@
+"""What the MSI runs after it has copied the install image: `engine.py msi-finish`.
+
+Windows Installer copies files and writes registry values itself; what it cannot do is prove the
+installation works. The MSI therefore runs this as a deferred custom action, without impersonation (as
+SYSTEM, like the copy), on the interpreter it has just installed, before InstallFinalize: a non-zero exit
+makes msiexec roll the whole transaction back, so a machine never keeps an install whose self-check failed.
+It writes into the install folder only `cache_dir.txt` (the CACHEDIR property), after the self-check
+passed and never on a failing run (a rollback would leave it behind), and removes it when the MSI is
+removed (wixl 0.101 has no RemoveFile). Its log goes where the zip route's goes: %SystemRoot%\\Logs\\Software\\<id>-msi.log.
+Standard library only, Python 3.8+.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Optional
+
+from .engine_env import run_selfcheck
+from .engine_fs import EngineError, Log
+from .records import PLAN_FILE, InstallPlan, RecordError
+
+#: The file the launchers read the model cache folder from (the zip route writes it at install).
+CACHE_DIR_FILE = "cache_dir.txt"
+
+
+def finish(root: Path, *, cache_dir: Optional[str], self_check: bool, remove: bool, log: Log) -> int:
+    """Self-check the installed tree in `root`, then record CACHEDIR; the exit code msiexec acts on. With
+    `remove` (the MSI is being removed) only cache_dir.txt goes, the one file the MSI's tables do not list."""
+    if log.path is not None:
+        with contextlib.suppress(OSError):
+            log.path.parent.mkdir(parents=True, exist_ok=True)
+    if remove:
+        with contextlib.suppress(FileNotFoundError):
+            (root / CACHE_DIR_FILE).unlink()
+        return 0
+    try:
+        plan = InstallPlan.loads((root / PLAN_FILE).read_text(encoding="utf-8"), source=str(root / PLAN_FILE))
+    except (OSError, RecordError) as exc:
+        raise EngineError("integrity", f"{root / PLAN_FILE} cannot be used ({exc}); the MSI's files are incomplete") from None
+    if self_check:
+        log(f"running the self-check of {plan.install_id} in {root}")
+        code, report = run_selfcheck(plan, root, log)
+        if code != 0:
+            failed = ", ".join(check.id for check in report.failed()) if report else ""
+            raise EngineError("selfcheck", f"the self-check failed with exit code {code}"
+                                           + (f" (failed: {failed})" if failed else "")
+                                           + "; Windows Installer rolls the installation back")
+        log("the self-check passed")
+    else:
+        log("the self-check was skipped (NOSELFCHECK=1)")
+    target = root / CACHE_DIR_FILE
+    if cache_dir:
+        target.write_text(cache_dir + "\n", encoding="utf-8")
+        log(f"model cache folder: {cache_dir}")
+    elif target.exists():
+        target.unlink()  # a repair or upgrade without CACHEDIR goes back to the default
+    return 0

@@ -1,0 +1,310 @@
+"""What the Windows install asks of the machine, through the standard library (winreg, ctypes, subprocess).
+
+These are the steps install.ps1 used to do in PowerShell, where only a parser ever saw them; here they run
+in the tests under Wine on python.org's CPython. Each function does one thing to the machine and returns
+plain values, so windows_setup.py reads as the install's order of steps. Importing this module on another
+system is harmless; calling into it there is not. Standard library only, Python 3.8+.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from .engine_fs import EngineError
+
+#: HKLM/HKCU\SOFTWARE\ort-bundler\<name>: the detection value, one key per bundle name (Intune's rule).
+DETECTION_KEY = "SOFTWARE\\ort-bundler\\{name}"
+ARP_KEY = "SOFTWARE\\Microsoft\\Windows\\CurrentVersion\\Uninstall\\ort-bundler-{name}"
+VC_RUNTIME_KEY = "SOFTWARE\\Microsoft\\VisualStudio\\14.0\\VC\\Runtimes\\x64"
+#: Where Windows records that a reboot is due (what PSAppDeployToolkit's Get-ADTPendingReboot reads).
+REBOOT_KEYS = (
+    ("SOFTWARE\\Microsoft\\Windows\\CurrentVersion\\Component Based Servicing\\RebootPending", None),
+    ("SOFTWARE\\Microsoft\\Windows\\CurrentVersion\\WindowsUpdate\\Auto Update\\RebootRequired", None),
+    ("SYSTEM\\CurrentControlSet\\Control\\Session Manager", "PendingFileRenameOperations"),
+)
+ERROR_ALREADY_EXISTS = 183
+ERROR_SHARING_VIOLATION = 32
+ERROR_LOCK_VIOLATION = 33
+ERROR_ACCESS_DENIED = 5
+WAIT_OBJECT_0, WAIT_ABANDONED = 0x0, 0x80
+
+
+def _winreg() -> Any:
+    """The winreg module (Windows only; typed as Any so the checks of this module run on any system)."""
+    return importlib.import_module("winreg")
+
+
+def hive(name: str) -> int:
+    """HKLM or HKCU as winreg's handle constant."""
+    return int(getattr(_winreg(), {"HKLM": "HKEY_LOCAL_MACHINE", "HKCU": "HKEY_CURRENT_USER"}[name]))
+
+
+def _kernel32() -> Any:
+    from ctypes import wintypes
+
+    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
+    kernel32.CreateMutexW.restype = wintypes.HANDLE
+    kernel32.CreateMutexW.argtypes = [ctypes.c_void_p, wintypes.BOOL, wintypes.LPCWSTR]
+    kernel32.WaitForSingleObject.argtypes = [wintypes.HANDLE, wintypes.DWORD]
+    kernel32.WaitForSingleObject.restype = wintypes.DWORD
+    kernel32.CloseHandle.argtypes = [wintypes.HANDLE]
+    kernel32.ReleaseMutex.argtypes = [wintypes.HANDLE]
+    kernel32.SetFileInformationByHandle.argtypes = [wintypes.HANDLE, ctypes.c_int, ctypes.c_void_p, wintypes.DWORD]
+    kernel32.CreateFileW.restype = wintypes.HANDLE
+    kernel32.CreateFileW.argtypes = [wintypes.LPCWSTR, wintypes.DWORD, wintypes.DWORD, ctypes.c_void_p,
+                                     wintypes.DWORD, wintypes.DWORD, wintypes.HANDLE]
+    return kernel32
+
+
+def check_platform() -> None:
+    """A 64-bit process on 64-bit Windows 10 / Server 2016 or later: a 32-bit Python would see HKLM\\SOFTWARE
+    redirected to WOW6432Node and System32 to SysWOW64, and could not load the bundle's x64 DLLs."""
+    if sys.maxsize <= 2 ** 32:
+        raise EngineError("prerequisite", f"{sys.executable} is a 32-bit Python; this bundle needs a 64-bit one")
+    version = sys.getwindowsversion()  # type: ignore[attr-defined]
+    if version.major < 10:
+        raise EngineError("prerequisite", f"Windows {version.major}.{version.minor} is not supported; this bundle "
+                                          f"needs 64-bit Windows 10, Windows Server 2016 or later")
+
+
+def is_admin() -> bool:
+    """Elevated administrator or SYSTEM: a per-machine install (HKLM, Add/Remove Programs, Program Files)."""
+    try:
+        return bool(ctypes.windll.shell32.IsUserAnAdmin())  # type: ignore[attr-defined]
+    except (AttributeError, OSError):
+        return False
+
+
+def current_user_sid() -> Optional[str]:
+    """The SID of the account this process runs as, from its token (None when it cannot be read)."""
+    from ctypes import wintypes
+
+    advapi32 = ctypes.WinDLL("advapi32", use_last_error=True)  # type: ignore[attr-defined]
+    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
+    kernel32.GetCurrentProcess.restype = wintypes.HANDLE
+    advapi32.OpenProcessToken.argtypes = [wintypes.HANDLE, wintypes.DWORD, ctypes.POINTER(wintypes.HANDLE)]
+    advapi32.GetTokenInformation.argtypes = [wintypes.HANDLE, ctypes.c_int, ctypes.c_void_p, wintypes.DWORD,
+                                             ctypes.POINTER(wintypes.DWORD)]
+    advapi32.ConvertSidToStringSidW.argtypes = [ctypes.c_void_p, ctypes.POINTER(wintypes.LPWSTR)]
+    token = wintypes.HANDLE()
+    if not advapi32.OpenProcessToken(kernel32.GetCurrentProcess(), 0x0008, ctypes.byref(token)):  # TOKEN_QUERY
+        return None
+    try:
+        needed = wintypes.DWORD(0)
+        advapi32.GetTokenInformation(token, 1, None, 0, ctypes.byref(needed))  # TokenUser
+        buffer = ctypes.create_string_buffer(needed.value or 1)
+        if not advapi32.GetTokenInformation(token, 1, buffer, needed, ctypes.byref(needed)):
+            return None
+        sid = ctypes.cast(buffer, ctypes.POINTER(ctypes.c_void_p))[0]  # TOKEN_USER.User.Sid
+        text = wintypes.LPWSTR()
+        if not advapi32.ConvertSidToStringSidW(sid, ctypes.byref(text)):
+            return None
+        value = text.value
+        kernel32.LocalFree(text)
+        return value
+    finally:
+        kernel32.CloseHandle(token)
+
+
+class NamedMutex:
+    """`Global\\ort-bundler-<name>`: one install or uninstall of a bundle name at a time, across sessions.
+    Per name, not per version: the detection and Add/Remove Programs keys are per name too."""
+
+    def __init__(self, name: str) -> None:
+        self.name = f"Global\\ort-bundler-{name}"
+        self.handle = None
+
+    def __enter__(self) -> NamedMutex:
+        kernel32 = _kernel32()
+        handle = kernel32.CreateMutexW(None, False, self.name)
+        if not handle:
+            # Access denied: a SYSTEM run created it and a standard user cannot open it. Another run holds it.
+            raise EngineError("retry", f"another installation or removal of this bundle is running ({self.name}); "
+                                       f"retry when it has finished")
+        state = kernel32.WaitForSingleObject(handle, 0)
+        if state not in (WAIT_OBJECT_0, WAIT_ABANDONED):
+            kernel32.CloseHandle(handle)
+            raise EngineError("retry", f"another installation or removal of this bundle is running ({self.name}); "
+                                       f"retry when it has finished")
+        self.handle = handle
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.handle:
+            kernel32 = _kernel32()
+            kernel32.ReleaseMutex(self.handle)
+            kernel32.CloseHandle(self.handle)
+
+
+def default_log_folder(*, admin: bool) -> Path:
+    """PSAppDeployToolkit's convention: %SystemRoot%\\Logs\\Software, or %ProgramData%\\Logs\\Software unelevated."""
+    base = os.environ.get("SystemRoot", "C:\\Windows") if admin else os.environ.get("ProgramData", "C:\\ProgramData")
+    return Path(base) / "Logs" / "Software"
+
+
+def _open(root: int, path: str, *, view: int = 0, write: bool = False) -> Any:
+    winreg = _winreg()
+    access = (winreg.KEY_ALL_ACCESS if write else winreg.KEY_READ) | (view or winreg.KEY_WOW64_64KEY)
+    return winreg.OpenKey(root, path, 0, access)
+
+
+def read_values(root: int, path: str, *, view: int = 0) -> Optional[Dict[str, object]]:
+    """Every value of a key, None when the key does not exist."""
+    winreg = _winreg()
+    try:
+        key = _open(root, path, view=view)
+    except OSError:
+        return None
+    values: Dict[str, object] = {}
+    with key:
+        index = 0
+        while True:
+            try:
+                name, value, _ = winreg.EnumValue(key, index)
+            except OSError:
+                return values
+            values[name] = value
+            index += 1
+
+
+def write_values(root: int, path: str, values: Iterable[Tuple[str, object]]) -> None:
+    """Strings as REG_SZ, integers as REG_DWORD, in the 64-bit view."""
+    winreg = _winreg()
+    with winreg.CreateKeyEx(root, path, 0, winreg.KEY_ALL_ACCESS | winreg.KEY_WOW64_64KEY) as key:
+        for name, value in values:
+            kind = winreg.REG_DWORD if isinstance(value, int) else winreg.REG_SZ
+            winreg.SetValueEx(key, name, 0, kind, value)
+
+
+def delete_key(root: int, path: str) -> bool:
+    """Remove a key with no subkeys; False when it was not there."""
+    winreg = _winreg()
+    try:
+        winreg.DeleteKeyEx(root, path, winreg.KEY_WOW64_64KEY, 0)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def vc_runtime_version() -> Optional[Tuple[int, int, int]]:
+    """The newest installed VC++ 2015-2022 x64 runtime (Major.Minor.Bld), from both registry views."""
+    winreg = _winreg()
+    found: List[Tuple[int, int, int]] = []
+    for view in (winreg.KEY_WOW64_64KEY, winreg.KEY_WOW64_32KEY):
+        values = read_values(winreg.HKEY_LOCAL_MACHINE, VC_RUNTIME_KEY, view=view)
+        if values and values.get("Installed") == 1:
+            major, minor, build = (int(str(values.get(part) or 0)) for part in ("Major", "Minor", "Bld"))
+            found.append((major, minor, build))
+    return max(found) if found else None
+
+
+def run_vc_redist(exe: Path, log_file: Path) -> int:
+    """VC_redist.x64.exe /install /quiet /norestart; its exit code (the caller maps it)."""
+    try:
+        proc = subprocess.run([str(exe), "/install", "/quiet", "/norestart", "/log", str(log_file)],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              timeout=1800, check=False)
+    except subprocess.TimeoutExpired:
+        raise EngineError("install", f"{exe} did not finish within 30 minutes; see {log_file}") from None
+    except OSError as exc:
+        raise EngineError("install", f"{exe} could not be started: {exc}") from None
+    return proc.returncode
+
+
+def pending_reboot() -> List[str]:
+    """Which of Windows' own markers say a reboot is already due (from another installer or an update)."""
+    winreg = _winreg()
+    reasons = []
+    for path, value in REBOOT_KEYS:
+        values = read_values(winreg.HKEY_LOCAL_MACHINE, path)
+        if values is not None and (value is None or values.get(value)):
+            reasons.append(f"HKLM\\{path}" + (f" {value}" if value else ""))
+    return reasons
+
+
+def remove_mark_of_the_web(files: Iterable[Path]) -> int:
+    """Delete each file's `Zone.Identifier` stream (what Unblock-File does); how many carried one."""
+    removed = 0
+    for path in files:
+        try:
+            os.remove(f"{path}:Zone.Identifier")
+        except OSError:
+            continue
+        removed += 1
+    return removed
+
+
+def files_in_use(paths: Iterable[Path]) -> List[Path]:
+    """The files another process holds: opened by a handle (opening for DELETE without sharing fails with a
+    sharing violation), or mapped as a running exe or loaded DLL (no handle stays open, but marking the file
+    for deletion is refused; the mark is taken back at once, so nothing is deleted)."""
+    kernel32 = _kernel32()
+    delete, open_existing, backup_semantics, file_disposition_info = 0x00010000, 3, 0x02000000, 4
+    invalid = ctypes.c_void_p(-1).value
+    busy = []
+    for path in paths:
+        handle = kernel32.CreateFileW(str(path), delete, 0, None, open_existing, backup_semantics, None)
+        if handle in (None, invalid):
+            if ctypes.get_last_error() in (ERROR_SHARING_VIOLATION, ERROR_LOCK_VIOLATION):  # type: ignore[attr-defined]
+                busy.append(path)
+            continue
+        try:
+            mark = ctypes.c_ubyte(1)
+            if kernel32.SetFileInformationByHandle(handle, file_disposition_info, ctypes.byref(mark), 1):
+                mark.value = 0
+                kernel32.SetFileInformationByHandle(handle, file_disposition_info, ctypes.byref(mark), 1)
+            elif ctypes.get_last_error() == ERROR_ACCESS_DENIED:  # type: ignore[attr-defined]
+                busy.append(path)
+        finally:
+            kernel32.CloseHandle(handle)
+    return busy
+
+
+def folder_security(path: Path) -> bytes:
+    """The self-relative security descriptor (owner and DACL) of a folder, for folder_trust to judge."""
+    from ctypes import wintypes
+
+    advapi32 = ctypes.WinDLL("advapi32", use_last_error=True)  # type: ignore[attr-defined]
+    info = 0x1 | 0x4  # OWNER_SECURITY_INFORMATION | DACL_SECURITY_INFORMATION
+    needed = wintypes.DWORD(0)
+    advapi32.GetFileSecurityW(str(path), info, None, 0, ctypes.byref(needed))
+    buffer = ctypes.create_string_buffer(needed.value or 1)
+    if not advapi32.GetFileSecurityW(str(path), info, buffer, needed, ctypes.byref(needed)):
+        error = ctypes.get_last_error()  # type: ignore[attr-defined]
+        raise EngineError("prerequisite", f"cannot read who may write {path} (Windows error {error}); nothing was changed")
+    return buffer.raw
+
+
+def run_logged(args: List[str], *, timeout: float = 300) -> Tuple[int, str]:
+    """Run a system tool: (exit code, its output). Output goes to a file, not a pipe: a service the tool starts
+    on demand (schtasks starts the Task Scheduler) inherits the handles, and a pipe would then never end."""
+    with tempfile.TemporaryFile() as output:
+        try:
+            code = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+                                  timeout=timeout, check=False).returncode
+        except subprocess.TimeoutExpired:
+            raise EngineError("install", f"{args[0]} did not finish within {timeout:.0f} s") from None
+        except OSError as exc:
+            raise EngineError("install", f"{args[0]} could not be started: {exc}") from None
+        output.seek(0)
+        return code, output.read().decode("utf-8", "replace").strip()
+
+
+def restrict_folder(folder: Path) -> None:
+    """Administrators and SYSTEM write, users read and run, nothing inherited (a folder an administrator
+    creates under C:\\ would inherit "Authenticated Users: Modify")."""
+    code, output = run_logged(["icacls.exe", str(folder), "/inheritance:r", "/grant:r", "*S-1-5-32-544:(OI)(CI)F",
+                               "*S-1-5-18:(OI)(CI)F", "*S-1-5-32-545:(OI)(CI)RX"])
+    if code != 0:
+        raise EngineError("install", f"icacls could not restrict write access to {folder}: {output}")
+
+
+def schtasks(*args: str) -> Tuple[int, str]:
+    return run_logged(["schtasks.exe", *args], timeout=120)
