@@ -13,7 +13,7 @@ import pytest
 from test_install_sh import make_bundle, script_context
 
 from bundler.assembly.render import render_scripts
-from bundler.target import engine
+from bundler.target import disk_space, engine
 from bundler.target.records import Check, InstallPlan, Receipt, RecordError, SelfcheckReport
 
 #: A stand-in self-check that prints the report a real one would for a given failure (its JSON comes from
@@ -172,3 +172,15 @@ def test_the_engine_installs_on_the_oldest_supported_python_with_the_installer_i
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert run_sh(bundle / "uninstall.sh", "--install-dir", str(target), "--python", python).returncode == 0
     assert not target.exists()
+
+
+def test_room_is_summed_per_file_system_and_each_short_one_is_named() -> None:
+    """Issue 22, m8: the install and the temp folder share one disk's free space when they are on one disk."""
+    needs = [disk_space.Need(Path("/"), 300 << 20, "the install"), disk_space.Need(Path("/"), 64 << 20, "the temp folder")]
+    one_disk = disk_space.shortfalls(needs, device=lambda p: 1, free=lambda p: 350 << 20)
+    assert one_disk == ["only 350 MB free on the file system of /, where the install needs 300 MB and the temp folder "
+                        "needs 64 MB (364 MB in all)"]
+    assert disk_space.shortfalls(needs, device=lambda p: 1, free=lambda p: 364 << 20) == []
+    two_disks = disk_space.shortfalls([needs[0], disk_space.Need(Path("/tmp"), 64 << 20, "the temp folder")],
+                                      device=lambda p: len(str(p)), free=lambda p: 350 << 20)
+    assert two_disks == []

@@ -266,6 +266,28 @@ def test_a_full_disk_during_staging_is_a_clear_error_and_keeps_the_previous_inst
     assert snapshot(target) == before and leftovers(small_disk) == []
 
 
+def test_a_temp_folder_without_room_is_refused_before_anything_is_written(bundles: dict[str, Path],
+                                                                          tmp_path: Path) -> None:
+    """Issue 22, m8: the temp folder's file system is checked too (the self-check's sessions and, on Windows,
+    VC_redist write there). A real 8 MB tmpfs as TMPDIR, against the 64 MB the engine asks there."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(temp)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.strip()}); the small temp folder needs mount rights")
+    try:
+        target = tmp_path / "apps" / "tiny"
+        target.parent.mkdir()
+        proc = run_sh(bundles["1.0"] / "install.sh", "--install-dir", str(target), "--log-path", str(tmp_path / "log"),
+                      env={"TMPDIR": str(temp)})
+        assert proc.returncode == CODES["prerequisite"], proc.stderr
+        assert f"MB free on the file system of {temp}, where the temp folder needs 64 MB" in proc.stderr
+        assert "nothing was changed" in proc.stderr
+        assert list(target.parent.iterdir()) == []
+    finally:
+        subprocess.run(["umount", "-l", str(temp)], check=False)
+
+
 # ---------------------------------------------------------------- SIGKILL
 
 

@@ -373,6 +373,16 @@ def test_the_ps1_checks_the_language_mode_before_any_net_type(rel: str) -> None:
             assert uses == [], _squashed(statement)[:120]
 
 
+def test_run_ps1_checks_the_language_mode_before_any_net_type() -> None:
+    """run.ps1 starts the program through .NET (ProcessStartInfo), which Constrained Language Mode forbids: it
+    says so and names run.cmd before the first such call, not with a PowerShell error half-way (issue 22, m9)."""
+    statements = _top_statements(render_scripts(windows_context())["payload/launchers/run.ps1"])
+    [check] = [i for i, s in enumerate(statements) if s.type == "if_statement" and b"LanguageMode" in s.text]
+    assert f"exit {CODES['prerequisite']}" in _squashed(statements[check]) and b"run.cmd" in statements[check].text
+    assert [s for s in statements[:check] if _net_uses(s)] == []
+    assert any(_net_uses(s) for s in statements[check:])  # the check guards something
+
+
 STANDIN_PYTHON_ENV = {"STANDIN_EXIT": str(CODES["in_use"])}
 
 

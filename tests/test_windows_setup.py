@@ -237,3 +237,19 @@ def test_the_engine_cli_maps_a_bad_switch_to_usage_without_a_traceback(tmp_path:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == INSTALL_EXIT_CODES["usage"], proc.stderr
     assert "unknown argument '-Bogus'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# -- files in use --------------------------------------------------------------------------------------------
+
+
+def test_files_in_use_name_the_programs_restart_manager_found_and_otherwise_the_folder() -> None:
+    """Exit 15's sentence. Restart Manager names the holders on Windows; under Wine it finds none, so the
+    Wine install test sees the second form: both are decided here, on crafted records."""
+    root = Path("C:/ort/app")
+    busy = [root / f"f{i}.dll" for i in range(5)]
+    named = windows_setup.in_use_message(root, busy, [("python.exe", 4321), ("Service Host", 812), ("python.exe", 4321)])
+    assert named.startswith(f"files in use: {busy[0]}, {busy[1]}, {busy[2]} and 2 more (in use by Service Host (pid "
+                            f"812), python.exe (pid 4321)); close the programs and retry")
+    assert named.endswith("nothing was changed")
+    unnamed = windows_setup.in_use_message(root, busy[:1], [])
+    assert unnamed == f"files in use: {busy[0]} (in use by a program from {root}); close the programs and retry; nothing was changed"

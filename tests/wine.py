@@ -1,13 +1,15 @@
 """Running Windows programs under Wine for the Windows tier of the tests.
 
-Wine runs the generated `.cmd` scripts and the real `onnxruntime.dll`. One prefix per test session, in a
-temporary directory, with a persistent wineserver so each call costs about a second. Wine's own
+Wine runs the generated `.cmd` scripts and the real `onnxruntime.dll`. One prefix per test module, in a
+temporary directory, with a persistent wineserver so each call costs about a second; the server is stopped and
+the prefix removed when the module ends. Wine's own
 `powershell.exe` and `where` are do-nothing stubs that exit 0: never take their exit code as success.
 A missing Wine or mingw is a skip on a developer machine and a failure in CI (CI=true).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -131,8 +133,15 @@ def _drain(stream, chunks: list[bytes]) -> None:  # type: ignore[no-untyped-def]
             chunks.append(block)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def wine(tmp_path_factory: pytest.TempPathFactory):
+    """A booted prefix for one test module.
+
+    Module-scoped, and said so: each test module imports this fixture, and pytest makes an imported fixture once
+    per importing module whatever its scope, so a "session" prefix was in truth one per module whose
+    wineserver and services all lived until the worker's session ended. Here each module's prefix is what
+    keeps its installs, registry keys and planted DLLs from the next module's, and it is gone when the module is.
+    """
     exe = require_tool(_find_wine(), "wine64 (Debian package wine64)")
     prefix = tmp_path_factory.mktemp("wineprefix")
     w = Wine(exe=exe, prefix=prefix)
@@ -153,6 +162,9 @@ def wine(tmp_path_factory: pytest.TempPathFactory):
     w.reg_add("HKCU\\Software\\Wine", "Version", "win10")
     yield w
     subprocess.run([server, "-k"], env=w.env, check=False)
+    with contextlib.suppress(subprocess.TimeoutExpired):  # a server slow to go leaves only its prefix behind
+        subprocess.run([server, "-w"], env=w.env, check=False, timeout=60)
+    shutil.rmtree(prefix, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

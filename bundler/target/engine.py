@@ -2,14 +2,14 @@
 
 One program for Linux and Windows, shipped in every bundle as payload/installer/ortengine/ (started
 through payload/installer/engine.py) and copied into every install as installer/. This module holds
-the install itself and the command line; image (what goes where in the installed tree, also built
-here by `make-image` for the MSI), engine_fs (the tree, the lock, the swap, the receipt), engine_env
-(venv, wheels, bytecode, self-check run), installed (audit, uninstall) and msi_action (the MSI's custom
-action) hold the rest. It runs with the
-target's Python before any environment exists, so it uses the standard library only (Python 3.8+);
-the wheels are installed with pypa's `installer`, imported from the pinned wheel the bundle ships.
-install.sh and install.ps1 are thin front ends: they find the Python and do what must happen outside
-it (on Windows: elevation, VC++ runtime, registry, Add/Remove Programs), then run this.
+the install itself and the command line; disk_space (room on every file system written), image (what
+goes where in the installed tree, also built here by `make-image` for the MSI), engine_fs (the tree,
+the lock, the swap, the receipt), engine_env (venv, wheels, bytecode, self-check run), installed
+(audit, uninstall) and msi_action (the MSI's custom action) hold the rest. It runs with the target's
+Python before any environment exists, so it uses the standard library only (Python 3.8+); the wheels
+are installed with pypa's `installer`, imported from the pinned wheel the bundle ships. install.sh
+and install.ps1 are thin front ends: they find the Python and do what must happen outside it (on
+Windows: elevation, VC++ runtime, registry, Add/Remove Programs), then run this.
 
 The install, in order: verify every bundle file against SHA256SUMS; check the target folder is ours
 (a valid receipt naming this bundle) or empty; under a lock, clean what a killed run left; stage in a
@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from . import disk_space
 from .engine_env import make_venv, reboot_explains, run_selfcheck, selfcheck_env
 from .engine_fs import (
     PREVIOUS,
@@ -229,13 +230,7 @@ def check_python(plan: InstallPlan) -> None:
 def check_space(plan: InstallPlan, bundle: Path, target: Path) -> None:
     needed = sum((bundle / w).stat().st_size for w in plan.venv.wheels) * 4
     needed += sum((bundle / e.source).stat().st_size for e in (*plan.copy, *plan.venv.runtime)) + (100 << 20)
-    probe = target.parent
-    while not probe.exists():
-        probe = probe.parent
-    free = shutil.disk_usage(str(probe)).free
-    if free < needed:
-        raise EngineError("prerequisite", f"only {free >> 20} MB free on the file system of {probe}; the install needs "
-                                          f"{needed >> 20} MB")
+    disk_space.check([disk_space.Need(target.parent, needed, "the install"), disk_space.temp_need()])
 
 
 def check_parent_posix(target: Path) -> None:

@@ -267,6 +267,50 @@ def files_in_use(paths: Iterable[Path]) -> List[Path]:
     return busy
 
 
+class _UniqueProcess(ctypes.Structure):
+    _fields_ = [("pid", ctypes.c_uint32), ("start_low", ctypes.c_uint32), ("start_high", ctypes.c_uint32)]
+
+
+class _ProcessInfo(ctypes.Structure):
+    """RM_PROCESS_INFO as restartmanager.h defines it (668 bytes)."""
+
+    _fields_ = [("process", _UniqueProcess), ("app_name", ctypes.c_wchar * 256), ("service", ctypes.c_wchar * 64),
+                ("app_type", ctypes.c_int), ("status", ctypes.c_uint32), ("ts_session", ctypes.c_uint32),
+                ("restartable", ctypes.c_int)]
+
+
+ERROR_MORE_DATA = 234
+
+
+def file_holders(paths: List[Path]) -> List[Tuple[str, int]]:
+    """(program name, process id) of every process Restart Manager says holds one of `paths`; empty when it
+    cannot tell (under Wine its calls succeed and find nothing). The name is only for the message: the
+    decision that files are in use is files_in_use's."""
+    from ctypes import wintypes
+
+    rm = ctypes.WinDLL("rstrtmgr", use_last_error=True)  # type: ignore[attr-defined]
+    session, key = wintypes.DWORD(), ctypes.create_unicode_buffer(33)
+    if rm.RmStartSession(ctypes.byref(session), 0, key) != 0:
+        return []
+    try:
+        names = (wintypes.LPCWSTR * len(paths))(*(str(path) for path in paths))
+        if rm.RmRegisterResources(session, len(paths), names, 0, None, 0, None) != 0:
+            return []
+        needed, count, reasons = ctypes.c_uint(0), ctypes.c_uint(0), wintypes.DWORD()
+        infos = (_ProcessInfo * 0)()
+        for _ in range(3):  # the list can grow between the two calls
+            result = rm.RmGetList(session, ctypes.byref(needed), ctypes.byref(count), infos, ctypes.byref(reasons))
+            if result != ERROR_MORE_DATA:
+                break
+            infos = (_ProcessInfo * needed.value)()
+            count = ctypes.c_uint(needed.value)
+        if result != 0:
+            return []
+        return [(info.app_name or info.service or "a program", int(info.process.pid)) for info in infos[:count.value]]
+    finally:
+        rm.RmEndSession(session)
+
+
 def folder_security(path: Path) -> bytes:
     """The self-relative security descriptor (owner and DACL) of a folder, for folder_trust to judge."""
     from ctypes import wintypes

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from . import disk_space
 from . import windows_host as host
 from .bundle_info import BUNDLE_FILE, BundleInfo, BundleInfoError
 from .engine_fs import PREVIOUS, EngineError, Log, read_receipt
@@ -241,6 +242,8 @@ def vc_runtime(info: BundleInfo, bundle: Path, switches: Switches, *, admin: boo
     if "WhatIf" in switches.flags:
         log(f"what if: would run {exe} /install /quiet /norestart")
         return False
+    # VC_redist unpacks itself into the temp folder: about twice its size, with room to spare.
+    disk_space.check([disk_space.temp_need(exe.stat().st_size * 3 + disk_space.TEMP_MARGIN)])
     vc_log = Path(tempfile.gettempdir()) / f"{info.name}-{info.version}-vc_redist.log"
     log(f"running {exe} /install /quiet /norestart (its log: {vc_log})")
     return vc_redist_outcome(host.run_vc_redist(exe, vc_log), vc_log, log)
@@ -272,10 +275,16 @@ def check_files_free(root: Path, receipt: Optional[Receipt], log: Log) -> None:
     busy = host.files_in_use([root.joinpath(*entry.path.split("/")) for entry in receipt.files
                               if entry.path not in RUNNING_SCRIPTS])
     if busy:
-        shown = ", ".join(str(path) for path in busy[:3]) + (f" and {len(busy) - 3} more" if len(busy) > 3 else "")
-        raise EngineError("in_use", f"files in use: {shown} (a program from {root} is running); close the programs "
-                                    f"and retry; nothing was changed")
+        raise EngineError("in_use", in_use_message(root, busy, host.file_holders(busy)))
     log(f"no file of {root} is in use")
+
+
+def in_use_message(root: Path, busy: List[Path], holders: List[Tuple[str, int]]) -> str:
+    """Exit 15's sentence: the files, and the programs holding them where Restart Manager could tell."""
+    shown = ", ".join(str(path) for path in busy[:3]) + (f" and {len(busy) - 3} more" if len(busy) > 3 else "")
+    held = (", ".join(f"{name} (pid {pid})" for name, pid in sorted(set(holders), key=lambda h: h[1]))
+            if holders else f"a program from {root}")
+    return f"files in use: {shown} (in use by {held}); close the programs and retry; nothing was changed"
 
 
 def register(info: BundleInfo, target: Path, bundle_sha256: str, python: str, *, admin: bool, log: Log) -> None:
