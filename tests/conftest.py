@@ -49,6 +49,20 @@ def pip_download(requirement: str, platform: str, python_version: str = "3.11") 
     return found[0]
 
 
+#: Marks that keep a test out of the inner loop's tier.
+NOT_FAST = ("integration", "wine", "slow")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`-m fast` is everything that is neither `integration`, `wine` nor `slow`, decided here so no test joins
+    the inner loop by forgetting a mark; a test that uses a Wine prefix is `wine` whether it says so or not."""
+    for item in items:
+        if "wine" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.wine)
+        if not any(item.get_closest_marker(name) for name in NOT_FAST):
+            item.add_marker(pytest.mark.fast)
+
+
 @pytest.fixture(scope="session")
 def ort_win_wheel() -> Path:
     """The real onnxruntime 1.23.1 cp311 win_amd64 wheel: real PE files (DLLs, PYD)."""

@@ -302,6 +302,7 @@ def run_killed(bundle: Path, target: Path, delay: float) -> None:
     process.wait()
 
 
+@pytest.mark.slow
 def test_sigkill_at_20_random_moments_of_an_upgrade_leaves_old_or_new_and_the_next_run_cleans_up(
         bundles: dict[str, Path], tmp_path: Path) -> None:
     target = tmp_path / "apps" / "tiny"
