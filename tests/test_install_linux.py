@@ -104,7 +104,7 @@ def test_the_install_time_self_check_measures_the_cache_folder_the_launchers_use
                              str(root), "--cache-dir", str(msi_cache), "--log-file", str(tmp_path / "msi.log")],
                             capture_output=True, text=True, env=env, timeout=600)
     assert finish.returncode == OK, finish.stderr
-    assert f"for the cache directory {msi_cache} (from cache_dir.txt)" in cache_line((tmp_path / "msi.log").read_text())
+    assert f"for the cache directory {msi_cache} (from the MSI's CACHEDIR" in cache_line((tmp_path / "msi.log").read_text())
     assert (root / "cache_dir.txt").read_text() == f"{msi_cache}\n"
 
 

@@ -188,12 +188,15 @@ def test_the_cache_check_looks_where_the_launchers_put_the_cache(tmp_path, monke
     (tmp_path / "cache_dir.txt").unlink()  # the MSI's CACHEDIR: handed over before msi-finish writes the file
     pending = selfcheck.Context(root=tmp_path, bundle=launch, allow_cpu_fallback=False,
                                 pending_cache_dir=str(tmp_path / "msi"))
-    assert selfcheck.check_cache_space(pending).details["cache_dir"] == str(tmp_path / "msi")
+    (tmp_path / "cache_dir.txt").write_text("older\n", encoding="utf-8")  # an upgrade: the file holds the old value
+    check = selfcheck.check_cache_space(pending)
+    assert check.details["cache_dir"] == str(tmp_path / "msi") and "(from the MSI's CACHEDIR" in check.message
 
     monkeypatch.setenv("ORT_BUNDLE_CACHE_DIR", str(tmp_path / "launcher"))
     assert selfcheck.check_cache_space(pending).details["cache_dir"] == str(tmp_path / "launcher")
 
     monkeypatch.delenv("ORT_BUNDLE_CACHE_DIR")
+    (tmp_path / "cache_dir.txt").unlink()
     check = selfcheck.check_cache_space(context(tmp_path))
     assert check.details["cache_dir"] == tempfile.gettempdir()
     assert "in the temp folder" in check.message and "unknown at install time" in check.message

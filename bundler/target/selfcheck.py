@@ -99,12 +99,13 @@ def cache_dir(ctx: Context) -> Tuple[Optional[Path], str]:
     below the install. None when nothing names one: each user's own cache is unknown at install time."""
     configured = os.environ.get("ORT_BUNDLE_CACHE_DIR")
     source = "ORT_BUNDLE_CACHE_DIR"
+    if not configured and ctx.pending_cache_dir:
+        source, configured = f"the MSI's CACHEDIR, which it records in {CACHE_DIR_FILE}", ctx.pending_cache_dir
     if not configured:
         source = CACHE_DIR_FILE
-        configured = ctx.pending_cache_dir
         with contextlib.suppress(OSError, UnicodeDecodeError):
             lines = (ctx.root / CACHE_DIR_FILE).read_text(encoding="utf-8").splitlines()
-            configured = configured or (lines[0].strip() if lines else "")
+            configured = lines[0].strip() if lines else ""
     if not configured:
         source = "the bundle's [launch] cache_dir"
         configured = ((ctx.bundle.get("manifest") or {}).get("launch") or {}).get("cache_dir")
