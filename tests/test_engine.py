@@ -111,6 +111,22 @@ def test_the_plan_reads_back_through_its_definition_and_refuses_what_is_off(tmp_
             InstallPlan.from_json(hostile)
 
 
+def test_the_receipt_records_the_log_in_an_optional_key_of_format_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) \
+        -> None:
+    """Issue 26, defect 1: `install_log` (absolute, even for a relative --log-file) is optional: a receipt without it,
+    as older engines wrote, reads back with None and is written back without the key; the format stays 2."""
+    monkeypatch.chdir(tmp_path)
+    target = tmp_path / "tiny"
+    engine.install(engine.Options(bundle=make_bundle(tmp_path / "bundle"), install_dir=target, self_check=False),
+                   engine.Log(Path("install.log")))
+    data = json.loads((target / "receipt.json").read_text())
+    assert data["format"] == 2 and data["install_log"] == str(tmp_path / "install.log")
+    assert Receipt.from_json(data).install_log == str(tmp_path / "install.log")
+    del data["install_log"]
+    older = Receipt.from_json(data)
+    assert older.install_log is None and older.to_json() == data
+
+
 def test_a_receipt_with_a_bad_entry_is_not_ours(tmp_path: Path) -> None:
     target = tmp_path / "tiny"
     engine.install(engine.Options(bundle=make_bundle(tmp_path / "bundle"), install_dir=target, self_check=False),

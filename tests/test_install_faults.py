@@ -97,7 +97,7 @@ def test_a_plan_entry_that_leaves_its_root_is_refused(bundles: dict[str, Path], 
 
 
 @pytest.mark.parametrize(("receipt", "problem"), [
-    ("{}", "format None"),
+    ("{}", 'receipt.json has no "format" key; this program reads format 2'),
     ("not json {", "is not valid JSON"),
     ("[]", "expected a JSON object"),
     (None, "holds other-1.0, not an installation of tiny"),

@@ -10,10 +10,11 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 from conftest import MANIFESTS, run_cli
+from test_install_sh import UNLISTED_BYTECODE
 
 pytestmark = pytest.mark.integration
 
@@ -70,6 +71,41 @@ def test_install_runs_the_self_check_and_the_entry_point(installed: tuple[Path, 
     assert run.returncode == 0, run.stderr
     assert f"onnxruntime 1.23.1 from {root}/venv/" in run.stdout
     assert "y [[0.5312, 0.0, 1.6562], [0.0312, 0.0, 2.1562]]" in run.stdout  # relu(x @ W + b), computed by ORT
+
+
+def cache_line(log: str) -> str:
+    [line] = [line for line in log.splitlines() if "self-check: PASS cache:" in line or "self-check: WARN cache:" in line]
+    return line
+
+
+def test_the_install_time_self_check_measures_the_cache_folder_the_launchers_use(
+        installed: tuple[Path, Path], bundle_zip: Path, tmp_path: Path) -> None:
+    """Issue 26, defect 3: with --cache-dir the install-time check measures that folder (not the temp folder), as
+    run.sh --self-check does after the install; without one it says it measured the temp folder, and why; the
+    MSI's CACHEDIR, handed to the check before msi-finish writes cache_dir.txt, is measured too."""
+    extracted, _ = installed
+    plain = cache_line((extracted.parent / "install.log").read_text())
+    assert "in the temp folder" in plain and "unknown at install time" in plain, plain
+
+    bundle = unzip(bundle_zip, tmp_path / "bundle")
+    root, cache = tmp_path / "opt" / "app", tmp_path / "chosen cache"
+    env = {k: v for k, v in os.environ.items() if k != "ORT_BUNDLE_CACHE_DIR"}
+    proc = sh(bundle / "install.sh", "--install-dir", str(root), "--cache-dir", str(cache),
+              "--log-path", str(tmp_path / "install.log"), env=env)
+    assert proc.returncode == OK, proc.stdout + proc.stderr
+    line = cache_line((tmp_path / "install.log").read_text())
+    assert f"for the cache directory {cache} (from cache_dir.txt)" in line, line
+    after = subprocess.run([str(root / "run.sh"), "--self-check", "--json"], capture_output=True, text=True, env=env)
+    check = next(c for c in json.loads(after.stdout)["checks"] if c["id"] == "cache")
+    assert check["details"]["cache_dir"] == str(cache)
+
+    msi_cache = tmp_path / "msi cache"
+    finish = subprocess.run([sys.executable, "-I", "-B", str(root / "installer" / "engine.py"), "msi-finish", "--root",
+                             str(root), "--cache-dir", str(msi_cache), "--log-file", str(tmp_path / "msi.log")],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert finish.returncode == OK, finish.stderr
+    assert f"for the cache directory {msi_cache} (from the MSI's CACHEDIR" in cache_line((tmp_path / "msi.log").read_text())
+    assert (root / "cache_dir.txt").read_text() == f"{msi_cache}\n"
 
 
 def test_rerun_of_the_same_bundle_is_a_no_op(installed: tuple[Path, Path]) -> None:
@@ -208,5 +244,17 @@ def test_the_environment_is_exactly_what_the_bundle_pins(installed: tuple[Path, 
     assert str(root).encode() in texts["activate"]
     proc = subprocess.run([str(root / "venv" / "bin" / "numpy-config"), "--version"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+    unlisted = subprocess.run([str(root / "venv" / "bin" / "python"), "-I", "-c", UNLISTED_BYTECODE, str(site)],
+                              capture_output=True, text=True, check=True)
+    found = json.loads(unlisted.stdout)  # issue 26: RECORD lists the bytecode, as pip's does
+    plan = json.loads((root / "install-plan.json").read_text())
+    own = [PurePosixPath(e["to"]) for e in plan["venv"]["site_packages_files"] if e["to"].endswith(".py")]
+    # what the plan itself puts into site-packages (the hook, ort_bundle) belongs to no distribution
+    assert found["unlisted"] == sorted(str(p.parent / "__pycache__" / f"{p.stem}.{sys.implementation.cache_tag}.pyc")
+                                       for p in own)
+    assert len(found["pycs"]) > 1000 and found["absent"] == []
+    receipt = {e["path"]: e["sha256"] for e in json.loads((root / "receipt.json").read_text())["files"]}
+    for record in site.glob("*.dist-info/RECORD"):
+        assert receipt[record.relative_to(root).as_posix()] == hashlib.sha256(record.read_bytes()).hexdigest()
     verify = subprocess.run([str(root / "run.sh"), "--verify"], capture_output=True, text=True)
     assert verify.returncode == 0 and "Result: OK" in verify.stdout, verify.stdout + verify.stderr

@@ -145,9 +145,10 @@ def write_sums(root: Path) -> None:
     (root / "SHA256SUMS").write_text("\n".join(lines) + "\n")
 
 
-def run_sh(script: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_sh(script: Path, *args: str, env: dict[str, str] | None = None,
+           cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     merged = {**os.environ, **(env or {})}
-    return subprocess.run(["sh", str(script), *args], capture_output=True, text=True, env=merged, timeout=300)
+    return subprocess.run(["sh", str(script), *args], capture_output=True, text=True, env=merged, timeout=300, cwd=cwd)
 
 
 def tree(folder: Path) -> dict[str, str]:
@@ -209,6 +210,65 @@ def test_rerun_of_the_same_bundle_is_a_no_op(installed: Path, bundle: Path, tmp_
     assert result.returncode == 0, result.stderr
     assert "already installed" in result.stderr
     assert tree(installed) == before
+
+
+#: Run by an installed environment's interpreter: every .pyc below site-packages that no distribution's
+#: `importlib.metadata` files list, and whether each listed file exists.
+UNLISTED_BYTECODE = """
+import importlib.metadata, json, pathlib, sys
+site = pathlib.Path(sys.argv[1])
+listed = {str(f.locate()) for d in importlib.metadata.distributions(path=[str(site)]) for f in d.files or ()}
+print(json.dumps({"unlisted": sorted(str(p.relative_to(site)) for p in site.rglob("*.pyc") if str(p) not in listed),
+                  "pycs": sorted(p for p in listed if p.endswith(".pyc")),
+                  "absent": sorted(p for p in listed if not pathlib.Path(p).exists())}))
+"""
+
+
+def test_record_lists_the_bytecode_the_engine_compiled(installed: Path) -> None:
+    """Issue 26: pip lists the .pyc it compiles in RECORD (`path,,`); so does the engine, and the receipt
+    holds each RECORD's hash after that."""
+    site = installed / "venv" / "lib" / f"python{PY}" / "site-packages"
+    proc = subprocess.run([str(installed / "venv" / "bin" / "python"), "-I", "-c", UNLISTED_BYTECODE, str(site)],
+                          capture_output=True, text=True, check=True)
+    found = json.loads(proc.stdout)
+    assert found["unlisted"] == [f"__pycache__/ort_bundle_hook.{sys.implementation.cache_tag}.pyc"]  # no distribution's
+    assert f"{site}/tinypkg/__pycache__/__init__.{sys.implementation.cache_tag}.pyc" in found["pycs"]
+    assert found["absent"] == []
+    record = site / "tinypkg-1.0.dist-info" / "RECORD"
+    assert f"tinypkg/__pycache__/__init__.{sys.implementation.cache_tag}.pyc,,\n" in record.read_text()
+    receipt = {e["path"]: e["sha256"] for e in json.loads((installed / "receipt.json").read_text())["files"]}
+    assert receipt[record.relative_to(installed).as_posix()] == hashlib.sha256(record.read_bytes()).hexdigest()
+
+
+def test_the_default_log_is_named_after_the_install_folder_and_the_receipt_records_it(bundle: Path,
+                                                                                       tmp_path: Path) -> None:
+    """Issue 26, defect 1: two installs of one version into two folders write two logs (the name carries the
+    first 8 hex digits of the sha256 of the folder's absolute path, as records.log_file_name computes it),
+    and each receipt records its own log's absolute path."""
+    from bundler.target.records import log_file_name
+
+    state = tmp_path / "state"
+    folder = Path("/var/log/ort-bundler") if os.geteuid() == 0 else state / "ort-bundler"
+    roots = [tmp_path / "one" / "tiny", tmp_path / "two" / "tiny"]
+    logs = [folder / log_file_name("tiny-1.0", str(root), "install") for root in roots]
+    try:
+        for root in roots:
+            result = run_sh(bundle / "install.sh", "--install-dir", f"{root}/", "--no-self-check",
+                            env={"XDG_STATE_HOME": str(state)})
+            assert result.returncode == 0, result.stderr
+        assert logs[0] != logs[1]
+        for root, log in zip(roots, logs):
+            assert json.loads((root / "receipt.json").read_text())["install_log"] == str(log)
+            assert f"into {root} with" in log.read_text() and f"into {roots[0] if root != roots[0] else roots[1]} " \
+                not in log.read_text()
+        relative = run_sh(bundle / "install.sh", "--install-dir", "rel/tiny", "--no-self-check",
+                          "--log-path", "relative.log", env={"XDG_STATE_HOME": str(state)}, cwd=tmp_path)
+        assert relative.returncode == 0, relative.stderr
+        assert json.loads((tmp_path / "rel" / "tiny" / "receipt.json").read_text())["install_log"] == \
+            str(tmp_path / "relative.log")
+    finally:
+        for log in logs:
+            log.unlink(missing_ok=True)
 
 
 def test_tampered_file_is_an_integrity_failure_and_installs_nothing(tmp_path: Path) -> None:

@@ -107,3 +107,20 @@ def test_no_rendered_powershell_reads_the_receipt() -> None:
         for path, data in render_scripts(context).items():
             if path.endswith(".ps1"):
                 assert powershell_bundle_keys(data.decode("utf-8-sig"), "receipt.json") == set(), path
+
+
+def test_a_record_without_a_format_key_says_so_and_not_format_none(tmp_path: Path) -> None:
+    """Issue 26, "format None": each reader names the missing key instead of printing Python's None."""
+    from bundler.target.records import InstallPlan, Receipt, RecordError
+    from bundler.target.tuning_file import TuningFile, TuningFileError
+
+    with pytest.raises(RecordError, match='receipt.json has no "format" key; this program reads format 2'):
+        Receipt.from_json({}, source="receipt.json")
+    with pytest.raises(RecordError, match='install-plan.json has no "format" key; this program reads format 2'):
+        InstallPlan.from_json({"format_": 2}, source="install-plan.json")
+    info = {key: None for key in KEYS if key != "format"}
+    with pytest.raises(BundleInfoError, match=f'bundle.json: has no "format" key, expected {BUNDLE_FORMAT}'):
+        BundleInfo.from_json(info, source="bundle.json")
+    (tmp_path / "tuning.json").write_text(json.dumps({"machine": {}, "models": []}))
+    with pytest.raises(TuningFileError, match='tuning.json: has no "format" key, expected 1; run --tune again'):
+        TuningFile.read(tmp_path)

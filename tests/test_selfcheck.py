@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -169,6 +170,36 @@ def test_cache_space_is_measured_on_the_nearest_existing_folder(tmp_path, monkey
     assert check.details["cache_dir"] == str(tmp_path / "not" / "yet")
     assert abs(check.details["free_bytes"] - shutil.disk_usage(tmp_path).free) < 1 << 28
     assert check.status == ("pass" if check.details["free_bytes"] >= 1 << 30 else "warn")
+
+
+def test_the_cache_check_looks_where_the_launchers_put_the_cache(tmp_path, monkeypatch):
+    """Issue 26, defect 3: ORT_BUNDLE_CACHE_DIR, else cache_dir.txt (or the MSI's CACHEDIR before it is written),
+    else the bundle's [launch] cache_dir, a relative one below the install; never the temp folder silently."""
+    monkeypatch.delenv("ORT_BUNDLE_CACHE_DIR", raising=False)
+    launch = {"manifest": {"launch": {"cache_dir": "bundle-cache"}}}
+    check = selfcheck.check_cache_space(context(tmp_path, **launch))
+    assert check.details["cache_dir"] == str(tmp_path / "bundle-cache")
+    assert f"for the cache directory {tmp_path / 'bundle-cache'} (from the bundle's [launch] cache_dir)" in check.message
+
+    (tmp_path / "cache_dir.txt").write_text(f"{tmp_path / 'chosen'}\n", encoding="utf-8")
+    check = selfcheck.check_cache_space(context(tmp_path, **launch))
+    assert check.details["cache_dir"] == str(tmp_path / "chosen") and "(from cache_dir.txt)" in check.message
+
+    (tmp_path / "cache_dir.txt").unlink()  # the MSI's CACHEDIR: handed over before msi-finish writes the file
+    pending = selfcheck.Context(root=tmp_path, bundle=launch, allow_cpu_fallback=False,
+                                pending_cache_dir=str(tmp_path / "msi"))
+    (tmp_path / "cache_dir.txt").write_text("older\n", encoding="utf-8")  # an upgrade: the file holds the old value
+    check = selfcheck.check_cache_space(pending)
+    assert check.details["cache_dir"] == str(tmp_path / "msi") and "(from the MSI's CACHEDIR" in check.message
+
+    monkeypatch.setenv("ORT_BUNDLE_CACHE_DIR", str(tmp_path / "launcher"))
+    assert selfcheck.check_cache_space(pending).details["cache_dir"] == str(tmp_path / "launcher")
+
+    monkeypatch.delenv("ORT_BUNDLE_CACHE_DIR")
+    (tmp_path / "cache_dir.txt").unlink()
+    check = selfcheck.check_cache_space(context(tmp_path))
+    assert check.details["cache_dir"] == tempfile.gettempdir()
+    assert "in the temp folder" in check.message and "unknown at install time" in check.message
 
 
 def test_non_ascii_install_path_fails(tmp_path):

@@ -16,6 +16,7 @@ import pytest
 from test_tuning import PROBE_APP, bundle_info, make_model, shipped_package
 
 from bundler.assembly.selfcheck_script import selfcheck_script_bytes
+from bundler.target.records import log_file_name
 from bundler.target.support import REMOVED, relevant_environment
 
 INSTALL_ID = "tuned-1.0"
@@ -35,13 +36,18 @@ def installation(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     info = bundle_info(model).to_json()
     info["ort"] = {"version": onnxruntime.__version__}
     (root / "bundle.json").write_text(json.dumps(info), encoding="utf-8")
-    (root / "receipt.json").write_text(json.dumps({"format": 1, "install_id": INSTALL_ID, "files": []}), encoding="utf-8")
-    (root / "selfcheck").mkdir()
-    (root / "selfcheck" / "selfcheck.py").write_bytes(selfcheck_script_bytes())
     logs = tmp_path / "state" / "ort-bundler"
     logs.mkdir(parents=True)
-    (logs / f"{INSTALL_ID}-install.log").write_text("2026-01-01T00:00:00Z installed\n", encoding="utf-8")
+    own_log = logs / log_file_name(INSTALL_ID, str(root), "install")
+    (root / "receipt.json").write_text(json.dumps({"format": 2, "install_id": INSTALL_ID, "files": [],
+                                                   "install_log": str(own_log)}), encoding="utf-8")
+    (root / "selfcheck").mkdir()
+    (root / "selfcheck" / "selfcheck.py").write_bytes(selfcheck_script_bytes())
+    own_log.write_text("2026-01-01T00:00:00Z installed\n", encoding="utf-8")
     (logs / "other-2.0-install.log").write_text("another installation's log\n", encoding="utf-8")
+    # Issue 26, defect 1: the same name and version installed into another folder, its log beside this one's.
+    (logs / log_file_name(INSTALL_ID, str(tmp_path / "other-root"), "install")).write_text(
+        f"the other install's log {SECRET}\n", encoding="utf-8")
     (tmp_path / "decoy.txt").write_text(f"outside the installation {SECRET}\n", encoding="utf-8")
     (root.parent / "probe.py").write_text(PROBE_APP, encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(site), "ORT_BUNDLE_CACHE_DIR": str(tmp_path / "cache"),
@@ -72,11 +78,11 @@ def test_the_support_bundle_holds_the_listed_items_and_nothing_from_outside(
                       str(root / "models" / "mlp.onnx"), env=env)
     assert profiled.returncode == 0, profiled.stderr
 
-    elsewhere = tmp_path / "elsewhere" / f"{INSTALL_ID}-install.log"  # --log-path: same name, another folder
+    own_log = tmp_path / "state" / "ort-bundler" / log_file_name(INSTALL_ID, str(root), "install")
+    elsewhere = tmp_path / "elsewhere" / own_log.name  # --log-path: same name, another folder
     elsewhere.parent.mkdir()
     elsewhere.write_text("a log written with --log-path\n", encoding="utf-8")
-    default_log = tmp_path / "state" / "ort-bundler" / f"{INSTALL_ID}-install.log"
-    proc = python("-m", "ort_bundle.support", "--root", str(root), "--install-log", str(default_log),
+    proc = python("-m", "ort_bundle.support", "--root", str(root), "--install-log", str(own_log),
                   "--install-log", str(elsewhere), env=env)
     assert proc.returncode == 0, proc.stderr
     (written,) = (tmp_path / "cache" / "support").iterdir()
@@ -87,9 +93,11 @@ def test_the_support_bundle_holds_the_listed_items_and_nothing_from_outside(
         names = set(listed)
         data = {name: archive.read(name) for name in names}
     assert len(listed) == len(names)  # no member name twice
-    assert data["logs/1/" + f"{INSTALL_ID}-install.log"] == b"a log written with --log-path\n"
+    assert data[f"logs/{own_log.name}"] == b"2026-01-01T00:00:00Z installed\n"  # the one the receipt records
+    assert data[f"logs/1/{own_log.name}"] == b"a log written with --log-path\n"
+    assert {name for name in names if name.startswith("logs/")} == {f"logs/{own_log.name}", f"logs/1/{own_log.name}"}
     trace = next(name for name in names if name.startswith("profiles/"))
-    assert {"selfcheck.json", "receipt.json", "bundle.json", "tuning.json", f"logs/{INSTALL_ID}-install.log",
+    assert {"selfcheck.json", "receipt.json", "bundle.json", "tuning.json", f"logs/{own_log.name}",
             "modules.json", "environment.json", "system.json", "index.json", trace} <= names
     assert json.loads(data["selfcheck.json"])["checks"]  # the self-check's own report
     assert json.loads(data[trace])  # the latest trace, as ORT wrote it
@@ -142,6 +150,54 @@ def test_what_cannot_be_collected_is_listed_and_an_unwritable_cache_fails_cleanl
     assert refused.returncode == 13 and "cannot write" in refused.stderr
     not_installed = python("-m", "ort_bundle.support", "--root", str(tmp_path / "site"), env=env)
     assert not_installed.returncode == 10 and "it is not an installation" in not_installed.stderr
+
+
+def support_missing(root: Path, env: dict[str, str], tmp_path: Path) -> tuple[set[str], dict[str, str]]:
+    """(the zip's log members, what index.json says is missing) of one `ort_bundle.support` run."""
+    for old in (tmp_path / "cache" / "support").glob("*.zip"):
+        old.unlink()
+    proc = python("-m", "ort_bundle.support", "--root", str(root), env=env)
+    assert proc.returncode == 0, proc.stderr
+    (written,) = (tmp_path / "cache" / "support").iterdir()
+    with zipfile.ZipFile(written) as archive:
+        logs = {name for name in archive.namelist() if name.startswith("logs/")}
+        missing = {item["item"]: item["reason"] for item in json.loads(archive.read("index.json"))["missing"]}
+    return logs, missing
+
+
+def test_only_the_log_the_receipt_records_is_taken_and_otherwise_it_says_why(
+        installation: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    """Issue 26, defect 1: no search of the log folders; the recorded log, if it is a regular file of the
+    receipt's owner, else nothing and the reason."""
+    root, env = installation
+    receipt = json.loads((root / "receipt.json").read_text(encoding="utf-8"))
+    own_log = Path(receipt["install_log"])
+    logs, _ = support_missing(root, env, tmp_path)
+    assert logs == {f"logs/{own_log.name}"}
+
+    del receipt["install_log"]  # a receipt of an older installer: the key is optional
+    (root / "receipt.json").write_text(json.dumps(receipt), encoding="utf-8")
+    logs, missing = support_missing(root, env, tmp_path)
+    assert logs == set() and "records no install log" in missing["install log"]
+    assert "pass --install-log FILE" in missing["install log"]
+
+    planted = tmp_path / "planted.log"  # a link under the recorded name must not carry another file in
+    planted.write_text(f"not a log {SECRET}\n", encoding="utf-8")
+    linked = own_log.with_name("linked.log")
+    linked.symlink_to(planted)
+    (root / "receipt.json").write_text(json.dumps({**receipt, "install_log": str(linked)}), encoding="utf-8")
+    logs, missing = support_missing(root, env, tmp_path)
+    assert logs == set() and "is not a regular file" in missing["install log"]
+
+    (root / "receipt.json").write_text(json.dumps({**receipt, "install_log": str(own_log)}), encoding="utf-8")
+    if os.geteuid() == 0:  # a log of another user under the recorded path is not taken either
+        os.chown(own_log, 65534, 65534)
+        logs, missing = support_missing(root, env, tmp_path)
+        assert logs == set() and "belongs to user 65534" in missing["install log"]
+        os.chown(own_log, 0, 0)
+    own_log.unlink()
+    logs, missing = support_missing(root, env, tmp_path)
+    assert logs == set() and f"the install log {own_log} that" in missing["install log"]
 
 
 # Issue 27, item 8: each value below reached environment.json verbatim; the second element is the part that

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import MANIFESTS, run_cli
 
+from bundler.target.records import log_file_name
 from bundler.target.tuning_file import TUNING_FILE, TuningFile
 
 pytestmark = pytest.mark.integration
@@ -123,10 +124,23 @@ def test_profile_runs_the_entry_point_with_profiling_and_names_the_trace(install
     assert json.loads(run(root, env=env).stdout)["enable_profiling"] is False  # only under --profile
 
 
+def default_log_folder(env: dict[str, str]) -> Path:
+    """install.sh's log folder: root's, or the user's state folder."""
+    return Path("/var/log/ort-bundler") if os.geteuid() == 0 else Path(env["XDG_STATE_HOME"]) / "ort-bundler"
+
+
 def test_support_bundle_of_the_install(installed: tuple[Path, dict[str, str]]) -> None:
+    """Issue 26, defect 1: the zip holds the log the receipt records, not another install's of the same version."""
     root, env = installed
     assert run(root, "--profile", env=env).returncode == 0
-    proc = run(root, "--support-bundle", env=env)
+    own = default_log_folder(env) / log_file_name(INSTALL_ID, str(root), "install")
+    assert json.loads((root / "receipt.json").read_text(encoding="utf-8"))["install_log"] == str(own)
+    other = own.with_name(log_file_name(INSTALL_ID, str(root.parent / "elsewhere"), "install"))
+    other.write_text("another installation of the same version\n", encoding="utf-8")
+    try:
+        proc = run(root, "--support-bundle", env=env)
+    finally:
+        other.unlink()
     assert proc.returncode == 0, proc.stderr
     cache = Path(env["ORT_BUNDLE_CACHE_DIR"])
     written = max((cache / "support").glob("*.zip"), key=lambda p: p.stat().st_mtime)
@@ -134,12 +148,27 @@ def test_support_bundle_of_the_install(installed: tuple[Path, dict[str, str]]) -
         names = set(archive.namelist())
         index = json.loads(archive.read("index.json"))
         report = json.loads(archive.read("selfcheck.json"))
-    assert {"selfcheck.json", "receipt.json", "bundle.json", "modules.json", "environment.json", "system.json",
-            f"logs/{INSTALL_ID}-install.log"} <= names
+    assert {"selfcheck.json", "receipt.json", "bundle.json", "modules.json", "environment.json", "system.json"} <= names
     assert any(name.startswith("profiles/") for name in names)
     assert report["ok"] is True
-    logs = Path("/var/log/ort-bundler") if os.geteuid() == 0 else Path(env["XDG_STATE_HOME"]) / "ort-bundler"
-    allowed = (root, cache / "profiles", logs)  # install.sh's log folder: root's, or the user's state folder
-    assert all(name.startswith(f"logs/{INSTALL_ID}-") for name in names if name.startswith("logs/"))
+    allowed = (root, cache / "profiles", own.parent)
+    assert [name for name in names if name.startswith("logs/")] == [f"logs/{own.name}"]
     assert all(any(Path(m["source"]).is_relative_to(folder) for folder in allowed)
                for m in index["members"] if m["source"] is not None)
+
+
+def test_uninstall_removes_the_tuning_file_and_so_the_folder(installed: tuple[Path, dict[str, str]],
+                                                             tmp_path: Path) -> None:
+    """Issue 26, defect 8: `run --tune` wrote tuning.json; it is the product's, so uninstall removes it and the
+    folder goes. Removes the shared install: keep it last."""
+    root, env = installed
+    if not (root / TUNING_FILE).is_file():
+        assert run(root, "--tune", "--warmup", "0", "--runs", "2", env=env).returncode == 0
+    assert (root / TUNING_FILE).is_file()
+    own = default_log_folder(env) / log_file_name(INSTALL_ID, str(root), "install")
+    uninstall = root.parent.parent / STEM / "uninstall.sh"  # the bundle the fixture extracted beside opt/
+    proc = subprocess.run(["sh", str(uninstall), "--install-dir", str(root), "--log-path",
+                           str(tmp_path / "uninstall.log")], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not root.exists(), sorted(str(p) for p in root.rglob("*"))
+    own.unlink(missing_ok=True)  # the install's default log, named after this test's folder

@@ -28,6 +28,7 @@ from windows_python import WindowsPython, windows_python  # noqa: F401
 from wine import Wine, wine  # noqa: F401
 
 from bundler.target.records import INSTALL_EXIT_CODES as CODES
+from bundler.target.records import log_file_name
 
 pytestmark = [pytest.mark.integration, pytest.mark.wine]
 
@@ -113,7 +114,9 @@ def test_install_cmd_installs_into_program_files_with_detection_and_an_arp_entry
     assert arp is not None and arp["DisplayVersion"] == "1.0.0" and arp["NoModify"] == "0x1"
     assert arp["UninstallString"] == '"C:\\Program Files\\winapp\\uninstall.cmd"'
     assert arp["DisplayIcon"] == "C:\\Program Files\\winapp\\python\\python.exe"
-    [log_file] = windows.drive_c().glob("windows/[Ll]ogs/[Ss]oftware/winapp-1.0.0-install.log")  # Wine keeps its case
+    name = log_file_name("winapp-1.0.0", "C:\\Program Files\\winapp", "install")  # one log per install folder
+    [log_file] = windows.drive_c().glob(f"windows/[Ll]ogs/[Ss]oftware/{name}")  # Wine keeps its case
+    assert receipt["install_log"].lower() == f"c:\\windows\\logs\\software\\{name}"
     log = log_file.read_text()
     assert "done: winapp-1.0.0 is installed" in log and "PASS model:tiny-mlp" in log
 

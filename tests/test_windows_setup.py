@@ -5,6 +5,7 @@ as one administrator, so the owner and ACL decisions cannot be shown there; on L
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 import subprocess
@@ -106,6 +107,30 @@ def test_vc_redist_exit_codes(tmp_path: Path, code: int, reboot: bool | None, er
             windows_setup.vc_redist_outcome(code, tmp_path / "vc.log", log)
         assert caught.value.code == error and str(code) in str(caught.value)
     assert f"VC_redist.x64.exe exited with {code}" in (tmp_path / "log.txt").read_text()
+
+
+# -- the log ---------------------------------------------------------------------------------------------------
+
+
+def test_the_default_log_is_named_after_the_install_and_its_folder(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26: <install id>-<first 8 hex of sha256 of the folder's absolute path>-<kind>.log, as install.sh names
+    it; two folders, two logs; -LogPath still wins and -WhatIf writes none."""
+    monkeypatch.setenv("ProgramData", str(tmp_path))  # the unelevated default folder: %ProgramData%\Logs\Software
+    none = windows_setup.parse_switches([], windows_setup.INSTALL_SWITCHES, script="install.cmd")
+    folder = windows_setup.absolute_install_dir("C:\\Program Files\\app\\")
+    assert folder == "C:\\Program Files\\app"
+    log = windows_setup.open_log(none, "app-1.0.0", "install", admin=False, install_dir=folder)
+    digest = hashlib.sha256(b"C:\\Program Files\\app").hexdigest()[:8]
+    assert log.path == tmp_path / "Logs" / "Software" / f"app-1.0.0-{digest}-install.log" and log.path.is_file()
+    other = windows_setup.open_log(none, "app-1.0.0", "install", admin=False, install_dir="D:\\app")
+    assert other.path is not None and other.path != log.path and other.path.parent == log.path.parent
+    chosen = windows_setup.parse_switches(["-LogPath", str(tmp_path / "mine.log")], windows_setup.INSTALL_SWITCHES,
+                                          script="install.cmd")
+    assert windows_setup.open_log(chosen, "app-1.0.0", "install", admin=False, install_dir=folder).path == \
+        tmp_path / "mine.log"
+    whatif = windows_setup.parse_switches(["-WhatIf"], windows_setup.INSTALL_SWITCHES, script="install.cmd")
+    assert windows_setup.open_log(whatif, "app-1.0.0", "install", admin=False, install_dir=folder).path is None
 
 
 # -- the startup self-check task ---------------------------------------------------------------------------------

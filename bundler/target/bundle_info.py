@@ -62,7 +62,8 @@ class BundleInfo:
             msg = f"{source}: found {type(data).__name__}, expected a JSON object"
             raise BundleInfoError(msg)
         if data.get("format") != BUNDLE_FORMAT:
-            msg = f"{source}: format is {data.get('format')!r}, expected {BUNDLE_FORMAT}; this self-check reads format {BUNDLE_FORMAT}"
+            found = f"format is {data['format']!r}" if "format" in data else 'has no "format" key'
+            msg = f"{source}: {found}, expected {BUNDLE_FORMAT}; this self-check reads format {BUNDLE_FORMAT}"
             raise BundleInfoError(msg)
         missing = sorted(set(KEYS) - set(data))
         unknown = sorted(set(data) - set(KEYS))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 
 @dataclass(frozen=True)
@@ -12,6 +12,9 @@ class Context:
     root: Path
     bundle: Dict[str, Any]
     allow_cpu_fallback: bool
+    #: The cache folder the install is about to record in cache_dir.txt (the MSI's CACHEDIR: msi-finish writes the
+    #: file only after the self-check passed), so the install-time check looks where the launchers will.
+    pending_cache_dir: Optional[str] = None
 
     @property
     def gpu(self) -> Dict[str, Any]:

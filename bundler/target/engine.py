@@ -315,7 +315,8 @@ def _build_stage(plan: InstallPlan, options: Options, log: Log, previous: Option
                       install_dir=str(target), python_executable=installed_python(plan, target),
                       python_version="%d.%d.%d" % sys.version_info[:3], selfcheck=SelfcheckOutcome(ran=False),
                       reboot_required=options.reboot_pending, files=hash_tree(stage, (RECEIPT_FILE, *kept), known),
-                      folders=walk_folders(stage), kept=kept)
+                      folders=walk_folders(stage), kept=kept,
+                      install_log=os.path.abspath(log.path) if log.path is not None else None)
     write_receipt(stage, receipt)
     receipt = replace(receipt, selfcheck=selfcheck_outcome(plan, options, stage, log))
     write_receipt(stage, receipt)

@@ -7,6 +7,8 @@ Standard library only, Python 3.8+.
 from __future__ import annotations
 
 import contextlib
+import csv
+import hashlib
 import io
 import json
 import os
@@ -16,7 +18,7 @@ import tempfile
 import zipfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import IO, Dict, List, Optional, Sequence, Tuple
+from typing import IO, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .engine_fs import EngineError, Log, native
 from .records import InstallPlan, RecordError, SelfcheckReport
@@ -114,6 +116,13 @@ def install_wheels(plan: InstallPlan, bundle: Path, stage_venv: Path, final_venv
     modules: List[Tuple[str, str]] = []  # (staged source, final path) of every module written so far
 
     class Destination(installer.destinations.SchemeDictionaryDestination):  # type: ignore[misc, name-defined]
+        sources: List[str]  # the staged modules of this distribution, whose bytecode its RECORD lists
+        record: Optional[str] = None  # its RECORD, once written
+
+        def finalize_installation(self, scheme, record_file_path, records):  # type: ignore[no-untyped-def]
+            super().finalize_installation(scheme, record_file_path, records)
+            self.record = os.path.normpath(os.path.join(self.scheme_dict[scheme], record_file_path))
+
         def write_to_fs(self, scheme, path, stream, is_executable):  # type: ignore[no-untyped-def]
             if scheme == "scripts" and path.endswith(".exe"):
                 stream = io.BytesIO(_launcher_without_time(stream.read()))
@@ -126,13 +135,18 @@ def install_wheels(plan: InstallPlan, bundle: Path, stage_venv: Path, final_venv
                 written.append((target, _hex_digest(digest.value)))
             if scheme in ("purelib", "platlib") and path.endswith(".py"):
                 modules.append((target, os.path.join(final_site, os.path.relpath(target, site))))
+                self.sources.append(target)
             return record
+
+    destinations: List[Destination] = []
 
     def install_one(relative: str) -> None:
         name = Path(relative).name.split("-")[0]
         schemes = {"purelib": site, "platlib": site, "scripts": str(native(stage_venv, venv.scripts)),
                    "data": str(stage_venv), "headers": str(stage_venv / "include" / "site" / f"python{plan.python}" / name)}
         destination = Destination(schemes, interpreter=interpreter, script_kind=venv.script_kind)
+        destination.sources = []
+        destinations.append(destination)
         with installer.sources.WheelFile.open(str(bundle / relative)) as source:
             installer.install(source, destination, {"INSTALLER": b"ort-bundler\n"})
 
@@ -146,9 +160,37 @@ def install_wheels(plan: InstallPlan, bundle: Path, stage_venv: Path, final_venv
                 raise EngineError("install", f"installing {relative} failed: {type(exc).__name__}: {exc}") from None
             compiler.submit(_take(modules))
     hashes = dict(written)
-    hashes.update(compiler.results())
+    compiled = compiler.results()
+    hashes.update(compiled)
+    for destination in destinations:  # RECORD lists the bytecode, as pip's does: the receipt gets its new hash
+        if destination.record is not None:
+            hashes[destination.record] = list_bytecode(destination.record, destination.sources, compiled, site)
     log(f"installed {len(venv.wheels)} wheels with pypa installer into {final_venv}, bytecode compiled")
     return hashes
+
+
+def bytecode_path(source: str) -> str:
+    """Where the compile workers (no pycache prefix) put a module's bytecode: `importlib.util.cache_from_source`
+    would answer from this process's own `sys.pycache_prefix`, which the engine's start script sets."""
+    folder, name = os.path.split(source)
+    return os.path.join(folder, "__pycache__", f"{os.path.splitext(name)[0]}.{sys.implementation.cache_tag}.pyc")
+
+
+def list_bytecode(record: str, sources: Sequence[str], compiled: Mapping[str, str], site: str) -> str:
+    """Add the bytecode compiled for a distribution's modules to its RECORD as pip lists it (`path,,`: no hash,
+    no size), so `importlib.metadata` and an outside `pip uninstall` know every file; returns RECORD's new sha256."""
+    pycs = sorted({pyc for pyc in map(bytecode_path, sources) if pyc in compiled})
+    with open(record, encoding="utf-8", newline="") as stream:
+        listed = {row[0] for row in csv.reader(stream) if row}
+    rows = io.StringIO()
+    writer = csv.writer(rows, delimiter=",", quotechar='"', lineterminator="\n")  # as pypa installer writes RECORD
+    for path in (os.path.relpath(pyc, site).replace(os.sep, "/") for pyc in pycs):
+        if path not in listed:
+            writer.writerow([path, "", ""])
+    with open(record, "a", encoding="utf-8", newline="") as stream:
+        stream.write(rows.getvalue())
+    with open(record, "rb") as stream:
+        return hashlib.sha256(stream.read()).hexdigest()
 
 
 def _launcher_without_time(data: bytes) -> bytes:
@@ -202,8 +244,10 @@ def selfcheck_env(plan: InstallPlan, root: Path) -> Dict[str, str]:
 SELFCHECK_TIMEOUT = 900
 
 
-def run_selfcheck(plan: InstallPlan, root: Path, log: Log) -> Tuple[int, Optional[SelfcheckReport]]:
-    """The installed self-check, in `root`, as the launcher runs it; (exit code, its report).
+def run_selfcheck(plan: InstallPlan, root: Path, log: Log, *,
+                  cache_dir: Optional[str] = None) -> Tuple[int, Optional[SelfcheckReport]]:
+    """The installed self-check, in `root`, as the launcher runs it; (exit code, its report). `cache_dir`: the
+    cache folder the install records after the check (the MSI's CACHEDIR), so the check measures that one.
 
     Always isolated (-I: no PYTHONPATH, no user site, not the script's folder on sys.path) and without
     bytecode writes (-B): as an administrator or SYSTEM it must not import a module planted beside it."""
@@ -211,6 +255,8 @@ def run_selfcheck(plan: InstallPlan, root: Path, log: Log) -> Tuple[int, Optiona
     script = root / "selfcheck" / "selfcheck.py"
     command = [python, "-I", "-B", str(script), "--json"] if script.is_file() else \
         [python, "-I", "-B", "-c", "import onnxruntime; print('onnxruntime', onnxruntime.__version__)"]
+    if cache_dir and script.is_file():
+        command += ["--cache-dir", cache_dir]
     # Files, not pipes: a process the self-check starts in passing (Windows starts explorer.exe for the first
     # DXGI call of a session without a desktop) inherits the handles and would hold a pipe open for good.
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:

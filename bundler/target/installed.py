@@ -28,6 +28,10 @@ from .engine_fs import (
 )
 from .records import INSTALL_EXIT_CODES, PLAN_FILE, RECEIPT_FILE, InstallPlan, RecordError
 
+#: Files the product itself writes into its folder after the install, the product's to remove with it: `run --tune`'s
+#: tuning file (tuning_file.TUNING_FILE, not imported: the engine ships without the ort_bundle modules).
+PRODUCT_FILES = ("tuning.json",)
+
 #: Exit codes of `verify`: every installed file matches its receipt, or something changed.
 VERIFY_OK = 0
 
@@ -85,7 +89,8 @@ def _guarded_folders(root: Path) -> Tuple[str, ...]:
 
 
 def uninstall(install_dir: Path, log: Log, *, name: Optional[str], dry_run: bool) -> List[str]:
-    """Remove exactly what the receipt lists, then folders that end up empty; files not ours stay."""
+    """Remove exactly what the receipt lists and the files the product wrote (PRODUCT_FILES), then folders that
+    end up empty; files not ours stay."""
     if install_dir.is_symlink():
         raise EngineError("usage", f"{install_dir} is a symbolic link; nothing was changed")
     receipt = read_receipt(install_dir) if install_dir.is_dir() else None
@@ -96,6 +101,8 @@ def uninstall(install_dir: Path, log: Log, *, name: Optional[str], dry_run: bool
         raise EngineError("usage", f"{install_dir} holds {receipt.install_id}, not {name}; nothing was changed")
     paths = [(entry.path, inside(install_dir, entry.path, what=RECEIPT_FILE)) for entry in receipt.files]
     present = [(rel, path) for rel, path in paths if os.path.lexists(path)]
+    made = [(rel, install_dir / rel) for rel in PRODUCT_FILES if rel not in {entry.path for entry in receipt.files}]
+    present += [(rel, path) for rel, path in made if os.path.islink(path) or os.path.isfile(path)]
     if dry_run:
         return [rel for rel, _ in present]
     with target_lock(install_dir):

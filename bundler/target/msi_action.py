@@ -40,7 +40,7 @@ def finish(root: Path, *, cache_dir: Optional[str], self_check: bool, remove: bo
         raise EngineError("integrity", f"{root / PLAN_FILE} cannot be used ({exc}); the MSI's files are incomplete") from None
     if self_check:
         log(f"running the self-check of {plan.install_id} in {root}")
-        code, report = run_selfcheck(plan, root, log)
+        code, report = run_selfcheck(plan, root, log, cache_dir=cache_dir)
         if code != 0:
             failed = ", ".join(check.id for check in report.failed()) if report else ""
             raise EngineError("selfcheck", f"the self-check failed with exit code {code}"

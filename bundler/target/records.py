@@ -12,6 +12,7 @@ Every path a record holds is checked by `safe_relative`, the one "stays below it
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import PurePosixPath
@@ -40,6 +41,17 @@ INSTALL_EXIT_CODES: Mapping[str, int] = {
     "selfcheck": 14,
     "in_use": 15,
 }
+
+
+def log_file_name(install_id: str, install_dir: str, kind: str) -> str:
+    """The default log's name: `<install id>-<first 8 hex of sha256(install folder's absolute path)>-<kind>.log`.
+
+    Two installs of one name and version into different folders (as root, both in /var/log/ort-bundler) never
+    share a log. `install_dir` is the absolute path as the installer names it, hashed as UTF-8; install.sh
+    computes the same with `printf '%s' "$install_dir" | sha256sum`, windows_setup.open_log calls this.
+    """
+    digest = hashlib.sha256(install_dir.encode("utf-8")).hexdigest()[:8]
+    return f"{install_id}-{digest}-{kind}.log"
 
 
 class RecordError(ValueError):
@@ -107,7 +119,9 @@ class _Reader:
                 for index, item in enumerate(items)]
 
     def format(self, expected: int) -> int:
-        found = self.data.get("format")
+        if "format" not in self.data:
+            raise RecordError(f'{self.source} has no "format" key; this program reads format {expected}')
+        found = self.data["format"]
         if found != expected:
             raise RecordError(f"{self.source} has format {found!r}; this program reads format {expected}")
         return expected
@@ -275,10 +289,15 @@ class Receipt:
     files: Tuple[InstalledFile, ...]  # every file the installer created, receipt.json aside
     folders: Tuple[str, ...] = ()  # every folder the installer created: removed on uninstall when empty
     kept: Tuple[str, ...] = ()  # files that were not ours, carried over from the previous install
+    #: The install log's absolute path (the support bundle takes this one): an optional key of format 2, left
+    #: out when there is none (the MSI's image, a dry run), so engines that predate it read the receipt too.
+    install_log: Optional[str] = None
     format: int = RECEIPT_FORMAT
 
     def to_json(self) -> Dict[str, Any]:
         data = asdict(self)
+        if self.install_log is None:
+            del data["install_log"]
         data["files"] = [{"path": f.path, "sha256": f.sha256} for f in self.files]
         data["kept"] = list(self.kept)
         data["folders"] = list(self.folders)
@@ -304,7 +323,8 @@ class Receipt:
                    python_executable=reader.text("python_executable"), python_version=reader.text("python_version"),
                    selfcheck=SelfcheckOutcome.read(reader.child("selfcheck")),
                    reboot_required=bool(reader.get("reboot_required", bool, "true or false")),
-                   files=tuple(files), folders=reader.paths("folders"), kept=reader.paths("kept"))
+                   files=tuple(files), folders=reader.paths("folders"), kept=reader.paths("kept"),
+                   install_log=reader.optional_text("install_log"))
 
     @classmethod
     def loads(cls, text: str, *, source: str = RECEIPT_FILE) -> Receipt:

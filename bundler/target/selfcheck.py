@@ -12,6 +12,7 @@ Exit 0 only when no check failed; warnings do not fail.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from bundler.target.check_context import Context, is_below
 from bundler.target.cuda_check import CUDA, check_cuda
@@ -87,10 +88,30 @@ def check_cpu(ctx: Context) -> Check:
     return Check(id="cpu", status="pass", message="CPU offers AVX2")
 
 
-def cache_dir() -> Path:
-    """The cache folder the launcher chose (run.* export ORT_BUNDLE_CACHE_DIR), else the temp folder."""
-    configured = os.environ.get("ORT_BUNDLE_CACHE_DIR") or os.environ.get("TEMP") or os.environ.get("TMP")
-    return Path(configured or tempfile.gettempdir())
+#: The file the launchers read the install's cache folder from (install --cache-dir, the MSI's CACHEDIR).
+CACHE_DIR_FILE = "cache_dir.txt"
+
+
+def cache_dir(ctx: Context) -> Tuple[Optional[Path], str]:
+    """Where the launchers put the cache, as run.sh/run.cmd/run.ps1 decide it, and where that came from:
+    ORT_BUNDLE_CACHE_DIR (the launchers export their choice), else the install's cache_dir.txt (or the
+    folder the MSI is about to write there), else the bundle's [launch] cache_dir; a relative one lies
+    below the install. None when nothing names one: each user's own cache is unknown at install time."""
+    configured = os.environ.get("ORT_BUNDLE_CACHE_DIR")
+    source = "ORT_BUNDLE_CACHE_DIR"
+    if not configured and ctx.pending_cache_dir:
+        source, configured = f"the MSI's CACHEDIR, which it records in {CACHE_DIR_FILE}", ctx.pending_cache_dir
+    if not configured:
+        source = CACHE_DIR_FILE
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            lines = (ctx.root / CACHE_DIR_FILE).read_text(encoding="utf-8").splitlines()
+            configured = lines[0].strip() if lines else ""
+    if not configured:
+        source = "the bundle's [launch] cache_dir"
+        configured = ((ctx.bundle.get("manifest") or {}).get("launch") or {}).get("cache_dir")
+    if not configured or not isinstance(configured, str):
+        return None, ""
+    return ctx.root / configured, source  # an absolute path replaces the root
 
 
 def min_free_bytes() -> int:
@@ -102,11 +123,17 @@ def min_free_bytes() -> int:
 
 
 def check_cache_space(ctx: Context) -> Check:
-    directory = cache_dir()
+    directory, source = cache_dir(ctx)
+    if directory is None:
+        directory = Path(tempfile.gettempdir())
+        where = (f"in the temp folder {directory} (no cache folder is configured: each user's own cache, "
+                 f"where the launchers put it then, is unknown at install time)")
+    else:
+        where = f"for the cache directory {directory} (from {source})"
     existing = next((path for path in (directory, *directory.parents) if path.exists()), directory.anchor)
     free = shutil.disk_usage(existing).free
-    details = {"cache_dir": str(directory), "free_bytes": free}
-    message = f"{free / (1 << 30):.1f} GB free for the cache directory {directory}"
+    details = {"cache_dir": str(directory), "free_bytes": free, "source": source or "temp folder"}
+    message = f"{free / (1 << 30):.1f} GB free {where}"
     if free < min_free_bytes():
         return Check(id="cache", status="warn", message=message, details=details,
                      fix="Free space there or point ORT_BUNDLE_CACHE_DIR at a larger drive: "
@@ -278,6 +305,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="report an unusable CUDA provider as a warning instead of a failure")
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent,
                         help="the installation folder holding bundle.json (default: the folder above selfcheck/)")
+    parser.add_argument("--cache-dir", metavar="DIR", help=argparse.SUPPRESS)  # msi-finish: CACHEDIR, before cache_dir.txt
     parser.add_argument("--reference", type=Path, metavar="REQUEST",
                         help="(used by ort-bundler's build) record reference outputs for the models in REQUEST")
     return parser.parse_args(argv)
@@ -294,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     if bundle is None:
         checks = [problem] if problem is not None else []
     else:
-        checks = run_checks(Context(root=root, bundle=bundle, allow_cpu_fallback=args.allow_cpu_fallback))
+        checks = run_checks(Context(root=root, bundle=bundle, allow_cpu_fallback=args.allow_cpu_fallback,
+                                    pending_cache_dir=args.cache_dir or None))
     ok = not any(check.status == "fail" for check in checks)
     if args.json:
         print(json.dumps(SelfcheckReport(ok=ok, root=str(root), checks=tuple(checks)).to_json(), indent=2))

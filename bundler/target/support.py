@@ -6,8 +6,8 @@ It holds the self-check report (JSON), receipt.json, bundle.json, the install lo
 latest profiling traces, the loaded modules and libraries with their versions and paths, the relevant
 environment variables (values that look like secrets removed), and OS, CPU and GPU facts; `index.json`
 lists every member with the file it came from and everything that could not be collected, and why.
-Only files of this installation are read: its own folder, its cache folder's profiles/ and the install
-logs the installers write (`<install id>-*.log` in their log folders, or the files given). Each item is
+Only files of this installation are read: its own folder, its cache folder's profiles/, the install
+log receipt.json records (if it is a regular file of the receipt's owner) and the files given. Each item is
 collected on its own, so a broken installation still yields a bundle that says what is broken. The zip
 is written beside its final name and renamed, in <cache>/support/. Standard library only (onnxruntime
 and numpy are imported to list what they load), Python 3.8+.
@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import re
+import stat
 import subprocess
 import sys
 import tempfile
@@ -216,7 +217,7 @@ def run_selfcheck(root: Path, collection: Collection) -> None:
 
 
 def install_id(root: Path) -> Optional[str]:
-    """From receipt.json, else bundle.json (name-version): it names the install logs."""
+    """From receipt.json, else bundle.json (name-version): it names the support zip."""
     with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
         return str(json.loads((root / "receipt.json").read_text(encoding="utf-8"))["install_id"])
     with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
@@ -225,26 +226,40 @@ def install_id(root: Path) -> Optional[str]:
     return None
 
 
-def log_folders() -> List[Path]:
-    """Where install.sh and install.ps1 write their logs when no --log-path / -LogPath is given."""
-    if sys.platform == "win32":
-        bases = [os.environ.get("SystemRoot"), os.environ.get("ProgramData")]
-        return [Path(base) / "Logs" / "Software" for base in bases if base]
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return [Path("/var/log/ort-bundler"), Path(state) / "ort-bundler"]
+def recorded_log(root: Path) -> Tuple[Optional[Path], str]:
+    """The install log receipt.json records (its `install_log`), when it is a regular file owned by the
+    receipt's owner; else None and why. Only this log is taken: a log folder is shared by every install of
+    the product, and another install's log (or a file planted under a log's name) is not this one's."""
+    receipt = root / "receipt.json"
+    try:
+        owner = os.stat(receipt).st_uid
+        recorded = json.loads(receipt.read_text(encoding="utf-8")).get("install_log")
+    except (OSError, ValueError, AttributeError) as exc:
+        return None, f"{receipt} cannot be read ({exc}), and it names the install log"
+    if not recorded or not isinstance(recorded, str):
+        return None, (f"{receipt} records no install log (an install by an older installer, by the MSI, or with the "
+                      f"log turned off)")
+    path = Path(recorded)
+    try:
+        status = os.lstat(path)
+    except OSError as exc:
+        return None, f"the install log {path} that {receipt} records cannot be read ({exc.strerror or exc})"
+    if not stat.S_ISREG(status.st_mode):
+        return None, f"the install log {path} that {receipt} records is not a regular file: not collected"
+    if status.st_uid != owner:
+        return None, (f"the install log {path} that {receipt} records belongs to user {status.st_uid}, not to "
+                      f"{owner} who owns the receipt: not collected")
+    return path, ""
 
 
 def install_logs(root: Path, given: Sequence[Path], collection: Collection) -> List[Path]:
-    name = install_id(root)
+    """The log receipt.json records, then the --install-log files; no other file is searched for."""
     found = [path for path in given if path.is_file()]
     collection.missing.extend({"item": str(path), "reason": "not a file"} for path in given if not path.is_file())
-    if name:
-        for folder in log_folders():
-            with contextlib.suppress(OSError):
-                found.extend(sorted(folder.glob(f"{glob_escape(name)}-*.log")))
-    if not found:
-        collection.lack("install log", f"no {name or '<install id>'}-*.log in {[str(f) for f in log_folders()]}; "
-                                       "pass --install-log FILE for a log written elsewhere")
+    recorded, reason = recorded_log(root)
+    if recorded is not None:
+        return [recorded, *found]
+    collection.lack("install log", reason + ("" if found else "; pass --install-log FILE for a log written elsewhere"))
     return found
 
 
@@ -261,10 +276,6 @@ def log_members(paths: Sequence[Path]) -> List[Tuple[str, Path]]:
         name = f"logs/{path.name}"
         members.append((name if name not in taken else f"logs/{len(members)}/{path.name}", path))
     return members
-
-
-def glob_escape(text: str) -> str:
-    return re.sub(r"([*?\[])", r"[\1]", text)
 
 
 def latest_traces(collection: Collection) -> List[Path]:

@@ -126,7 +126,8 @@ class TuningFile:
     def from_json(cls, data: object, *, source: str = TUNING_FILE) -> TuningFile:
         top = _object(data, source)
         if top.get("format") != TUNING_FORMAT:
-            msg = f"{source}: format is {top.get('format')!r}, expected {TUNING_FORMAT}; run --tune again"
+            found = f"format is {top['format']!r}" if "format" in top else 'has no "format" key'
+            msg = f"{source}: {found}, expected {TUNING_FORMAT}; run --tune again"
             raise TuningFileError(msg)
         machine = _object(top.get("machine"), f"{source}: machine")
         models = top.get("models")

@@ -31,7 +31,7 @@ from . import windows_host as host
 from .bundle_info import BUNDLE_FILE, BundleInfo, BundleInfoError
 from .engine_fs import PREVIOUS, EngineError, Log, read_receipt
 from .folder_trust import parse_descriptor, windows_problem
-from .records import INSTALL_EXIT_CODES, PLAN_FILE, RECEIPT_FILE, InstallPlan, Receipt, RecordError
+from .records import INSTALL_EXIT_CODES, PLAN_FILE, RECEIPT_FILE, InstallPlan, Receipt, RecordError, log_file_name
 
 #: MAX_PATH less its terminating NUL: the longest path an application that is not long-path aware can open.
 MAX_PATH = 259
@@ -99,6 +99,11 @@ def install_dir_problem(full: str, *, budget: int) -> Optional[str]:
     return None
 
 
+def absolute_install_dir(raw: str) -> str:
+    """The install folder as an absolute path without a trailing backslash: what the receipt and the log's name use."""
+    return ntpath.abspath(raw).rstrip("\\") if os.name == "nt" else ntpath.normpath(raw).rstrip("\\")
+
+
 def resolve_install_dir(raw: str, *, budget: int) -> Path:
     if not raw:
         raise EngineError("usage", "-InstallDir must not be empty")
@@ -106,7 +111,7 @@ def resolve_install_dir(raw: str, *, budget: int) -> Path:
         # install.cmd -InstallDir "C:\x\" -Force: the backslash escapes the closing quote.
         raise EngineError("usage", f"-InstallDir {raw!r} contains a double quote: a folder written as \"C:\\x\\\" ends in "
                                    f"\\\" which escapes the quote; drop the trailing backslash")
-    full = ntpath.abspath(raw).rstrip("\\") if os.name == "nt" else ntpath.normpath(raw).rstrip("\\")
+    full = absolute_install_dir(raw)
     problem = install_dir_problem(full, budget=budget)
     if problem:
         raise EngineError("usage", f"-InstallDir '{full}' {problem}; nothing was changed")
@@ -141,13 +146,14 @@ def default_install_dir(name: str) -> str:
     return ntpath.join(os.environ.get("ProgramFiles", "C:\\Program Files"), name)
 
 
-def open_log(switches: Switches, install_id: str, kind: str, *, admin: bool) -> Log:
-    """The log in its documented place, or -LogPath; checked before anything changes. A log that cannot be
-    written is a missing prerequisite (a place to record what happened), not a usage error."""
+def open_log(switches: Switches, install_id: str, kind: str, *, admin: bool, install_dir: str) -> Log:
+    """The log in its documented place, named after the install and its folder (records.log_file_name), or
+    -LogPath; checked before anything changes. A log that cannot be written is a missing prerequisite (a place
+    to record what happened), not a usage error."""
     if "WhatIf" in switches.flags:
         return Log(None)
     chosen = switches.value("LogPath")
-    path = Path(chosen) if chosen else host.default_log_folder(admin=admin) / f"{install_id}-{kind}.log"
+    path = Path(chosen) if chosen else host.default_log_folder(admin=admin) / log_file_name(install_id, install_dir, kind)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8"):
@@ -431,7 +437,9 @@ def install_main(bundle: Path, argv: Sequence[str]) -> int:
         raise EngineError("usage", "-PythonExe applies only to bundles without a bundled Python; this bundle carries its own")
     admin = host.is_admin()
     with host.NamedMutex(info.name):
-        log = open_log(switches, f"{info.name}-{info.version}", "install", admin=admin)
+        raw_dir = switches.value("InstallDir") or default_install_dir(info.name)
+        log = open_log(switches, f"{info.name}-{info.version}", "install", admin=admin,
+                       install_dir=absolute_install_dir(raw_dir))
         with logged_errors(log):
             return _install(engine, bundle, info, switches, admin=admin, log=log)
 
@@ -507,7 +515,7 @@ def uninstall_main(script_dir: Path, argv: Sequence[str]) -> int:
         root = Path(recorded_install_dir(name) or default_install_dir(name))
     admin = host.is_admin()
     with host.NamedMutex(name):
-        log = open_log(switches, install_id, "uninstall", admin=admin)
+        log = open_log(switches, install_id, "uninstall", admin=admin, install_dir=str(root))
         with logged_errors(log):
             refuse_msi_route(name)
             receipt = read_receipt(root) if root.is_dir() else None
