@@ -7,11 +7,13 @@ cannot be fetched here). The ORT wheels, locks, models and the build are real.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
 import subprocess
 import sys
+import tempfile
 import tomllib
 import zipfile
 from pathlib import Path
@@ -113,12 +115,18 @@ def test_the_unpacked_bundle_runs_its_interpreter_with_no_python_on_path(pbs_sta
     assert proc.stdout.splitlines() == [str(python), str(root / "payload" / "python")]
 
 
+@functools.cache
+def build_windows_runtime_zip(embed_zip: Path, cache: Path, basetemp: Path) -> Path:
+    """quickstart-win with python.org's embeddable package as its runtime, built once per test process (this
+    module and test_runtime_wine.py read it; nothing writes into it)."""
+    work = Path(tempfile.mkdtemp(prefix="windows-runtime-", dir=basetemp))
+    manifest = runtime_manifest(work, "quickstart-win.toml", embed_zip)
+    return Path(json.loads(build(manifest, cache, work / "dist").stdout)["zip"])
+
+
 @pytest.fixture(scope="module")
 def windows_runtime_zip(windows_python: WindowsPython, bundler_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """quickstart-win with python.org's embeddable package as its runtime, built once for this module."""
-    work = tmp_path_factory.mktemp("windows-runtime-build")
-    manifest = runtime_manifest(work, "quickstart-win.toml", windows_python.embed_zip)
-    return Path(json.loads(build(manifest, bundler_cache, work / "dist").stdout)["zip"])
+    return build_windows_runtime_zip(windows_python.embed_zip, bundler_cache, tmp_path_factory.getbasetemp())
 
 
 def test_a_windows_bundle_resolves_python311_from_its_interpreter(windows_runtime_zip: Path,

