@@ -9,10 +9,11 @@
   python-build-standalone relocatable. It is a real, running interpreter.
 - `embed_standin`: a STAND-IN for python.org's Windows embeddable package, with its exact file layout and
   real x64 PE files built with mingw: `python311.dll` exports every name the real ORT `.pyd` imports from it
-  (read from the wheel) plus `Py_Main`, which prints the path of the running executable, of the DLL itself
-  and the arguments: so a launcher that starts the bundled `python.exe` under Wine proves which one it started.
-  `_ctypes.pyd` imports `python311.dll` and `libffi-8.dll`, as the real one does; the VC++ DLLs are empty
-  mingw DLLs under the real names. None of it is CPython.
+  (read from the wheel) plus `Py_Main`, which does nothing. `_ctypes.pyd` imports `python311.dll` and
+  `libffi-8.dll`, as the real one does; the VC++ DLLs are empty mingw DLLs under the real names. None of it is
+  CPython, and nothing starts it: it stays only for the package readers in test_runtime.py, which start no
+  interpreter, and some of which need what python.org's package cannot be (an x86 variant, a Python 3.12 one).
+  Whatever starts a Windows Python runs python.org's own (tests/windows_python.py).
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ import pytest
 from bundler.readers.elf import read_elf
 
 MINOR = f"{sys.version_info.major}.{sys.version_info.minor}"
-STANDIN_MARK = "stand-in python.exe"
 EMBED_VERSION = "3.11.9"
 _SKIP_DIRS = {"site-packages", "test", "__pycache__", "idle_test", f"config-{MINOR}-x86_64-linux-gnu"}
 _EMBED_PTH = "python311.zip\r\n.\r\n\r\n# Uncomment to run site.main() automatically\r\n#import site\r\n"
@@ -111,23 +111,7 @@ def make_pbs_standin(dest: Path) -> Path:
 
 # -- Windows: python.org's embeddable package -----------------------------------------------------------------
 
-_PY_MAIN = r"""
-#include <windows.h>
-#include <stdio.h>
-__declspec(dllexport) int Py_Main(int argc, char **argv) {
-    char exe[MAX_PATH], dll[MAX_PATH];
-    HMODULE self = NULL;
-    GetModuleFileNameA(NULL, exe, MAX_PATH);
-    GetModuleHandleExA(GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | GET_MODULE_HANDLE_EX_FLAG_UNCHANGED_REFCOUNT,
-                       (LPCSTR)&Py_Main, &self);
-    GetModuleFileNameA(self, dll, MAX_PATH);
-    printf("%s: executable=%s\n", "stand-in python.exe", exe);
-    printf("%s: dll=%s\n", "stand-in python.exe", dll);
-    for (int i = 1; i < argc; i++) printf("%s: arg=%s\n", "stand-in python.exe", argv[i]);
-    fflush(stdout);
-    return 0;
-}
-"""
+_PY_MAIN = "__declspec(dllexport) int Py_Main(int argc, char **argv) { return 0; }\n"
 _PYTHON_EXE = "int Py_Main(int, char **);\nint main(int argc, char **argv) { return Py_Main(argc, argv); }\n"
 _VERSION_RC = """1 VERSIONINFO
 FILEVERSION {major},{minor},{micro}150,1013

@@ -2,7 +2,9 @@
 
 The interpreters are STAND-INS (see tests/runtime_fixtures.py): a relocatable CPython made from this
 machine's own, in python-build-standalone's install_only layout, and mingw-built PE files in the Windows
-embeddable package's layout. Nothing here downloads either real archive.
+embeddable package's layout. Nothing here downloads either real archive, and nothing here starts a Windows Python:
+the Windows stand-in stays for these readers because it can be what python.org's package cannot (an x86 build, a
+Python 3.12 one). Tests that start a Windows Python run python.org's own (tests/windows_python.py).
 """
 
 from __future__ import annotations

@@ -1,15 +1,19 @@
 """Building bundles that carry their interpreter: the quickstart manifests plus `[python] runtime`, through the CLI.
 
-The interpreters are STAND-INS (tests/runtime_fixtures.py); the ORT wheels, locks, models and the build are real.
+The Windows interpreter is python.org's CPython 3.11.9, its embeddable package (tests/windows_python.py); the Linux
+one is a STAND-IN made from this machine's CPython (tests/runtime_fixtures.py: python-build-standalone's archive
+cannot be fetched here). The ORT wheels, locks, models and the build are real.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
 import subprocess
 import sys
+import tempfile
 import tomllib
 import zipfile
 from pathlib import Path
@@ -21,14 +25,13 @@ from conftest import MANIFESTS, run_cli
 from crafted_archives import chop, tar_member
 from runtime_fixtures import (
     MINOR,
-    embed_files,  # noqa: F401
-    embed_standin,  # noqa: F401
     mini_pbs,
     pbs_standin,  # noqa: F401
     relocatable_interpreter,
     set_elf_machine,
 )
-from wine import Wine, mingw_gcc, wine  # noqa: F401
+from windows_python import REPORTER, WindowsPython, read_report, windows_python  # noqa: F401
+from wine import Wine, wine  # noqa: F401
 
 pytestmark = pytest.mark.integration
 
@@ -112,10 +115,23 @@ def test_the_unpacked_bundle_runs_its_interpreter_with_no_python_on_path(pbs_sta
     assert proc.stdout.splitlines() == [str(python), str(root / "payload" / "python")]
 
 
-def test_a_windows_bundle_resolves_python311_from_its_interpreter(embed_standin: Path, bundler_cache: Path,
-                                                                  tmp_path: Path) -> None:
-    manifest = runtime_manifest(tmp_path, "quickstart-win.toml", embed_standin)
-    zip_path = Path(json.loads(build(manifest, bundler_cache, tmp_path / "dist").stdout)["zip"])
+@functools.cache
+def build_windows_runtime_zip(embed_zip: Path, cache: Path, basetemp: Path) -> Path:
+    """quickstart-win with python.org's embeddable package as its runtime, built once per test process (this
+    module and test_runtime_wine.py read it; nothing writes into it)."""
+    work = Path(tempfile.mkdtemp(prefix="windows-runtime-", dir=basetemp))
+    manifest = runtime_manifest(work, "quickstart-win.toml", embed_zip)
+    return Path(json.loads(build(manifest, cache, work / "dist").stdout)["zip"])
+
+
+@pytest.fixture(scope="module")
+def windows_runtime_zip(windows_python: WindowsPython, bundler_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_windows_runtime_zip(windows_python.embed_zip, bundler_cache, tmp_path_factory.getbasetemp())
+
+
+def test_a_windows_bundle_resolves_python311_from_its_interpreter(windows_runtime_zip: Path,
+                                                                  windows_python: WindowsPython) -> None:
+    zip_path = windows_runtime_zip
     info = json.loads(read_member(zip_path, "bundle.json"))
     assert info["python_runtime"]["kind"] == "embeddable" and info["python_runtime"]["interpreter"] == "python/python.exe"
     deps = {(d["importer"].rsplit("/", 1)[-1], d["dll"].lower()): d["kind"] for d in info["dll_closure"]["dependencies"]}
@@ -125,7 +141,7 @@ def test_a_windows_bundle_resolves_python311_from_its_interpreter(embed_standin:
     assert deps[pyd, "msvcp140.dll"] == "vc_runtime", "the embeddable package does not ship msvcp140.dll"
     assert deps["_ctypes.pyd", "libffi-8.dll"] == "payload" and deps["_ctypes.pyd", "python311.dll"] == "payload"
     assert info["dll_closure"]["problems"] == []
-    with zipfile.ZipFile(embed_standin) as package:
+    with zipfile.ZipFile(windows_python.embed_zip) as package:
         assert read_member(zip_path, "payload/python/python311._pth") == package.read("python311._pth")
     assert read_member(zip_path, "payload/python-pth/python311._pth") == (
         b"python311.zip\r\n.\r\nLib\\site-packages\r\n..\\app\r\nimport site\r\n")
@@ -137,19 +153,21 @@ def test_a_windows_bundle_resolves_python311_from_its_interpreter(embed_standin:
         "python", "python.exe", "Lib/site-packages")
 
 
-def test_the_bundled_python_exe_runs_under_wine(embed_standin: Path, bundler_cache: Path, wine: Wine,
-                                                tmp_path: Path) -> None:
-    """The stand-in python.exe in the bundle loads the python311.dll beside it (it prints both paths)."""
-    manifest = runtime_manifest(tmp_path, "quickstart-win.toml", embed_standin)
-    zip_path = Path(json.loads(build(manifest, bundler_cache, tmp_path / "dist").stdout)["zip"])
-    subprocess.run(["unzip", "-q", str(zip_path), "-d", str(tmp_path / "x")], check=True)
+@pytest.mark.wine
+def test_the_bundled_python_exe_runs_under_wine(windows_runtime_zip: Path, wine: Wine, tmp_path: Path) -> None:
+    """The bundle's python.exe, unpacked and not yet installed, runs and loads the python311.dll beside it
+    (tests/windows_reporter.py reports the executable, the DLL and the arguments)."""
+    subprocess.run(["unzip", "-q", str(windows_runtime_zip), "-d", str(tmp_path / "x")], check=True)
     [root] = (tmp_path / "x").iterdir()
     python = root / "payload" / "python" / "python.exe"
-    proc = wine.run([wine.to_windows(python), "-I", "an arg"])
+    report = tmp_path / "report.json"
+    proc = wine.run([wine.to_windows(python), "-I", wine.to_windows(REPORTER), "an arg"],
+                    env={"REPORTER_OUT": wine.to_windows(report), "REPORTER_EXIT": "0"})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert f"stand-in python.exe: executable={wine.to_windows(python)}" in proc.stdout
-    assert f"stand-in python.exe: dll={wine.to_windows(python.parent / 'python311.dll')}" in proc.stdout
-    assert "stand-in python.exe: arg=an arg" in proc.stdout
+    started = read_report(report)
+    assert started["executable"] == wine.to_windows(python)
+    assert started["dll"] == wine.to_windows(python.parent / "python311.dll")
+    assert started["argv"] == [wine.to_windows(REPORTER), "an arg"] and started["isolated"] == 1
 
 
 def _other_version(tmp_path: Path, _standin: Path) -> Path:

@@ -2,24 +2,34 @@
 
 There is no PowerShell here, so the .ps1 files are checked with the tree-sitter PowerShell grammar:
 no ERROR or MISSING node, and no PowerShell-7-only construct (a guard that is itself tested on
-snippets). The .cmd wrappers run under `wine64 cmd`, with a stand-in for powershell.exe and
-python.exe: a small C program, cross-compiled here, that writes its argv and a few environment
-variables to a file and exits with a code the test chooses. Wine's own powershell.exe is a stub
-that exits 0; its exit code is never taken as evidence.
+snippets). The .cmd wrappers run under `wine64 cmd` and start python.org's CPython 3.11.9
+(tests/windows_python.py): the venv's `Scripts\\python.exe` of a venv that CPython made, its embeddable
+layout as a bundle's `payload\\python`, and copies of it as machine Pythons. In the place of the program
+(the entry point, selfcheck.py, the engine) is tests/windows_reporter.py, which records how it was started
+(the interpreter's command line, sys.executable, the DLL it loaded, -I/-B, the environment) and exits with a
+code the test chooses. Wine's own powershell.exe is a stub that exits 0; its exit code is never taken as evidence.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import tree_sitter_pwsh
 from tree_sitter import Language, Node, Parser
-from wine import Wine, compile_windows_exe, mingw_gcc, wine  # noqa: F401  (fixtures)
+from windows_python import (  # noqa: F401  (fixtures)
+    WindowsPython,
+    copy_interpreter,
+    copy_venv,
+    place_reporter,
+    read_report,
+    windows_python,
+    windows_venv,
+)
+from wine import Wine, wine  # noqa: F401  (fixtures)
 
 from bundler.assembly.render import (
     INSTALL_EXIT_CODES,
@@ -31,34 +41,6 @@ from bundler.assembly.render import (
 CODES = INSTALL_EXIT_CODES
 DLL_DIRS = ("venv/Lib/site-packages/onnxruntime/capi",)
 APP_VALUE = "it's 100% \"quoted\" & <piped> | ^caret! $HOME (x)"
-STANDIN_ENV = ("PATH", "PYTHONNOUSERSITE", "PIP_NO_INDEX", "TEMP", "TMP", "PYTHONPYCACHEPREFIX",
-               "CUDA_CACHE_PATH", "ORT_TENSORRT_CACHE_PATH", "ORT_BUNDLE_CACHE_DIR", "APP_VALUE")
-
-STANDIN_C = r"""
-/* Stand-in for powershell.exe / python.exe: records argv and environment, deletes a file if told
-   (as uninstall.ps1 deletes the uninstall.cmd that started it), exits as told. */
-#include <stdio.h>
-#include <stdlib.h>
-int main(int argc, char **argv) {
-    const char *names[] = {%NAMES%, 0};
-    const char *out = getenv("STANDIN_OUT");
-    const char *code = getenv("STANDIN_EXIT");
-    const char *doomed = getenv("STANDIN_DELETE");
-    if (doomed) remove(doomed);
-    if (out) {
-        FILE *f = fopen(out, "wb");
-        for (int i = 0; i < argc; i++) fprintf(f, "ARG %s\n", argv[i]);
-        for (int j = 0; names[j]; j++) {
-            const char *v = getenv(names[j]);
-            fprintf(f, "ENV %s=%s\n", names[j], v ? v : "<unset>");
-        }
-        fclose(f);
-    }
-    return code ? atoi(code) : 0;
-}
-"""
-
-
 def windows_context(**changes: object) -> ScriptContext:
     values: dict[str, object] = dict(
         name="demo", version="1.2.3", platform="win_amd64", python="3.11", vc_runtime_min="14.40.33810",
@@ -200,26 +182,6 @@ def test_every_rendered_ps1_parses_as_windows_powershell_51(case: str) -> None:
         assert "Stop-Computer" not in commands, rel
 
 
-@pytest.fixture(scope="module")
-def standin_exe(mingw_gcc: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("standin")
-    source = folder / "standin.c"
-    source.write_text(STANDIN_C.replace("%NAMES%", ", ".join(f'"{n}"' for n in STANDIN_ENV)))
-    return compile_windows_exe(mingw_gcc, source, folder / "standin.exe")
-
-
-def read_report(path: Path) -> tuple[list[str], dict[str, str]]:
-    args, env = [], {}
-    for line in path.read_text(encoding="latin-1").splitlines():
-        kind, _, rest = line.partition(" ")
-        if kind == "ARG":
-            args.append(rest)
-        else:
-            key, _, value = rest.partition("=")
-            env[key] = value
-    return args, env
-
-
 def write_scripts(folder: Path, context: ScriptContext) -> dict[str, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     written = {}
@@ -231,30 +193,36 @@ def write_scripts(folder: Path, context: ScriptContext) -> dict[str, Path]:
     return written
 
 
-def make_install_root(folder: Path, standin_exe: Path, context: ScriptContext) -> Path:
-    """An install folder as install.ps1 leaves it, with the stand-in as the venv's python.exe."""
+def make_install_root(folder: Path, venv: Path, context: ScriptContext, *, modules: tuple[str, ...] = ()) -> Path:
+    """An install folder as install.ps1 leaves it: the real venv, REPORTER as the entry point and selfcheck.py
+    (and as each `-m` module of `modules` in the venv), and the engine's place."""
     run_cmd = write_scripts(folder, context)["run.cmd"]
-    python = folder / "venv" / "Scripts" / "python.exe"
-    python.parent.mkdir(parents=True)
-    shutil.copyfile(standin_exe, python)
+    copy_venv(venv, folder / "venv", modules=modules)
+    for program in ("app/main.py", "selfcheck/selfcheck.py", "installer/engine.py"):
+        place_reporter(folder / program)
     return run_cmd
 
 
+def reporting(wine: Wine, report: Path, code: int | str = 0, **more: str) -> dict[str, str]:
+    """The variables that make REPORTER write into `report` and exit with `code`."""
+    return {"REPORTER_OUT": wine.to_windows(report), "REPORTER_EXIT": str(code), **more}
+
+
 @pytest.mark.wine
-def test_run_cmd_sets_the_environment_and_passes_arguments_and_exit_code(wine: Wine, standin_exe: Path,
+def test_run_cmd_sets_the_environment_and_passes_arguments_and_exit_code(wine: Wine, windows_venv: Path,
                                                                          tmp_path: Path) -> None:
     root = tmp_path / "ort & apps" / "demo"
-    run_cmd = make_install_root(root, standin_exe, windows_context())
-    (root / "selfcheck").mkdir()
-    (root / "selfcheck" / "selfcheck.py").write_text("# the stand-in python.exe never reads this\n")
-    report = tmp_path / "report.txt"
+    run_cmd = make_install_root(root, windows_venv, windows_context())
+    report = tmp_path / "report.json"
     cache = tmp_path / "cache & temp"
-    env = {"STANDIN_OUT": wine.to_windows(report), "STANDIN_EXIT": "7", "ORT_BUNDLE_CACHE_DIR": wine.to_windows(cache)}
+    env = reporting(wine, report, 7, ORT_BUNDLE_CACHE_DIR=wine.to_windows(cache))
     result = wine.cmd(run_cmd, '"two words"', "--flag=1", '"a & b"', env=env)
     assert result.returncode == 7, result.stdout + result.stderr
-    args, seen = read_report(report)
+    started = read_report(report)
+    seen = started["environ"]
     win_root = wine.to_windows(root)
-    assert args[1:] == [f"{win_root}\\app\\main.py", "two words", "--flag=1", "a & b"]
+    assert started["executable"] == f"{win_root}\\venv\\Scripts\\python.exe" and started["dll"] == "C:\\Python311\\python311.dll"
+    assert started["orig_argv"][1:] == started["argv"] == [f"{win_root}\\app\\main.py", "two words", "--flag=1", "a & b"]
     assert seen["PATH"].startswith(f"{win_root}\\gpu;{win_root}\\venv\\Lib\\site-packages\\onnxruntime\\capi;")
     assert seen["PYTHONNOUSERSITE"] == "1" and seen["PIP_NO_INDEX"] == "1"
     win_cache = wine.to_windows(cache)
@@ -264,25 +232,26 @@ def test_run_cmd_sets_the_environment_and_passes_arguments_and_exit_code(wine: W
     assert seen["APP_VALUE"] == APP_VALUE
     # Every argument reaches the self-check (changed: %2-%9 before); selfcheck.py ignores its own --self-check.
     args = ["--self-check", "--json", '"a b"', "3", "4", "5", "6", "7", "8", "9", "10"]
-    check = wine.cmd(run_cmd, *args, env={**env, "STANDIN_EXIT": "0"})
+    check = wine.cmd(run_cmd, *args, env={**env, "REPORTER_EXIT": "0"})
     assert check.returncode == 0
-    assert read_report(report)[0][1:] == [f"{win_root}\\selfcheck\\selfcheck.py", "--self-check", "--json", "a b",
-                                          *(str(n) for n in range(3, 11))]
+    assert read_report(report)["orig_argv"][1:] == [f"{win_root}\\selfcheck\\selfcheck.py", "--self-check", "--json",
+                                                    "a b", *(str(n) for n in range(3, 11))]
 
 
 @pytest.mark.wine
-def test_run_cmd_relative_cache_dir_from_the_install_and_module_entry(wine: Wine, standin_exe: Path,
+def test_run_cmd_relative_cache_dir_from_the_install_and_module_entry(wine: Wine, windows_venv: Path,
                                                                       tmp_path: Path) -> None:
     root = tmp_path / "demo"
     context = windows_context(entry_point=EntryPoint(kind="module", value="demo.cli"), cache_dir="cache & (x)")
-    run_cmd = make_install_root(root, standin_exe, context)
-    report = tmp_path / "report.txt"
+    run_cmd = make_install_root(root, windows_venv, context, modules=("demo.cli",))
+    report = tmp_path / "report.json"
     env = {k: v for k, v in os.environ.items() if k != "ORT_BUNDLE_CACHE_DIR"}
-    result = wine.cmd(run_cmd, "x", env={**env, "STANDIN_OUT": wine.to_windows(report), "STANDIN_EXIT": "0"})
+    result = wine.cmd(run_cmd, "x", env={**env, **reporting(wine, report)})
     assert result.returncode == 0, result.stdout + result.stderr
-    args, seen = read_report(report)
-    assert args[1:] == ["-m", "demo.cli", "x"]
-    assert seen["TEMP"] == f"{wine.to_windows(root)}\\cache & (x)\\tmp"
+    started = read_report(report)
+    assert started["orig_argv"][1:] == ["-m", "demo.cli", "x"]
+    assert started["argv"] == [f"{wine.to_windows(root)}\\venv\\Lib\\site-packages\\demo\\cli.py", "x"]
+    assert started["environ"]["TEMP"] == f"{wine.to_windows(root)}\\cache & (x)\\tmp"
 
 
 @pytest.mark.wine
@@ -295,21 +264,23 @@ def test_run_cmd_without_python_is_a_prerequisite_failure(wine: Wine, tmp_path: 
 
 
 @pytest.mark.wine
-def test_run_cmd_verify_and_a_manifest_env_naming_the_launchers_own_variables(wine: Wine, standin_exe: Path,
+def test_run_cmd_verify_and_a_manifest_env_naming_the_launchers_own_variables(wine: Wine, windows_venv: Path,
                                                                               tmp_path: Path) -> None:
     """[launch] env cannot take over run.cmd (issue 18 item 1): its values are set before the launcher's own."""
     root = tmp_path / "demo"
     hostile = {"ORT_BUNDLE_ROOT": "C:\\evil", "ORT_BUNDLE_PYTHON": "C:\\evil\\python.exe", "APP_VALUE": "ok"}
-    run_cmd = make_install_root(root, standin_exe, windows_context(env=hostile))
-    report = tmp_path / "report.txt"
-    env = {"STANDIN_OUT": wine.to_windows(report), "STANDIN_EXIT": "0", "ORT_BUNDLE_CACHE_DIR": wine.to_windows(tmp_path / "c")}
+    run_cmd = make_install_root(root, windows_venv, windows_context(env=hostile))
+    report = tmp_path / "report.json"
+    env = reporting(wine, report, ORT_BUNDLE_CACHE_DIR=wine.to_windows(tmp_path / "c"))
     result = wine.cmd(run_cmd, "--verify", "--json", env=env)
     assert result.returncode == 0, result.stdout + result.stderr
-    args, seen = read_report(report)
+    started = read_report(report)
     win_root = wine.to_windows(root)
-    assert args[0].lower().endswith("\\demo\\venv\\scripts\\python.exe")
-    assert args[1:] == ["-I", "-B", f"{win_root}\\installer\\engine.py", "verify", "--root", win_root, "--verify", "--json"]
-    assert seen["APP_VALUE"] == "ok"
+    assert started["executable"].lower().endswith("\\demo\\venv\\scripts\\python.exe")
+    assert started["orig_argv"][1:] == ["-I", "-B", f"{win_root}\\installer\\engine.py", "verify", "--root", win_root,
+                                        "--verify", "--json"]
+    assert (started["isolated"], started["dont_write_bytecode"]) == (1, 1)
+    assert started["environ"]["APP_VALUE"] == "ok"
 
 
 # --- install.cmd, uninstall.cmd and the .ps1 front ends: thin, and only hand over ------------------------
@@ -383,16 +354,13 @@ def test_run_ps1_checks_the_language_mode_before_any_net_type() -> None:
     assert any(_net_uses(s) for s in statements[check:])  # the check guards something
 
 
-STANDIN_PYTHON_ENV = {"STANDIN_EXIT": str(CODES["in_use"])}
-
-
-def write_bundle(folder: Path, context: ScriptContext, standin_exe: Path) -> dict[str, Path]:
-    """A bundle's top folder with its .cmd scripts and, for a runtime bundle, the stand-in as its python.exe."""
+def write_bundle(folder: Path, context: ScriptContext, windows_python: WindowsPython) -> dict[str, Path]:
+    """A bundle's top folder with its .cmd scripts, REPORTER as its install engine and, for a runtime bundle,
+    python.org's embeddable layout as its payload\\python."""
     scripts = write_scripts(folder, context)
+    place_reporter(folder / "payload" / "installer" / "engine.py")
     if context.runtime_bundle_python:
-        python = folder.joinpath(*context.runtime_bundle_python.split("/"))
-        python.parent.mkdir(parents=True)
-        shutil.copyfile(standin_exe, python)
+        copy_interpreter(windows_python.embeddable, folder.joinpath(*context.runtime_bundle_python.split("/")).parent)
     return scripts
 
 
@@ -406,45 +374,48 @@ def exit_code_in_windows(wine: Wine, script: Path, *args: str, env: dict[str, st
 
 
 @pytest.mark.wine
-def test_install_cmd_starts_the_bundled_python_with_every_argument(wine: Wine, standin_exe: Path, tmp_path: Path) -> None:
-    """STAND-IN python.exe (it records its argv): no PowerShell on the way, the engine's code passes through."""
+def test_install_cmd_starts_the_bundled_python_with_every_argument(wine: Wine, windows_python: WindowsPython,
+                                                                   tmp_path: Path) -> None:
+    """The bundled python.exe (python.org's embeddable layout) runs isolated; the engine's code passes through."""
     bundle = tmp_path / "my bundle & co" / "demo-1.2.3-win_amd64"
-    script = write_bundle(bundle, CONTEXTS["runtime-script"], standin_exe)["install.cmd"]
-    report = tmp_path / "report.txt"
-    env = {"STANDIN_OUT": wine.to_windows(report), "STANDIN_EXIT": str(CODES["install"])}
+    script = write_bundle(bundle, CONTEXTS["runtime-script"], windows_python)["install.cmd"]
+    report = tmp_path / "report.json"
+    env = reporting(wine, report, CODES["install"])
     result = wine.cmd(script, "-InstallDir", '"C:\\Program Files\\a & b"', "-Force", env=env)
     assert result.returncode == CODES["install"], result.stdout + result.stderr
-    args, _ = read_report(report)
+    started = read_report(report)
     win = wine.to_windows(bundle)
-    assert args[0].lower() == f"{win}\\payload\\python\\python.exe".lower()
-    assert args[1:] == ["-I", "-B", f"{win}\\payload\\installer\\engine.py", "windows-install", "--bundle", f"{win}\\.",
-                        "-InstallDir", "C:\\Program Files\\a & b", "-Force"]
-    plain = write_bundle(tmp_path / "plain", CONTEXTS["runtime-script"], standin_exe)["install.cmd"]
-    assert exit_code_in_windows(wine, plain, "-Force", env={**env, "STANDIN_EXIT": "3010"}, tmp_path=tmp_path) == 3010
+    assert started["executable"].lower() == f"{win}\\payload\\python\\python.exe".lower()
+    assert started["dll"].lower() == f"{win}\\payload\\python\\python311.dll".lower()
+    assert (started["isolated"], started["dont_write_bytecode"]) == (1, 1)
+    assert started["orig_argv"][1:] == ["-I", "-B", f"{win}\\payload\\installer\\engine.py", "windows-install",
+                                        "--bundle", f"{win}\\.", "-InstallDir", "C:\\Program Files\\a & b", "-Force"]
+    plain = write_bundle(tmp_path / "plain", CONTEXTS["runtime-script"], windows_python)["install.cmd"]
+    assert exit_code_in_windows(wine, plain, "-Force", env={**env, "REPORTER_EXIT": "3010"}, tmp_path=tmp_path) == 3010
 
 
 @pytest.mark.wine
-def test_install_cmd_of_a_machine_python_bundle_finds_pythonexe_then_path(wine: Wine, standin_exe: Path,
+def test_install_cmd_of_a_machine_python_bundle_finds_pythonexe_then_path(wine: Wine, windows_python: WindowsPython,
                                                                          tmp_path: Path) -> None:
+    """Two copies of python.org's CPython as machine Pythons: one named with -PythonExe, one on PATH."""
     bundle = tmp_path / "bundle"
-    script = write_bundle(bundle, windows_context(), standin_exe)["install.cmd"]
-    named = tmp_path / "named py" / "python.exe"
-    on_path = tmp_path / "path py" / "python.exe"
-    for exe in (named, on_path):
-        exe.parent.mkdir()
-        shutil.copyfile(standin_exe, exe)
-    report = tmp_path / "report.txt"
-    env = {"STANDIN_OUT": wine.to_windows(report), "STANDIN_EXIT": "0"}
+    script = write_bundle(bundle, windows_context(), windows_python)["install.cmd"]
+    named = copy_interpreter(windows_python.full, tmp_path / "named py")
+    on_path = copy_interpreter(windows_python.full, tmp_path / "path py")
+    report = tmp_path / "report.json"
+    env = reporting(wine, report)
     assert wine.cmd(script, "-PythonExe", f'"{wine.to_windows(named)}"', "-Force", env=env).returncode == 0
-    args, _ = read_report(report)
-    assert args[0] == wine.to_windows(named) and args[4:] == ["windows-install", "--bundle", f"{wine.to_windows(bundle)}\\.",
-                                                             "-PythonExe", wine.to_windows(named), "-Force"]
+    started = read_report(report)
+    win_bundle = wine.to_windows(bundle)
+    assert started["executable"] == wine.to_windows(named) and started["dll"] == wine.to_windows(named.parent / "python311.dll")
+    assert started["orig_argv"][1:] == ["-I", "-B", f"{win_bundle}\\payload\\installer\\engine.py", "windows-install",
+                                        "--bundle", f"{win_bundle}\\.", "-PythonExe", wine.to_windows(named), "-Force"]
     # PATH is set inside Windows: Wine reads a Unix PATH variable as Unix folders.
     caller = tmp_path / "caller.cmd"
     caller.write_bytes(f'@echo off\r\nset "PATH={wine.to_windows(on_path.parent)};%PATH%"\r\n'
                        f'"{wine.to_windows(script)}" -Force\r\n'.encode())
     assert wine.run(["cmd", "/c", wine.to_windows(caller)], env=env).returncode == 0
-    assert read_report(report)[0][0].lower() == wine.to_windows(on_path).lower()
+    assert read_report(report)["executable"].lower() == wine.to_windows(on_path).lower()
     missing = wine.cmd(script)
     assert missing.returncode == CODES["prerequisite"]
     assert "no usable Python 3.11 was found" in missing.stdout + missing.stderr
@@ -452,27 +423,26 @@ def test_install_cmd_of_a_machine_python_bundle_finds_pythonexe_then_path(wine: 
 
 @pytest.mark.wine
 def test_uninstall_cmd_runs_a_copy_of_the_interpreter_and_keeps_the_code_when_it_deletes_itself(
-        wine: Wine, standin_exe: Path, tmp_path: Path) -> None:
+        wine: Wine, windows_python: WindowsPython, tmp_path: Path) -> None:
     """From the install folder: the interpreter runs from a copy in %TEMP% (a running python.exe cannot be
-    removed), the engine removes uninstall.cmd itself (the stand-in does here), the code survives and the
-    copy is gone afterwards."""
+    removed), the engine removes uninstall.cmd itself (REPORTER does here, as the engine does), the code survives
+    and the copy is gone afterwards."""
     root = tmp_path / "apps" / "demo"  # `cmd /c <path> args` takes a path without spaces or & (cmd's quote rules)
     context = CONTEXTS["runtime-script"]
     script = write_scripts(root, context)["uninstall.cmd"]
-    (root / "python").mkdir()
-    shutil.copyfile(standin_exe, root / "python" / "python.exe")
-    (root / "installer").mkdir()
-    (root / "installer" / "engine.py").write_text("# the stand-in python.exe never reads this\n")
-    report = tmp_path / "report.txt"
-    env = {"STANDIN_OUT": wine.to_windows(report), "STANDIN_EXIT": str(CODES["in_use"]),
-           "STANDIN_DELETE": wine.to_windows(script)}
+    copy_interpreter(windows_python.embeddable, root / "python")
+    place_reporter(root / "installer" / "engine.py")
+    report = tmp_path / "report.json"
+    env = reporting(wine, report, CODES["in_use"], REPORTER_DELETE=wine.to_windows(script))
     assert exit_code_in_windows(wine, script, "-WhatIf", env=env, tmp_path=tmp_path) == CODES["in_use"]
-    assert not script.exists(), "the stand-in removed uninstall.cmd while it ran"
-    args, _ = read_report(report)
-    copy = re.fullmatch(r"C:\\(users\\[^\\]+\\Temp\\ort-bundler-uninstall-\d+)\\python\.exe", args[0], re.IGNORECASE)
-    assert copy is not None, args[0]
-    assert args[1:] == ["-I", "-B", f"{wine.to_windows(root)}\\installer\\engine.py", "windows-uninstall", "--script-dir",
-                        f"{wine.to_windows(root)}\\.", "-WhatIf"]
+    assert not script.exists(), "REPORTER removed uninstall.cmd while it ran"
+    started = read_report(report)
+    copy = re.fullmatch(r"C:\\(users\\[^\\]+\\Temp\\ort-bundler-uninstall-\d+)\\python\.exe", started["executable"],
+                        re.IGNORECASE)
+    assert copy is not None, started["executable"]
+    assert started["dll"].lower() == f"C:\\{copy.group(1)}\\python311.dll".lower()  # the copy's, not the install's
+    assert started["orig_argv"][1:] == ["-I", "-B", f"{wine.to_windows(root)}\\installer\\engine.py",
+                                        "windows-uninstall", "--script-dir", f"{wine.to_windows(root)}\\.", "-WhatIf"]
     assert not wine.drive_c().joinpath(*copy.group(1).split("\\")).exists(), "the copy is removed once it has exited"
 
 
