@@ -9,9 +9,11 @@ using the Linux onnxruntime of the same version.
 The install folder is laid out by the bundle's own install engine (`bundler.target.engine.install`, what
 install.ps1 runs on Windows), executing its install-plan.json: SHA256SUMS verified, every locked wheel
 installed into the Windows layout by the pinned pypa installer with its `win-amd64` launchers, the
-receipt written, the stage swapped in. The one stand-in, named as such, is the environment-creation
-step (`python -m venv` needs a Windows Python, which does not exist here): it makes the folders and the
-pyvenv.cfg a Windows venv has. Everything the launcher and the probe touch comes from the built bundle.
+receipt written, the stage swapped in. The engine runs here on the Linux host, so the one stand-in,
+named as such, is the environment-creation step (`python -m venv` of a Windows Python cannot run inside a
+Linux process): it makes the folders and the pyvenv.cfg a Windows venv has. The same install by python.org's
+CPython under Wine, venv included, is tests/test_windows_install.py's. Everything the launcher and the probe
+touch comes from the built bundle.
 
 The tests without Wine at the end cover the program entry point in the other launchers: run.sh runs for
 real, run.ps1 is parsed as Windows PowerShell 5.1.
@@ -61,8 +63,8 @@ HOSTILE_PARENT = "ort apps & tools"
 
 
 def windows_venv_standin(stage_venv: Path, final_venv: Path) -> None:
-    """Stand-in for `python -m venv --without-pip` on Windows (no Windows Python exists here): the folders
-    and the pyvenv.cfg it writes. The engine installs every wheel into it and writes its launchers."""
+    """Stand-in for `python -m venv --without-pip` on Windows (the engine runs in this Linux process): the
+    folders and the pyvenv.cfg it writes. The engine installs every wheel into it and writes its launchers."""
     (stage_venv / "Scripts").mkdir(parents=True)
     (stage_venv / "Lib" / "site-packages").mkdir(parents=True)
     (stage_venv / "Include").mkdir()
