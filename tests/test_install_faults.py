@@ -182,6 +182,20 @@ def test_a_live_run_keeps_its_staging_folder_and_the_second_run_is_told_to_retry
     assert proc.returncode == 0 and leftovers(target.parent) == []
 
 
+def test_a_rerun_with_nothing_to_install_still_cleans_what_a_killed_run_left(bundles: dict[str, Path],
+                                                                              tmp_path: Path) -> None:
+    """A run killed after its stage was made (or after its swap, with the old tree beside the install) leaves a
+    folder; the next run finds the install whole and has nothing to do, and removes the folder all the same
+    (the SIGKILL test met this at random moments; here it is planted)."""
+    target = tmp_path / "apps" / "tiny"
+    assert install(bundles["1.0"], target, "--no-self-check").returncode == 0
+    for name in (".tiny.staging-killed00", ".tiny.previous-killed00"):
+        (target.parent / name / "venv").mkdir(parents=True)
+    proc = install(bundles["1.0"], target, "--no-self-check")
+    assert proc.returncode == 0 and "nothing to do" in proc.stderr + proc.stdout, proc.stderr
+    assert leftovers(target.parent) == [] and engine.audit(target).ok
+
+
 # ---------------------------------------------------------------- upgrades keep what is not ours
 
 

@@ -46,6 +46,7 @@ from .engine_fs import (
     entry_sha256,
     file_sha256,
     hash_tree,
+    journal_path,
     leftovers,
     native,
     read_receipt,
@@ -255,6 +256,8 @@ def install(options: Options, log: Log, *, make_environment: MakeEnvironment = m
     if previous is not None and previous.bundle_sha256 == bundle_sha256 and not options.force:
         damage = audit(target)
         if damage.ok:
+            if not options.dry_run:
+                clean_leftovers(target, log)
             log(f"{plan.install_id} from this bundle is already installed in {target} and every file matches its "
                 f"receipt; nothing to do (--force reinstalls)")
             return "unchanged"
@@ -276,6 +279,15 @@ def install(options: Options, log: Log, *, make_environment: MakeEnvironment = m
         recover(target, log)
         previous = check_target(target, plan)  # what recover() restored, if anything
         return _install_locked(plan, options, log, previous, bundle_sha256, make_environment)
+
+
+def clean_leftovers(target: Path, log: Log) -> None:
+    """A re-run with nothing to install still removes what a killed run left beside the install (a stage, an
+    old tree swapped out), under the lock, so a run in progress keeps its own and this one is told to retry."""
+    staging, previous = leftovers(target)
+    if staging or previous or os.path.lexists(journal_path(target)):
+        with target_lock(target):
+            recover(target, log)
 
 
 def _install_locked(plan: InstallPlan, options: Options, log: Log, previous: Optional[Receipt], bundle_sha256: str,
