@@ -11,7 +11,7 @@ are installed with pypa's `installer`, imported from the pinned wheel the bundle
 and install.ps1 are thin front ends: they find the Python and do what must happen outside it (on
 Windows: elevation, VC++ runtime, registry, Add/Remove Programs), then run this.
 
-The install, in order: verify every bundle file against SHA256SUMS; check the target folder is ours
+The install, in order: verify the bundle folder holds only the files SHA256SUMS lists, each with its sha256; check the target folder is ours
 (a valid receipt naming this bundle) or empty; under a lock, clean what a killed run left; stage in a
 fresh `mkdtemp` folder beside the target; create the environment without pip; install the wheels
 with console scripts for the FINAL folder; compile bytecode in parallel; copy the plan's files; carry
@@ -71,6 +71,7 @@ from .records import (
     SelfcheckOutcome,
     safe_relative,
 )
+from .trust import unlisted, unlisted_message
 
 #: What the tests and the other engine modules use from here, re-exported for one import path.
 __all__ = ["PREVIOUS", "STAGING", "Audit", "EngineError", "Log", "Options", "audit", "entry_sha256", "install",
@@ -116,10 +117,20 @@ def read_sums(bundle: Path) -> Dict[str, str]:
     return sums
 
 
-def verify_bundle(bundle: Path, plan: InstallPlan, log: Log) -> str:
-    """Every file against SHA256SUMS, before anything changes; returns the bundle's identity (the
-    sha256 of SHA256SUMS, which pins every other file)."""
+def check_bundle_folder(bundle: Path) -> Dict[str, str]:
+    """SHA256SUMS, after refusing any file in the bundle folder it does not list (issue 27 §1: an added
+    `__pycache__/*.pyc` or Thumbs.db is named and stops the install, exit 11). Cheap: no file is read."""
     sums = read_sums(bundle)
+    extra = unlisted(bundle, sums)
+    if extra:
+        raise EngineError("integrity", unlisted_message(extra))
+    return sums
+
+
+def verify_bundle(bundle: Path, plan: InstallPlan, log: Log) -> str:
+    """Nothing but the listed files in the bundle folder, and every one against SHA256SUMS, before anything
+    changes; returns the bundle's identity (the sha256 of SHA256SUMS, which pins every other file)."""
+    sums = check_bundle_folder(bundle)
     uncovered = sorted({path for path in plan.inputs() if path not in sums})
     if uncovered:
         raise EngineError("integrity", f"{SUMS_FILE} does not cover {', '.join(uncovered)}, which {PLAN_FILE} uses")
