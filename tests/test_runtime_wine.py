@@ -64,12 +64,12 @@ def test_run_cmd_starts_the_bundled_python_not_one_on_path(installed: Path, wine
     python = wine.to_windows(installed / "python" / "python.exe")
     assert lines[0] == f"executable={python}" and lines[1] == f"dll={wine.to_windows(installed / 'python' / 'python311.dll')}"
     args = [line.removeprefix("arg=") for line in lines[2:]]
-    assert args[:2] == ["-I", "-X"] and args[2].startswith("pycache_prefix=") and args[2].endswith("\\pycache")
-    assert args[3:] == [wine.to_windows(installed / "app" / "infer.py"), "first arg", "second"]
+    assert args[:2] == ["-I", "-B"]  # no bytecode folder named (issue 27 §5)
+    assert args[2:] == [wine.to_windows(installed / "app" / "infer.py"), "first arg", "second"]
 
 
 def test_run_cmd_self_check_runs_the_bundled_python_isolated(installed: Path, wine: Wine) -> None:
     result = wine.cmd(installed / "run.cmd", "--self-check")
     args = [line.split("arg=", 1)[1] for line in result.stdout.splitlines() if line.startswith(f"{STANDIN_MARK}: arg=")]
-    assert args[:2] == ["-I", "-X"] and args[3:] == [wine.to_windows(installed / "selfcheck" / "selfcheck.py"),
+    assert args[:2] == ["-I", "-B"] and args[2:] == [wine.to_windows(installed / "selfcheck" / "selfcheck.py"),
                                                      "--self-check"]

@@ -32,7 +32,7 @@ CODES = INSTALL_EXIT_CODES
 DLL_DIRS = ("venv/Lib/site-packages/onnxruntime/capi",)
 APP_VALUE = "it's 100% \"quoted\" & <piped> | ^caret! $HOME (x)"
 STANDIN_ENV = ("PATH", "PYTHONNOUSERSITE", "PIP_NO_INDEX", "TEMP", "TMP", "PYTHONPYCACHEPREFIX",
-               "CUDA_CACHE_PATH", "ORT_TENSORRT_CACHE_PATH", "ORT_BUNDLE_CACHE_DIR", "APP_VALUE")
+               "CUDA_CACHE_PATH", "ORT_TENSORRT_CACHE_PATH", "ORT_BUNDLE_CACHE_DIR", "APP_VALUE", "PYTHONDONTWRITEBYTECODE")
 
 STANDIN_C = r"""
 /* Stand-in for powershell.exe / python.exe: records argv and environment, deletes a file if told
@@ -249,7 +249,8 @@ def test_run_cmd_sets_the_environment_and_passes_arguments_and_exit_code(wine: W
     (root / "selfcheck" / "selfcheck.py").write_text("# the stand-in python.exe never reads this\n")
     report = tmp_path / "report.txt"
     cache = tmp_path / "cache & temp"
-    env = {"STANDIN_OUT": wine.to_windows(report), "STANDIN_EXIT": "7", "ORT_BUNDLE_CACHE_DIR": wine.to_windows(cache)}
+    env = {"STANDIN_OUT": wine.to_windows(report), "STANDIN_EXIT": "7", "ORT_BUNDLE_CACHE_DIR": wine.to_windows(cache),
+           "PYTHONPYCACHEPREFIX": "C:\\shared\\pycache"}  # the caller's: cleared (issue 27 §5)
     result = wine.cmd(run_cmd, '"two words"', "--flag=1", '"a & b"', env=env)
     assert result.returncode == 7, result.stdout + result.stderr
     args, seen = read_report(report)
@@ -259,7 +260,8 @@ def test_run_cmd_sets_the_environment_and_passes_arguments_and_exit_code(wine: W
     assert seen["PYTHONNOUSERSITE"] == "1" and seen["PIP_NO_INDEX"] == "1"
     win_cache = wine.to_windows(cache)
     assert seen["TEMP"] == seen["TMP"] == f"{win_cache}\\tmp" and (cache / "tmp").is_dir()
-    assert seen["PYTHONPYCACHEPREFIX"] == f"{win_cache}\\pycache"
+    assert seen["PYTHONPYCACHEPREFIX"] == "<unset>" and seen["PYTHONDONTWRITEBYTECODE"] == "1"  # issue 27 §5
+    assert not (cache / "pycache").exists()
     assert seen["CUDA_CACHE_PATH"] == f"{win_cache}\\cuda" and seen["ORT_TENSORRT_CACHE_PATH"] == f"{win_cache}\\tensorrt"
     assert seen["APP_VALUE"] == APP_VALUE
     # Every argument reaches the self-check (changed: %2-%9 before); selfcheck.py ignores its own --self-check.

@@ -83,22 +83,21 @@ folder is on no search path; a finder of our own knows `ortengine.<name>` only a
 Python before 3.11 puts this file's folder first on sys.path even with -I: it is taken off again, so a
 module planted beside this file cannot shadow the standard library either.
 """
+import os
 import sys
 
 sys.dont_write_bytecode = True
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]  # before any other import
+_PACKAGE = os.path.join(_HERE, "ortengine")
 import importlib.abc  # noqa: E402
 import importlib.machinery  # noqa: E402
-import os  # noqa: E402
-
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
-_PACKAGE = os.path.join(_HERE, "ortengine")
 
 
 class _SourceOnly(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """`ortengine` and `ortengine.<name>` from `ortengine/__init__.py` and `ortengine/<name>.py`, nothing else."""
 
-    def find_spec(self, name, path=None, target=None):  # type: ignore[no-untyped-def]
+    def find_spec(self, name, path=None, target=None):
         if name == "ortengine":
             leaf = "__init__"
         elif name.startswith("ortengine."):
@@ -114,10 +113,10 @@ class _SourceOnly(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         spec.has_location = True  # __file__ is the source's path; the package's search path stays empty
         return spec
 
-    def create_module(self, spec):  # type: ignore[no-untyped-def]
+    def create_module(self, spec):
         return None
 
-    def exec_module(self, module):  # type: ignore[no-untyped-def]
+    def exec_module(self, module):
         with open(module.__spec__.origin, "rb") as source:
             code = compile(source.read(), module.__spec__.origin, "exec", dont_inherit=True)
         exec(code, module.__dict__)
