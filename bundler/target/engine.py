@@ -11,11 +11,11 @@ are installed with pypa's `installer`, imported from the pinned wheel the bundle
 and install.ps1 are thin front ends: they find the Python and do what must happen outside it (on
 Windows: elevation, VC++ runtime, registry, Add/Remove Programs), then run this.
 
-The install, in order: verify the bundle folder holds only the files SHA256SUMS lists, each with its sha256; check the target folder is ours
-(a valid receipt naming this bundle) or empty; under a lock, clean what a killed run left; stage in a
-fresh `mkdtemp` folder beside the target; create the environment without pip; install the wheels
-with console scripts for the FINAL folder; compile bytecode in parallel; copy the plan's files; carry
-over files that are not ours; write the receipt (every file with its sha256); run the self-check;
+The install, in order: verify the bundle folder holds only the files SHA256SUMS lists, each with its
+sha256; check the target folder is ours (a valid receipt naming this bundle) or empty; under a lock,
+clean what a killed run left; stage in a fresh `mkdtemp` folder beside the target; create the
+environment without pip; install the wheels with console scripts for the FINAL folder; compile
+bytecode in parallel; copy the plan's files; carry over files that are not ours (logging what is not); write the receipt (every file with its sha256); run the self-check;
 swap the stage in atomically (Linux: one renameat2 exchange); remove the old install. Any failure
 before the swap removes the stage and leaves the previous install as it was.
 """
@@ -213,8 +213,9 @@ def carry_over(previous: Optional[Receipt], target: Path, stage: Path, plan: Ins
             shutil.copy2(source, destination, follow_symlinks=False)
         kept.append(relative)
     empty: List[str] = []
+    our_folders = set(previous.folders)
     for folder in walk_folders(target):  # a folder that is not ours and ends up without a file in the stage
-        if folder in previous.folders or native(stage, folder).is_dir():
+        if folder in our_folders or native(stage, folder).is_dir():
             continue
         (dropped if folder.startswith(guarded) else empty).append(folder + "/")
     if log is not None:
