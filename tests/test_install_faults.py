@@ -247,7 +247,9 @@ def test_verify_reports_changed_missing_and_extra_files(bundles: dict[str, Path]
     assert report["missing"] == ["models/m.onnx"]
     assert report["extra"] == [f"{site.relative_to(target).as_posix()}/evil.pth"] and "notes.txt" in report["not_ours"]
     check = subprocess.run([str(target / "run.sh"), "--self-check"], capture_output=True, text=True)
-    assert check.returncode != 0  # the stand-in self-check fails on VALUE 666 before the audit matters
+    # What runs is the bytecode the install compiled (unchecked-hash, in the receipt), never a bytecode folder of
+    # the cache (issue 27, section 5): the changed source is not run; --verify above is what reports it.
+    assert check.returncode == 0, check.stderr
 
 
 # ---------------------------------------------------------------- a full disk

@@ -348,7 +348,7 @@ def test_run_sh_passes_arguments_and_exit_code_and_sets_the_environment(installe
     assert env["LD_LIBRARY_PATH"] == f"{installed}/{ORT_DIR}:/previous/lib"
     assert env["PYTHONNOUSERSITE"] == "1" and env["PIP_NO_INDEX"] == "1"
     assert env["TEMP"] == env["TMP"] == f"{cache}/tmp" and Path(env["TEMP"]).is_dir()
-    assert env["PYTHONPYCACHEPREFIX"] == f"{cache}/pycache"
+    assert env["PYTHONPYCACHEPREFIX"] is None and not (cache / "pycache").exists()  # issue 27 §5: no bytecode folder
     assert env["CUDA_CACHE_PATH"] == f"{cache}/cuda" and env["ORT_TENSORRT_CACHE_PATH"] == f"{cache}/tensorrt"
     assert env["APP_MODE"] == "it's $HOME & `id`"
 

@@ -81,8 +81,8 @@ def test_run_cmd_starts_the_bundled_python_not_one_on_path(reporting_install: Pa
     assert started["dll"] == wine.to_windows(python / "python311.dll")
     assert started["isolated"] == 1
     args = started["orig_argv"][1:]
-    assert args[:2] == ["-I", "-X"] and args[2].startswith("pycache_prefix=") and args[2].endswith("\\pycache")
-    assert args[3:] == [wine.to_windows(installed / "app" / "infer.py"), "first arg", "second"]
+    assert args[:2] == ["-I", "-B"] and started["dont_write_bytecode"] == 1  # no bytecode folder named (issue 27 §5)
+    assert args[2:] == [wine.to_windows(installed / "app" / "infer.py"), "first arg", "second"]
     win_python = wine.to_windows(python)
     assert started["path"] == [f"{win_python}\\python311.zip", win_python, f"{win_python}\\Lib\\site-packages",
                                wine.to_windows(installed / "app")]  # the installed ._pth, nothing of the decoy's
@@ -98,5 +98,5 @@ def test_run_cmd_self_check_runs_the_bundled_python_isolated(reporting_install: 
     started = read_report(report)
     args = started["orig_argv"][1:]
     assert started["executable"] == wine.to_windows(installed / "python" / "python.exe") and started["isolated"] == 1
-    assert args[:2] == ["-I", "-X"] and args[3:] == [wine.to_windows(installed / "selfcheck" / "selfcheck.py"),
+    assert args[:2] == ["-I", "-B"] and args[2:] == [wine.to_windows(installed / "selfcheck" / "selfcheck.py"),
                                                      "--self-check"]

@@ -215,7 +215,8 @@ def test_run_cmd_sets_the_environment_and_passes_arguments_and_exit_code(wine: W
     run_cmd = make_install_root(root, windows_venv, windows_context())
     report = tmp_path / "report.json"
     cache = tmp_path / "cache & temp"
-    env = reporting(wine, report, 7, ORT_BUNDLE_CACHE_DIR=wine.to_windows(cache))
+    # The caller's PYTHONPYCACHEPREFIX is cleared: no bytecode folder is named (issue 27 §5).
+    env = reporting(wine, report, 7, ORT_BUNDLE_CACHE_DIR=wine.to_windows(cache), PYTHONPYCACHEPREFIX="C:\\shared\\pycache")
     result = wine.cmd(run_cmd, '"two words"', "--flag=1", '"a & b"', env=env)
     assert result.returncode == 7, result.stdout + result.stderr
     started = read_report(report)
@@ -227,7 +228,8 @@ def test_run_cmd_sets_the_environment_and_passes_arguments_and_exit_code(wine: W
     assert seen["PYTHONNOUSERSITE"] == "1" and seen["PIP_NO_INDEX"] == "1"
     win_cache = wine.to_windows(cache)
     assert seen["TEMP"] == seen["TMP"] == f"{win_cache}\\tmp" and (cache / "tmp").is_dir()
-    assert seen["PYTHONPYCACHEPREFIX"] == f"{win_cache}\\pycache"
+    assert "PYTHONPYCACHEPREFIX" not in seen and seen["PYTHONDONTWRITEBYTECODE"] == "1"  # issue 27 §5
+    assert not (cache / "pycache").exists()
     assert seen["CUDA_CACHE_PATH"] == f"{win_cache}\\cuda" and seen["ORT_TENSORRT_CACHE_PATH"] == f"{win_cache}\\tensorrt"
     assert seen["APP_VALUE"] == APP_VALUE
     # Every argument reaches the self-check (changed: %2-%9 before); selfcheck.py ignores its own --self-check.

@@ -229,10 +229,15 @@ def test_a_planted_previous_folder_and_planted_modules_are_neither_adopted_nor_r
     code = "open(r'C:\\planted-ran.txt', 'a').write(__name__ + '\\n')\n"
     # Beside the installer (would shadow the standard library), and in the self-check's folder (imported by the
     # self-check if its folder were on sys.path).
+    # The file beside the installer is not in SHA256SUMS: the engine names it and stops before anything changes
+    # (issue 27, section 1), having read nothing but its own sources.
     (bundles.runtime_1_0_0 / "payload" / "installer" / "json.py").write_text(code)
+    refused = install(windows, bundles.runtime_1_0_0, "-Force", "-NoSelfCheck")
+    (bundles.runtime_1_0_0 / "payload" / "installer" / "json.py").unlink()
+    assert refused.returncode == CODES["integrity"], refused.stderr[-3000:]
+    assert "payload/installer/json.py is in the bundle folder but not in SHA256SUMS" in refused.stderr
     (root / "selfcheck" / "onnxruntime.py").write_text(code)
     result = install(windows, bundles.runtime_1_0_0, "-Force", "-NoSelfCheck")  # the engine imports, not the check
-    (bundles.runtime_1_0_0 / "payload" / "installer" / "json.py").unlink()
     assert result.returncode == 0, result.stderr[-3000:]
     assert "not carried over" in result.stderr and "selfcheck/onnxruntime.py" in result.stderr
     assert not (root / "selfcheck" / "onnxruntime.py").exists()

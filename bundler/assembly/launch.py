@@ -68,23 +68,61 @@ def add_scripts(assembly: Assembly, build: BuildInputs) -> None:
 
 
 def bootstrap(module: str, what: str) -> bytes:
-    """A start script for one module of the `ortengine` package shipped beside it, run as `python -I -B <script> ...`."""
+    """A start script for one module of the `ortengine` package shipped beside it, run as `python -I -B <script> ...`.
+
+    It reads only the `.py` sources of its own `ortengine` folder and compiles them in memory (issue 27 §1): a
+    planted `__pycache__/*.pyc` (an unchecked-hash one runs without its source being looked at) or extension
+    module (`engine_fs.cpython-311-x86_64-linux-gnu.so`) beside them is never looked at, so nothing added to the
+    folder runs before the engine has checked the bundle folder against SHA256SUMS.
+    """
     return f'''"""ort-bundler {what}: see ortengine/{module}.py (stdlib only, Python 3.8+).
 
-Its folder goes last on sys.path, so a module planted beside this file cannot shadow the standard library;
-no bytecode is read from or written beside the sources (a planted unchecked-hash .pyc would run without its
-source being looked at): the import system looks for bytecode only in a fresh, empty folder of our own.
+Only the .py sources of the ortengine folder beside this file are read, compiled in memory and run: no
+bytecode is read or written, and no extension module or other file in that folder can be imported (the
+folder is on no search path; a finder of our own knows `ortengine.<name>` only as `ortengine/<name>.py`).
+Python before 3.11 puts this file's folder first on sys.path even with -I: it is taken off again, so a
+module planted beside this file cannot shadow the standard library either.
 """
-import atexit
 import os
-import shutil
 import sys
-import tempfile
 
 sys.dont_write_bytecode = True
-sys.pycache_prefix = tempfile.mkdtemp(prefix="ort-bundler-{module}-")
-atexit.register(shutil.rmtree, sys.pycache_prefix, True)
-sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]  # before any other import
+_PACKAGE = os.path.join(_HERE, "ortengine")
+import importlib.abc  # noqa: E402
+import importlib.machinery  # noqa: E402
+
+
+class _SourceOnly(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """`ortengine` and `ortengine.<name>` from `ortengine/__init__.py` and `ortengine/<name>.py`, nothing else."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "ortengine":
+            leaf = "__init__"
+        elif name.startswith("ortengine."):
+            leaf = name[len("ortengine."):]
+            if not leaf.isidentifier():
+                return None
+        else:
+            return None
+        origin = os.path.join(_PACKAGE, leaf + ".py")
+        if not os.path.isfile(origin):
+            return None
+        spec = importlib.machinery.ModuleSpec(name, self, origin=origin, is_package=name == "ortengine")
+        spec.has_location = True  # __file__ is the source's path; the package's search path stays empty
+        return spec
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        with open(module.__spec__.origin, "rb") as source:
+            code = compile(source.read(), module.__spec__.origin, "exec", dont_inherit=True)
+        exec(code, module.__dict__)
+
+
+sys.meta_path.insert(0, _SourceOnly())
 from ortengine.{module} import main  # noqa: E402
 
 if __name__ == "__main__":

@@ -238,6 +238,8 @@ def _template_values(ctx: ScriptContext) -> dict[str, object]:
         "default_install_dir": ctx.default_install_dir,
         "runtime_python": ctx.runtime_python,
         "runtime_bundle_python": ctx.runtime_bundle_python,
+        # payload/python (assembly/runtime.py RUNTIME_BUNDLE_DIR): install.sh --trust checks it before running it
+        "runtime_bundle_dir": "/".join(ctx.runtime_bundle_python.split("/")[:2]) if ctx.runtime_bundle_python else None,
         "codes": dict(INSTALL_EXIT_CODES),
         "cache_min_free_mb": CACHE_MIN_FREE_MB,
         "engine": ENGINE_HELPER,

@@ -11,11 +11,11 @@ are installed with pypa's `installer`, imported from the pinned wheel the bundle
 and install.ps1 are thin front ends: they find the Python and do what must happen outside it (on
 Windows: elevation, VC++ runtime, registry, Add/Remove Programs), then run this.
 
-The install, in order: verify every bundle file against SHA256SUMS; check the target folder is ours
-(a valid receipt naming this bundle) or empty; under a lock, clean what a killed run left; stage in a
-fresh `mkdtemp` folder beside the target; create the environment without pip; install the wheels
-with console scripts for the FINAL folder; compile bytecode in parallel; copy the plan's files; carry
-over files that are not ours; write the receipt (every file with its sha256); run the self-check;
+The install, in order: verify the bundle folder holds only the files SHA256SUMS lists, each with its
+sha256; check the target folder is ours (a valid receipt naming this bundle) or empty; under a lock,
+clean what a killed run left; stage in a fresh `mkdtemp` folder beside the target; create the
+environment without pip; install the wheels with console scripts for the FINAL folder; compile
+bytecode in parallel; copy the plan's files; carry over files that are not ours (logging what is not); write the receipt (every file with its sha256); run the self-check;
 swap the stage in atomically (Linux: one renameat2 exchange); remove the old install. Any failure
 before the swap removes the stage and leaves the previous install as it was.
 """
@@ -72,6 +72,7 @@ from .records import (
     SelfcheckOutcome,
     safe_relative,
 )
+from .trust import unlisted, unlisted_message
 
 #: What the tests and the other engine modules use from here, re-exported for one import path.
 __all__ = ["PREVIOUS", "STAGING", "Audit", "EngineError", "Log", "Options", "audit", "entry_sha256", "install",
@@ -117,13 +118,28 @@ def read_sums(bundle: Path) -> Dict[str, str]:
     return sums
 
 
+def check_bundle_folder(bundle: Path) -> Dict[str, str]:
+    """SHA256SUMS, after refusing any file in the bundle folder it does not list (issue 27 §1: an added
+    `__pycache__/*.pyc` or Thumbs.db is named and stops the install, exit 11). Cheap: no file is read."""
+    sums = read_sums(bundle)
+    _refuse_unlisted(bundle, sums)
+    return sums
+
+
+def _refuse_unlisted(bundle: Path, sums: Dict[str, str]) -> None:
+    extra = unlisted(bundle, sums)
+    if extra:
+        raise EngineError("integrity", unlisted_message(extra))
+
+
 def verify_bundle(bundle: Path, plan: InstallPlan, log: Log) -> str:
-    """Every file against SHA256SUMS, before anything changes; returns the bundle's identity (the
-    sha256 of SHA256SUMS, which pins every other file)."""
+    """Nothing but the listed files in the bundle folder, and every one against SHA256SUMS, before anything
+    changes; returns the bundle's identity (the sha256 of SHA256SUMS, which pins every other file)."""
     sums = read_sums(bundle)
     uncovered = sorted({path for path in plan.inputs() if path not in sums})
     if uncovered:
         raise EngineError("integrity", f"{SUMS_FILE} does not cover {', '.join(uncovered)}, which {PLAN_FILE} uses")
+    _refuse_unlisted(bundle, sums)
     with ThreadPoolExecutor(max_workers=4) as pool:
         actual = dict(zip(sums, pool.map(lambda rel: _bundle_file_sha256(bundle, rel), sums)))
     failed = [f"{rel}: FAILED ({'missing' if actual[rel] is None else 'sha256 ' + str(actual[rel])}, "
@@ -197,10 +213,22 @@ def carry_over(previous: Optional[Receipt], target: Path, stage: Path, plan: Ins
         except OSError:
             shutil.copy2(source, destination, follow_symlinks=False)
         kept.append(relative)
-    if dropped and log is not None:
-        shown = ", ".join(dropped[:5]) + (f" and {len(dropped) - 5} more" if len(dropped) > 5 else "")
-        log(f"not carried over (only the bundle's files belong in the environment, DLL and code folders): {shown}")
+    empty: List[str] = []
+    our_folders = set(previous.folders)
+    for folder in walk_folders(target):  # a folder that is not ours and ends up without a file in the stage
+        if folder in our_folders or native(stage, folder).is_dir():
+            continue
+        (dropped if folder.startswith(guarded) else empty).append(folder + "/")
+    if log is not None:
+        for reason, lost in (("only the bundle's files belong in the environment, DLL and code folders", sorted(dropped)),
+                             ("empty folders that are not ours: only files are carried over", empty)):
+            if lost:
+                log(f"not carried over ({reason}): {_shown(lost)}")
     return tuple(sorted(kept))
+
+
+def _shown(items: List[str]) -> str:
+    return ", ".join(items[:5]) + (f" and {len(items) - 5} more" if len(items) > 5 else "")
 
 
 def selfcheck_outcome(plan: InstallPlan, options: Options, stage: Path, log: Log) -> SelfcheckOutcome:

@@ -15,7 +15,15 @@ cryptography is `openssl`'s, which every Linux server has. The steps, each a ref
    chain reaches the given anchor and nothing else (not the system's CA store);
 4. the signer's certificate (written by `-signer`) has the code-signing extended key usage (OpenSSL
    3.0 has no code-signing purpose, hence `-purpose any` and this separate check);
-5. every file `SHA256SUMS` lists exists inside the bundle folder and has that sha256.
+5. the bundle folder holds nothing `SHA256SUMS` does not list (besides `SHA256SUMS` and its signature):
+   an added file is refused by name (issue 27 §1: an unlisted `__pycache__/*.pyc` beside the engine's
+   sources would have run), as a stray `Thumbs.db` is;
+6. every file `SHA256SUMS` lists exists inside the bundle folder and has that sha256.
+
+This check ships in the bundle it checks, so it guards against accidents and mix-ups, not against
+someone who can rewrite the bundle: install.sh runs it only from a private copy whose bytes match the
+signed SHA256SUMS, after openssl has checked the signature, and README-INSTALL gives the check to run
+from outside (`ort-bundler verify --trust` on a trusted machine, or the openssl commands).
 
 Exit codes: 0 verified, 10 usage (the anchor file is missing), 11 integrity, 12 prerequisite
 (`openssl` not found). Prints who signed on success.
@@ -33,7 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path, PurePosixPath
-from typing import List, Optional, Tuple
+from typing import Iterable, List, Optional, Tuple
 
 SUMS = "SHA256SUMS"
 SIGNATURE = "SHA256SUMS.p7s"
@@ -68,7 +76,7 @@ def verify(bundle: Path, anchor: Path, *, openssl: Optional[str] = None) -> str:
         moment = _timestamp_time(tool, bundle / SIGNATURE, anchor, Path(tmp))
         _cms_verify(tool, bundle, anchor, signer, moment)
         subject, text = _signer_details(tool, signer)
-    if "Code Signing" not in text:
+    if not code_signing(text):
         raise TrustError(EXIT_INTEGRITY, f"{SIGNATURE} was signed by {subject}, whose certificate is not for code signing")
     _check_sums(bundle)
     return subject
@@ -172,16 +180,52 @@ def _signer_details(tool: str, signer: Path) -> Tuple[str, str]:
     return subject.strip().replace("subject=", "", 1).strip(), text
 
 
+def code_signing(text: str) -> bool:
+    """Whether `openssl x509 -text` shows the code-signing extended key usage: the line after the extension's
+    heading, not anywhere in the text (a subject such as `CN=tls Code Signing` says nothing)."""
+    lines = text.splitlines()
+    return any("X509v3 Extended Key Usage" in line and "Code Signing" in (lines[i + 1] if i + 1 < len(lines) else "")
+               for i, line in enumerate(lines))
+
+
 def _check_sums(bundle: Path) -> None:
+    listed = []
     for number, line in enumerate((bundle / SUMS).read_text(encoding="utf-8").splitlines(), 1):
         expected, sep, name = line.partition("  ")
         if not sep or len(expected) != 64 or not _safe(name):
             raise TrustError(EXIT_INTEGRITY, f"{SUMS} line {number} is not '<sha256>  <path inside the bundle>'")
+        listed.append((name, expected))
+    extra = unlisted(bundle, (name for name, _ in listed))
+    if extra:
+        raise TrustError(EXIT_INTEGRITY, unlisted_message(extra))
+    for name, expected in listed:
         path = bundle.joinpath(*PurePosixPath(name).parts)
         if path.is_symlink() or not path.is_file():
             raise TrustError(EXIT_INTEGRITY, f"{name} is listed in {SUMS} but is not a file in {bundle}")
         if _sha256(path) != expected:
             raise TrustError(EXIT_INTEGRITY, f"{name} does not match {SUMS}: the bundle was changed or damaged")
+
+
+def unlisted(bundle: Path, listed: Iterable[str]) -> List[str]:
+    """Every file, link or other entry below `bundle` that is neither listed nor SHA256SUMS or its signature,
+    '/'-separated and sorted (a link to a folder counts; links are never followed; empty folders hold nothing)."""
+    allowed = set(listed) | {SUMS, SIGNATURE}
+    found = []
+    for folder, dirs, files in os.walk(str(bundle)):
+        base = Path(folder).relative_to(bundle).as_posix()
+        prefix = "" if base == "." else base + "/"
+        found += [prefix + name for name in files if prefix + name not in allowed]
+        found += [prefix + name for name in dirs if os.path.islink(os.path.join(folder, name))]
+    return sorted(found)
+
+
+def unlisted_message(extra: List[str]) -> str:
+    """One sentence naming what is in the bundle folder but not in SHA256SUMS (the engine says the same)."""
+    named = extra[0] if len(extra) == 1 else ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
+    verb = "is" if len(extra) == 1 else "are"
+    return (f"{named} {verb} in the bundle folder but not in {SUMS}; a bundle folder holds only the files {SUMS} "
+            f"lists: remove {'it' if len(extra) == 1 else 'them'} or extract the bundle's zip again into an empty "
+            f"folder (nothing was changed)")
 
 
 def _safe(name: str) -> bool:

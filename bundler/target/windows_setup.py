@@ -448,6 +448,7 @@ def _install(engine, bundle: Path, info: BundleInfo, switches: Switches, *, admi
     log(f"installing {info.name}-{info.version} from {bundle} with {sys.executable} "
         f"({'administrator' if admin else 'standard user'})")
     refuse_msi_route(info.name)
+    engine.check_bundle_folder(bundle)  # nothing unlisted in the bundle folder, before anything changes
     plan = engine.load_plan(bundle)
     target = resolve_install_dir(switches.value("InstallDir") or default_install_dir(info.name),
                                  budget=install_budget(plan, bundle))
