@@ -3,8 +3,9 @@ else a virtual environment holding exactly that version, made once per work fold
 
 The gate runs a model in the very ORT version the bundle ships (`modelgate.probe_models`). When this
 interpreter has another one (or none), an isolated environment is made beside the cache: from the bundle's
-own ORT and NumPy wheels when this host can install them (`host_wheels`), else from the index through the
-user's pip configuration, wheels only.
+own ORT and NumPy wheels when this host can install them (`host_wheels`), or from the lock's [gate] wheels
+for this kind of machine (`bundler/sources/gate.py`, chosen by `models.gate_wheels`), each held to its hash;
+else from the index through the user's pip configuration, wheels only and unpinned (with a warning).
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ Distributions that pip pulled in only because of the build machine's markers are
 
 The lock records names, versions, wheel file names and sha256, never a download URL: URLs name the
 package index host, and packages are always fetched again through the user's own pip configuration.
+
+A [gate] table (optional; locks written before it read and write back unchanged) pins the BUILD machine's
+ORT and NumPy wheels for the model gate when that machine cannot install the bundle's own
+(`bundler/sources/gate.py`).
 """
 
 from __future__ import annotations
