@@ -185,6 +185,32 @@ def test_resolving_the_gate_asks_pip_for_this_machines_wheels_only_with_its_own_
                      work_dir=tmp_path)
 
 
+def test_when_the_bundles_numpy_has_no_wheel_here_the_gate_pins_one_its_ort_imports_with(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A bundle for an older Python than this one: its NumPy may have no wheel for this interpreter."""
+    from bundler.commands.lock import _resolve_gate
+
+    manifest = load(MANIFESTS / "quickstart-win-cuda11.8.toml")  # ORT 1.18.1, built against NumPy 1
+    lock = read_lock(MANIFESTS / "quickstart-win-cuda11.8.lock.toml")
+    ort = replace(ORT, version="1.18.1", filename=ORT.filename.replace("1.23.1", "1.18.1"))
+    numpy = replace(NUMPY, version="1.26.0", filename=NUMPY.filename.replace("2.4.6", "1.26.0"))
+    commands: list[list[str]] = []
+    resolved = fake_pip((numpy, ort), commands)
+
+    def pip(cmd, *, cwd=None, env=None):
+        if "numpy==1.26.4" in cmd:
+            commands.append(list(cmd))
+            raise BuildError("ERROR: No matching distribution found for numpy==1.26.4")
+        return resolved(cmd, cwd=cwd, env=env)
+
+    host = gate_lock().gate.target
+    with caplog.at_level(logging.WARNING):
+        gate = _resolve_gate(manifest, lock, host=host, runner=pip, work_dir=tmp_path)
+    assert [c[-2:] for c in commands] == [["onnxruntime==1.18.1", "numpy==1.26.4"], ["onnxruntime==1.18.1", "numpy<2"]]
+    assert gate == GateWheels(target=host, wheels=(numpy, ort))
+    assert "numpy==1.26.4 has no wheel for this machine" in caplog.text and "pins numpy<2" in caplog.text
+
+
 # --- integration: the Windows quickstart locked, fetched and built on this Linux host ----------------------
 
 
