@@ -246,6 +246,9 @@ def _lock(args: argparse.Namespace) -> int:
     manifest = _manifest(args)
     lock, path = lock_manifest(manifest, cache=_cache(args), options=FetchOptions(quiet=args.quiet))
     _say(args, f"locked {len(lock.wheels)} wheels for {lock.target.platform} / Python {lock.target.python} in {path}")
+    if lock.gate is not None:
+        _say(args, f"and, for the model gate on this kind of machine, ORT and NumPy for {lock.gate.target.platform} / "
+                   f"Python {lock.gate.target.python} ([gate])")
     if manifest.python.lock is None:
         _say(args, f"add this to {manifest.path.name} so build uses it:\n[python]\nlock = \"{path.name}\"")
     return 0

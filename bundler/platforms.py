@@ -9,6 +9,7 @@ files) lives in one `TargetPlatform`, so no other module compares platform strin
 from __future__ import annotations
 
 import re
+import sysconfig
 from dataclasses import dataclass
 
 from packaging.tags import Tag
@@ -86,3 +87,9 @@ TARGETS: dict[str, TargetPlatform] = {target.tag: target for target in (WINDOWS,
 def target_platform(tag: str) -> TargetPlatform:
     """The platform for a validated `[bundle] platform` value."""
     return TARGETS[tag]
+
+
+def host_platform() -> TargetPlatform | None:
+    """The target this machine itself is (the model gate runs here), or None for another kind of machine:
+    `sysconfig`'s `linux-x86_64` and `win-amd64` are the wheel platform tags with `-` for `_`."""
+    return TARGETS.get(sysconfig.get_platform().replace("-", "_").replace(".", "_"))

@@ -7,18 +7,22 @@ zip never depends on how the build machine's CPU rounds.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.facts import SelfCheckFact
 from bundler.assembly.modelgate import DataFile, ModelInput, ModelRecord, gate_models, gate_pinned
-from bundler.assembly.ortenv import host_wheels
+from bundler.assembly.ortenv import host_has_ort, host_wheels, isolated_requirements
 from bundler.assembly.selfcheck_script import identity_model_bytes, selfcheck_script_bytes
 from bundler.errors import ManifestError
 from bundler.manifest import Manifest
 from bundler.sources.cache import Cache, cached_sha256
-from bundler.sources.lock import Lock, PinnedModel
+from bundler.sources.gate import GATE_KEY_PREFIX, gate_problem
+from bundler.sources.lock import GATE_WHEELS, Lock, PinnedModel
+
+log = logging.getLogger(__name__)
 
 
 def model_inputs(manifest: Manifest, files: Mapping[str, Path]) -> list[ModelInput]:
@@ -29,18 +33,39 @@ def model_inputs(manifest: Manifest, files: Mapping[str, Path]) -> list[ModelInp
             for m in manifest.models]
 
 
+def gate_wheels(manifest: Manifest, files: Mapping[str, Path], lock: Lock | None) -> tuple[Path, ...]:
+    """The verified wheels the gate's environment is made from on this machine (`ortenv.isolated_python`).
+
+    The lock's [gate] wheels where they are inputs (`bundler/sources/gate.py`: `files` holds them); else the
+    bundle's own ORT and NumPy when this machine can install them; else none, and pip brings ORT and NumPy
+    from the index, wheels only but not held to any hash, which is said as a warning (unless this
+    interpreter has the pinned ORT itself, when no environment is made).
+    """
+    pinned = {key.removeprefix(GATE_KEY_PREFIX): path for key, path in files.items() if key.startswith(GATE_KEY_PREFIX)}
+    if sorted(pinned) == sorted(GATE_WHEELS):
+        return pinned["onnxruntime"], pinned["numpy"]
+    own = host_wheels(path for key, path in files.items() if not key.startswith(GATE_KEY_PREFIX))
+    if not own and manifest.models and not host_has_ort(manifest.ort.version):
+        relock = f"`ort-bundler lock {manifest.path.name}` on this kind of machine pins them in a [gate] table"
+        log.warning("warning: the model gate's wheels are not hash-pinned: %s; pip installs %s from the index "
+                    "(wheels only, no hashes); %s", gate_problem(lock) or "the lock pins none",
+                    " ".join(isolated_requirements(manifest.ort.version)), relock)
+    return own
+
+
 def pin_models(manifest: Manifest, files: Mapping[str, Path], cache: Cache,
-               *, previous: Sequence[PinnedModel] = (), wheels: Sequence[Path] = ()) -> tuple[PinnedModel, ...]:
+               *, previous: Sequence[PinnedModel] = (), lock: Lock | None = None) -> tuple[PinnedModel, ...]:
     """`lock`'s part: run the gate once in the pinned ORT and pin what it records, so builds need not.
 
     A model the previous lock pinned for the same sha256, ORT version and shapes keeps its record: the
     references are computed once, and re-locking on a machine that rounds differently changes nothing.
-    `wheels`: more verified wheels (the locked NumPy) from which the gate's environment may be made.
+    `files` also holds the verified wheels the gate's environment may be made from (`gate_wheels`: the lock's
+    NumPy, or its [gate] wheels).
     """
     inputs = model_inputs(manifest, files)
     kept = {p.name: p for p in previous if _still_pinned(p, manifest, inputs)}
     fresh = gate_models([m for m in inputs if m.name not in kept], ort_version=manifest.ort.version,
-                        work_dir=cache.work_dir("ort-envs"), wheels=host_wheels([*files.values(), *wheels]))
+                        work_dir=cache.work_dir("ort-envs"), wheels=gate_wheels(manifest, files, lock))
     pinned = {r.name: PinnedModel(name=r.name, sha256=r.sha256, ort_version=manifest.ort.version,
                                   record=r.pinned_json()) for r in fresh}
     return tuple(kept.get(m.name) or pinned[m.name] for m in inputs)
@@ -68,7 +93,7 @@ def gate(build: BuildInputs) -> list[ModelRecord]:
     inputs = model_inputs(manifest, build.files)
     pinned = pinned_records(manifest, build.lock, inputs)
     return gate_pinned(inputs, pinned, ort_version=manifest.ort.version, work_dir=cache.work_dir("ort-envs"),
-                       results_dir=cache.work_dir("gate-results"), wheels=host_wheels(build.files.values()))
+                       results_dir=cache.work_dir("gate-results"), wheels=gate_wheels(manifest, build.files, build.lock))
 
 
 def add_models(assembly: Assembly, build: BuildInputs) -> None:

@@ -3,8 +3,9 @@ else a virtual environment holding exactly that version, made once per work fold
 
 The gate runs a model in the very ORT version the bundle ships (`modelgate.probe_models`). When this
 interpreter has another one (or none), an isolated environment is made beside the cache: from the bundle's
-own ORT and NumPy wheels when this host can install them (`host_wheels`), else from the index through the
-user's pip configuration, wheels only.
+own ORT and NumPy wheels when this host can install them (`host_wheels`), or from the lock's [gate] wheels
+for this kind of machine (`bundler/sources/gate.py`, chosen by `models.gate_wheels`), each held to its hash;
+else from the index through the user's pip configuration, wheels only and unpinned (with a warning).
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from filelock import FileLock
-from packaging.tags import sys_tags
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.specifiers import SpecifierSet
+from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from bundler.readers.capi import module_constants
 from bundler.runner import Runner
 from bundler.sources.cache import cached_sha256
+from bundler.sources.gate import host_installable
 
 READY_MARKER = ".ort-bundler-ready"
 # The first onnxruntime release built against NumPy 2 (1.19.0 release notes).
@@ -52,6 +54,17 @@ def isolated_requirements(ort_version: str) -> list[str]:
     return [f"onnxruntime=={ort_version}", "numpy<2" if before_numpy2 else "numpy"]
 
 
+def gate_requirements(ort_version: str, numpy_version: str | None) -> list[str]:
+    """What `lock` pins for the gate on a machine that cannot install the bundle's own wheels: the pinned ORT
+    and the bundle's NumPy version (`numpy_version`, the lock's) when that ORT imports with it, else the
+    NumPy `isolated_requirements` allows."""
+    ort, numpy = isolated_requirements(ort_version)
+    allowed = SpecifierSet(numpy.removeprefix("numpy"))
+    if numpy_version is not None and allowed.contains(numpy_version, prereleases=True):
+        return [ort, f"numpy=={numpy_version}"]
+    return [ort, numpy]
+
+
 def host_wheels(paths: Iterable[Path]) -> tuple[Path, ...]:
     """The bundle's own ORT and NumPy wheels (verified in the cache against their pins) when this host can
     install both, else none: the isolated environment is then made from exactly those files."""
@@ -62,17 +75,6 @@ def host_wheels(paths: Iterable[Path]) -> tuple[Path, ...]:
         if role:
             chosen.setdefault(role, path)
     return (chosen["onnxruntime"], chosen["numpy"]) if len(chosen) == 2 else ()
-
-
-def host_installable(filename: str) -> bool:
-    """Whether `filename` is a wheel this interpreter can install (one of its tags is the host's)."""
-    if not filename.endswith(".whl"):
-        return False
-    try:
-        tags = parse_wheel_filename(filename)[3]
-    except InvalidWheelFilename:
-        return False
-    return not tags.isdisjoint(sys_tags())
 
 
 def isolated_python(ort_version: str, *, runner: Runner, work_dir: Path, wheels: Sequence[Path] = ()) -> Path:

@@ -23,6 +23,7 @@ from bundler.hashing import file_sha256
 from bundler.manifest import Manifest
 from bundler.sources.cache import Cache, disk_errors
 from bundler.sources.fetch import cached_inputs
+from bundler.sources.gate import gate_inputs
 from bundler.sources.inputs import load_lock, lock_inputs
 from bundler.sources.lock import Lock
 from bundler.writer.members import Member, MemberCache
@@ -46,7 +47,7 @@ def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None =
           reuse: bool = True) -> BuildResult:
     """Assemble the bundle, or, with `reuse`, publish the one assembled before from exactly the same inputs."""
     lock = load_lock(manifest)
-    files = cached_inputs(manifest.inputs() + lock_inputs(lock), cache)
+    files = cached_inputs(manifest.inputs() + lock_inputs(lock) + gate_inputs(lock), cache)
     verify_transformed(manifest, files, jobs=jobs)
     stem = manifest.bundle.stem
     zip_path, sidecar = out_dir / f"{stem}.zip", out_dir / f"{stem}.zip.sha256"

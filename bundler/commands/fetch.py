@@ -10,7 +10,8 @@ from bundler.manifest import Manifest
 from bundler.runner import Runner, run
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import FetchOptions, fetch_inputs
-from bundler.sources.inputs import all_inputs, require_local_files, target_of
+from bundler.sources.gate import pip_targets
+from bundler.sources.inputs import all_inputs, load_lock, require_local_files, target_of
 
 if TYPE_CHECKING:
     from bundler.sources.oci_inputs import RegistryMirror
@@ -23,7 +24,8 @@ def fetch_manifest(manifest: Manifest, *, cache: Cache, options: FetchOptions, r
     inputs = all_inputs(manifest)
     if options.mirror is None and options.registry is None:
         require_local_files(inputs, manifest.path.parent)
-    return fetch_inputs(inputs, cache=cache, target=target_of(manifest), options=options, runner=runner)
+    return fetch_inputs(inputs, cache=cache, target=target_of(manifest), options=options, runner=runner,
+                        targets=pip_targets(load_lock(manifest)))
 
 
 def registry_mirror(args: argparse.Namespace, text: str, manifest: Manifest) -> RegistryMirror:

@@ -3,25 +3,32 @@
 Two things are resolved once, on the connected machine, and written into the lock file beside the
 manifest: the ORT wheel's Python dependency closure for the target platform and Python, and each model's
 gate record in the pinned ORT (signature and reference outputs), so that `build` ships the same bytes on
-every machine however its CPU rounds.
+every machine however its CPU rounds. When this machine cannot install the bundle's own ORT and NumPy
+wheels, a third: its own wheels of those versions for the model gate, in a [gate] table
+(`bundler/sources/gate.py`).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from bundler.assembly.models import pin_models
-from bundler.assembly.ortenv import host_installable
+from bundler.assembly.ortenv import gate_requirements, host_wheels
 from bundler.assembly.python_env import lock_requirements, ort_wheel
-from bundler.errors import ManifestError, UsageError
+from bundler.errors import BuildError, ManifestError, UsageError
 from bundler.manifest import Manifest
 from bundler.runner import Runner, run
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import FetchOptions, fetch_inputs
+from bundler.sources.gate import host_installable, host_target, pinned_inputs
 from bundler.sources.inputs import lock_inputs, require_local_files, target_of
-from bundler.sources.lock import Lock, PinnedModel, read_lock, write_lock
-from bundler.sources.resolve import resolve, resolve_installer
+from bundler.sources.lock import GateWheels, Lock, PinnedModel, Target, read_lock, write_lock
+from bundler.sources.resolve import resolve, resolve_gate, resolve_installer
+
+log = logging.getLogger(__name__)
 
 
 def default_lock_path(manifest: Manifest) -> Path:
@@ -45,14 +52,47 @@ def lock_manifest(manifest: Manifest, *, cache: Cache, options: FetchOptions, ru
             requires = ort_wheel(manifest, files, Path(tmp)).requires
             lock = resolve(lock_requirements(manifest, requires), target=target, runner=runner, work_dir=Path(tmp))
         lock = replace(lock, installer=resolve_installer(target=target, runner=runner, work_dir=Path(tmp)))
+        if manifest.models:
+            lock, wheels = _gate_wheels(manifest, lock, files, cache=cache, options=options, runner=runner,
+                                        work_dir=Path(tmp))
+            files = {**files, **wheels}
     path = default_lock_path(manifest)
-    numpy = [i for i in lock_inputs(lock)  # for the gate's environment, when this host can install it
-             if i.key == "lock:numpy" and manifest.models and host_installable(i.filename or "")]
-    wheels = fetch_inputs(numpy, cache=cache, target=target, options=options, runner=runner) if numpy else {}
-    lock = replace(lock, models=pin_models(manifest, files, cache, previous=_previous_pins(path),
-                                           wheels=tuple(wheels.values())))
+    lock = replace(lock, models=pin_models(manifest, files, cache, previous=_previous_pins(path), lock=lock))
     write_lock(lock, path)
     return lock, path
+
+
+def _gate_wheels(manifest: Manifest, lock: Lock, files: Mapping[str, Path], *, cache: Cache, options: FetchOptions,
+                 runner: Runner, work_dir: Path) -> tuple[Lock, dict[str, Path]]:
+    """The verified wheels the model gate's environment is made from here, and the lock with its [gate] table
+    when they are this machine's own rather than the bundle's (a win_amd64 bundle locked on Linux)."""
+    numpy = [i for i in lock_inputs(lock) if i.key == "lock:numpy" and host_installable(i.filename or "")]
+    own = fetch_inputs(numpy, cache=cache, target=target_of(manifest), options=options, runner=runner) if numpy else {}
+    if host_wheels([*files.values(), *own.values()]):
+        return lock, own  # the bundle's own ORT and NumPy install here: nothing more to pin
+    host = host_target()
+    if host is None:
+        return lock, {}  # a machine no [gate] table can describe: the gate says it is unpinned
+    gate = _resolve_gate(manifest, lock, host=host, runner=runner, work_dir=work_dir)
+    inputs = pinned_inputs(gate)
+    wheels = fetch_inputs(inputs, cache=cache, target=host, options=options, runner=runner)
+    return replace(lock, gate=gate), wheels
+
+
+def _resolve_gate(manifest: Manifest, lock: Lock, *, host: Target, runner: Runner, work_dir: Path) -> GateWheels:
+    """This machine's ORT of the pinned version and NumPy of the bundle's version; another NumPy the ORT
+    imports with when that version has no wheel here (the bundle's Python is older than this one)."""
+    numpy = next((wheel.version for wheel in lock.wheels if wheel.name == "numpy"), None)
+    preferred = gate_requirements(manifest.ort.version, numpy)
+    try:
+        return resolve_gate(preferred, host=host, runner=runner, work_dir=work_dir / "gate")
+    except BuildError as exc:
+        fallback = gate_requirements(manifest.ort.version, None)
+        if fallback == preferred:
+            raise
+        log.warning("warning: %s has no wheel for this machine (%s / Python %s), so the model gate pins %s: %s",
+                    preferred[1], host.platform, host.python, fallback[1], str(exc).splitlines()[0])
+        return resolve_gate(fallback, host=host, runner=runner, work_dir=work_dir / "gate")
 
 
 def _previous_pins(path: Path) -> tuple[PinnedModel, ...]:

@@ -38,6 +38,7 @@ from bundler.names import file_name_problem
 from bundler.readers.bundlezip import SIGNATURE_BLOCK, BundleZip, is_signature, open_bundle, script_text
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import FetchOptions, fetch_inputs
+from bundler.sources.gate import gate_inputs, pip_targets
 from bundler.sources.inputs import lock_inputs, target_of
 from bundler.sources.lock import Lock, lock_text, read_lock
 
@@ -103,10 +104,10 @@ def reproduce(path: Path, *, cache: Cache, options: FetchOptions, keep: Path | N
     original = open_bundle(path)
     with cache.scratch(prefix="reproduce-") as tmp:  # removed by the next run if this one is killed
         manifest, lock = write_sources(original, Path(tmp) / "src")
-        inputs = manifest.inputs() + lock_inputs(lock)
+        inputs = manifest.inputs() + lock_inputs(lock) + gate_inputs(lock)  # the gate's: of this machine
         taken, altered = seed_cache(original, inputs, cache)
         try:
-            fetch_inputs(inputs, cache=cache, target=target_of(manifest), options=options)
+            fetch_inputs(inputs, cache=cache, target=target_of(manifest), options=options, targets=pip_targets(lock))
         except BundleError as exc:
             if altered:
                 lines = [*altered, f"and the input could not be found elsewhere: {exc}"]

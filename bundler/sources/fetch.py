@@ -12,7 +12,7 @@ import queue
 import re
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -70,11 +70,14 @@ def cached_inputs(inputs: Sequence[Input], cache: Cache) -> dict[str, Path]:
 
 
 def fetch_inputs(inputs: Sequence[Input], *, cache: Cache, target: Target, options: FetchOptions = FetchOptions(),
-                 runner: Runner = run) -> dict[str, Path]:
-    """Fetch every input (in parallel) and return key → cached file; all failures are reported together."""
+                 runner: Runner = run, targets: Mapping[str, Target] | None = None) -> dict[str, Path]:
+    """Fetch every input (in parallel) and return key → cached file; all failures are reported together.
+
+    pip fetches a `requirement` for `target`, or for `targets[key]` when given there (the model gate's wheels
+    are the build machine's: `bundler/sources/gate.py`)."""
     from tqdm import tqdm
 
-    fetcher = _Fetcher(cache=cache, target=target, options=options, runner=runner)
+    fetcher = _Fetcher(cache=cache, target=target, options=options, runner=runner, targets=targets or {})
     overall = tqdm(total=len(inputs), desc="inputs", unit="file", disable=options.quiet, position=0, leave=False)
     try:
         outcomes = _in_parallel(fetcher.fetch, inputs, jobs=options.jobs, stop=fetcher.stop,
@@ -156,9 +159,11 @@ def _in_parallel(work: Callable[[Input], Path], inputs: Sequence[Input], *, jobs
 
 
 class _Fetcher:
-    def __init__(self, *, cache: Cache, target: Target, options: FetchOptions, runner: Runner) -> None:
+    def __init__(self, *, cache: Cache, target: Target, options: FetchOptions, runner: Runner,
+                 targets: Mapping[str, Target]) -> None:
         self.cache = cache
         self.target = target
+        self.targets = targets
         self.options = options
         self.runner = runner
         self.stop = threading.Event()  # set on Ctrl-C: downloads end at their next chunk
@@ -224,6 +229,7 @@ class _Fetcher:
 
     def _from_pip(self, item: Input) -> Path:
         """pip download through the user's own pip configuration (index, proxy, certificates)."""
+        target = self.targets.get(item.key, self.target)
         with self.cache.scratch(prefix="pip-") as tmp:
             dest = tmp / "out"
             reqs = tmp / "requirements.txt"
@@ -231,15 +237,16 @@ class _Fetcher:
             reqs.write_text(f"{item.location} {hashes}\n", encoding="utf-8")
             cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes",
                    "--disable-pip-version-check", "--no-input", "--progress-bar", "off", "-d", str(dest),
-                   *self.target.pip_target_args(), "-r", str(reqs)]
+                   *target.pip_target_args(), "-r", str(reqs)]
             try:
                 self.runner(cmd)
             except BundleError as exc:
                 if "DO NOT MATCH THE HASHES" in str(exc):
                     actual = re.findall(r"Got\s+([0-9a-f]{64})", str(exc))
-                    raise HashMismatchError(mismatch_message(item.key, item.location, item.sha256,
+                    source = f"{item.location} ({item.filename})" if item.filename else item.location
+                    raise HashMismatchError(mismatch_message(item.key, source, item.sha256,
                                                              actual[0] if actual else "unknown (see pip's report)")) from None
-                msg = f"{item.display}: pip could not download it for {self.target.platform} / Python {self.target.python}: {exc}"
+                msg = f"{item.display}: pip could not download it for {target.platform} / Python {target.python}: {exc}"
                 raise InputUnavailableError(msg) from None
             files = sorted(dest.iterdir())
             if len(files) != 1:

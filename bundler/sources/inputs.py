@@ -9,6 +9,7 @@ from urllib.request import url2pathname
 
 from bundler.errors import InputUnavailableError, ManifestError
 from bundler.manifest import Input, Manifest
+from bundler.sources.gate import gate_inputs
 from bundler.sources.lock import Lock, Target, read_lock
 
 
@@ -30,6 +31,10 @@ def load_lock(manifest: Manifest) -> Lock | None:
         msg = (f"{path.name}: locked for {lock.target.platform} / Python {lock.target.python}, but the manifest targets "
                f"{target.platform} / Python {target.python}; run `ort-bundler lock {manifest.path.name}` again")
         raise ManifestError(msg)
+    if lock.gate is not None and lock.gate.ort_version != manifest.ort.version:
+        msg = (f"{path.name}: [gate] pins onnxruntime {lock.gate.ort_version} for the model gate, but the manifest "
+               f"pins {manifest.ort.version}; run `ort-bundler lock {manifest.path.name}` again")
+        raise ManifestError(msg)
     return lock
 
 
@@ -46,7 +51,10 @@ def lock_inputs(lock: Lock | None) -> list[Input]:
 
 
 def all_inputs(manifest: Manifest) -> list[Input]:
-    return manifest.inputs() + lock_inputs(load_lock(manifest))
+    """The manifest's inputs, the wheels its lock pins for the target, and the model gate's wheels for this
+    machine when the lock pins them for its kind (`bundler/sources/gate.py`)."""
+    lock = load_lock(manifest)
+    return manifest.inputs() + lock_inputs(lock) + gate_inputs(lock)
 
 
 def local_source(item: Input) -> Path | None:

@@ -9,6 +9,10 @@ Distributions that pip pulled in only because of the build machine's markers are
 
 The lock records names, versions, wheel file names and sha256, never a download URL: URLs name the
 package index host, and packages are always fetched again through the user's own pip configuration.
+
+A [gate] table (optional; locks written before it read and write back unchanged) pins the BUILD machine's
+ORT and NumPy wheels for the model gate when that machine cannot install the bundle's own
+(`bundler/sources/gate.py`).
 """
 
 from __future__ import annotations
@@ -134,6 +138,25 @@ class PinnedModel:
     format: int = MODEL_FORMAT
 
 
+#: What the model gate's environment holds: the ORT the bundle ships and a NumPy it imports with.
+GATE_WHEELS = ("numpy", "onnxruntime")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GateWheels:
+    """The lock's [gate] table: the build machine's own ORT and NumPy wheels, of the bundle's versions, from
+    which the model gate's environment is made there when the bundle's wheels cannot be installed there (a
+    win_amd64 bundle built on Linux). `target` is the build machine's platform and Python, not the bundle's;
+    elsewhere the table is not used (`bundler/sources/gate.py`)."""
+
+    target: Target
+    wheels: tuple[LockedWheel, ...]
+
+    @property
+    def ort_version(self) -> str:
+        return next(wheel.version for wheel in self.wheels if wheel.name == "onnxruntime")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Lock:
     target: Target
@@ -142,6 +165,8 @@ class Lock:
     models: tuple[PinnedModel, ...] = ()
     #: pypa's installer, which the bundle's install engine runs; never installed into the environment.
     installer: LockedWheel | None = None
+    #: The model gate's wheels for the build machine; None in locks written before it, or when not needed.
+    gate: GateWheels | None = None
 
 
 def write_lock(lock: Lock, path: Path) -> None:
@@ -162,18 +187,20 @@ def lock_data(lock: Lock) -> dict[str, Any]:
     data: dict[str, Any] = {
         "target": {"platform": lock.target.platform, "python": lock.target.python},
         "resolve": {"requirements": sorted(lock.requirements)},
-        "wheel": [
-            {"name": wheel.name, "version": wheel.version, "filename": wheel.filename, "sha256": wheel.sha256}
-            for wheel in sorted(lock.wheels, key=lambda wheel: wheel.name)
-        ],
+        "wheel": [_wheel_table(wheel) for wheel in sorted(lock.wheels, key=lambda wheel: wheel.name)],
     }
     if lock.installer is not None:
-        wheel = lock.installer
-        data["installer"] = {"name": wheel.name, "version": wheel.version, "filename": wheel.filename,
-                             "sha256": wheel.sha256}
+        data["installer"] = _wheel_table(lock.installer)
+    if lock.gate is not None:
+        data["gate"] = {"platform": lock.gate.target.platform, "python": lock.gate.target.python,
+                        "wheel": [_wheel_table(w) for w in sorted(lock.gate.wheels, key=lambda wheel: wheel.name)]}
     if lock.models:
         data["model"] = [_model_table(m) for m in sorted(lock.models, key=lambda model: model.name)]
     return data
+
+
+def _wheel_table(wheel: LockedWheel) -> dict[str, str]:
+    return {"name": wheel.name, "version": wheel.version, "filename": wheel.filename, "sha256": wheel.sha256}
 
 
 def _model_table(model: PinnedModel) -> dict[str, Any]:
@@ -187,7 +214,7 @@ def _model_table(model: PinnedModel) -> dict[str, Any]:
 def parse_lock(data: Mapping[str, Any], path: Path) -> Lock:
     """A lock from its TOML tables, every problem at once, each named as it appears in the file."""
     reader = _LockReader(path)
-    reader.unknown_keys(data, {*LOCK_KEYS, "wheel", "installer", "model"}, "")
+    reader.unknown_keys(data, {*LOCK_KEYS, "wheel", "installer", "model", "gate"}, "")
     target = reader.target(reader.table(data, "target"))
     requirements = reader.requirements(reader.table(data, "resolve"))
     wheels = reader.wheels(data)
@@ -196,13 +223,16 @@ def parse_lock(data: Mapping[str, Any], path: Path) -> Lock:
         table = reader.value(data, "installer", "installer", dict, "an [installer] table")
         installer = None if table is None else reader.wheel(table, "installer")
     models = reader.models(data)
+    gate = reader.gate(data["gate"]) if "gate" in data else None
     if reader.problems:
         raise ManifestError(reader.problems)
     assert target is not None
-    return Lock(target=target, requirements=requirements, wheels=wheels, installer=installer, models=models)
+    return Lock(target=target, requirements=requirements, wheels=wheels, installer=installer, models=models,
+                gate=gate)
 
 
 LOCK_KEYS = {"target": {"platform", "python"}, "resolve": {"requirements"}}
+GATE_KEYS = {"platform", "python", "wheel"}
 WHEEL_KEYS = ("name", "version", "filename", "sha256")
 MODEL_KEYS = ("name", "sha256", "ort_version", "record")
 
@@ -252,16 +282,16 @@ class _LockReader:
             self.unknown_keys(table, LOCK_KEYS[key], f"{key}.")
         return table
 
-    def target(self, table: Mapping[str, Any] | None) -> Target | None:
+    def target(self, table: Mapping[str, Any] | None, prefix: str = "target") -> Target | None:
         if table is None:
             return None
-        platform = self.value(table, "platform", "target.platform", str, f"one of {', '.join(TARGETS)}")
-        python = self.value(table, "python", "target.python", str, "a Python version such as '3.11'")
+        platform = self.value(table, "platform", f"{prefix}.platform", str, f"one of {', '.join(TARGETS)}")
+        python = self.value(table, "python", f"{prefix}.python", str, "a Python version such as '3.11'")
         if platform is not None and platform not in TARGETS:
-            self.add("target.platform", f"is {platform!r}", f"one of {', '.join(TARGETS)}")
+            self.add(f"{prefix}.platform", f"is {platform!r}", f"one of {', '.join(TARGETS)}")
             platform = None
         if python is not None and not PYTHON_RE.match(python):
-            self.add("target.python", f"is {python!r}", "a Python version such as '3.11'")
+            self.add(f"{prefix}.python", f"is {python!r}", "a Python version such as '3.11'")
             python = None
         return None if platform is None or python is None else Target(platform=platform, python=python)
 
@@ -275,13 +305,35 @@ class _LockReader:
                 self.add(f"resolve.requirements[{index}]", f"is {text!r}", "a PEP 508 requirement string")
         return tuple(values or ())
 
-    def wheels(self, data: Mapping[str, Any]) -> tuple[LockedWheel, ...]:
-        entries = self.value(data, "wheel", "wheel", list, "[[wheel]] tables")
+    def gate(self, table: Any) -> GateWheels | None:
+        """The [gate] table: the build machine's platform and Python, and exactly its ORT and NumPy wheels."""
+        if not isinstance(table, dict):
+            self.add("gate", f"is {type(table).__name__} {table!r}", "a [gate] table")
+            return None
+        before = len(self.problems)
+        self.unknown_keys(table, GATE_KEYS, "gate.")
+        target = self.target(table, "gate")
+        wheels = self.wheels(table, "gate.wheel")
+        if target is None or len(self.problems) > before:
+            return None
+        names = sorted(wheel.name for wheel in wheels)
+        if names != sorted(GATE_WHEELS):
+            self.add("gate.wheel", f"holds {names}", f"one wheel each of {' and '.join(GATE_WHEELS)}")
+            return None
+        for index, wheel in enumerate(wheels):
+            if not _serves(target, wheel.filename):
+                self.add(f"gate.wheel[{index}].filename", f"is {wheel.filename!r}",
+                         f"a wheel for {target.platform} / Python {target.python}, as gate.platform and gate.python say")
+                return None
+        return GateWheels(target=target, wheels=wheels)
+
+    def wheels(self, data: Mapping[str, Any], key: str = "wheel") -> tuple[LockedWheel, ...]:
+        entries = self.value(data, key.rsplit(".", 1)[-1], key, list, f"[[{key}]] tables")
         wheels: dict[str, LockedWheel] = {}
         for index, entry in enumerate(entries or []):
-            where = f"wheel[{index}]"
+            where = f"{key}[{index}]"
             if not isinstance(entry, dict):
-                self.add(where, f"is {type(entry).__name__} {entry!r}", "a [[wheel]] table")
+                self.add(where, f"is {type(entry).__name__} {entry!r}", f"a [[{key}]] table")
                 continue
             wheel = self.wheel(entry, where)
             if wheel is not None and wheel.name in wheels:
@@ -348,6 +400,11 @@ class _LockReader:
             self.add(f"{where}.filename", f"is {fields['filename']!r}",
                      f"the wheel of {fields['name']} {fields['version']} (name in canonical form)")
         return matches
+
+
+def _serves(target: Target, filename: str) -> bool:
+    """Whether the wheel `filename` installs on `target` (one of its tags is the target's)."""
+    return not parse_wheel_filename(filename)[3].isdisjoint(target.supported_tags())
 
 
 def _is_json_object(text: str) -> bool:

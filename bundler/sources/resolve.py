@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.tags import Tag
+from packaging.tags import Tag, sys_tags
 from packaging.utils import (
     InvalidWheelFilename,
     canonicalize_name,
@@ -28,7 +28,7 @@ from bundler.errors import (
     UnsupportedError,
 )
 from bundler.runner import Runner, run
-from bundler.sources.lock import SHA256_RE, Lock, LockedWheel, Target
+from bundler.sources.lock import GATE_WHEELS, SHA256_RE, GateWheels, Lock, LockedWheel, Target
 
 logger = logging.getLogger(__name__)
 
@@ -107,14 +107,33 @@ def _pip_resolve(requirements: Sequence[str], *, target: Target, runner: Runner,
         "--report", str(report), *target.pip_target_args(), "--target", str(work_dir / "pip-target"),
         *requirements,
     ])
+    return _read_report(report, target, target.supported_tags())
+
+
+def _read_report(report: Path, target: Target, tags: frozenset[Tag]) -> dict[str, _Resolved]:
     try:
         data = json.loads(report.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         msg = f"pip's report {report} could not be read ({exc}); expected the JSON that 'pip install --report' writes."
         raise BuildError(msg) from exc
-    tags = target.supported_tags()
     entries = [_report_entry(item, target, tags, report) for item in data.get("install", [])]
     return {canonicalize_name(entry.wheel.name): entry for entry in entries}
+
+
+def resolve_gate(requirements: Sequence[str], *, host: Target, runner: Runner = run, work_dir: Path) -> GateWheels:
+    """This machine's ORT and NumPy wheels for the model gate (`requirements`: one of each), as this interpreter's
+    pip would install them here: a dry run with pip's own configuration and this interpreter's tags (the gate's
+    environment is made from this interpreter), wheels only, no dependencies (the gate installs none)."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    report = work_dir / "pip-report-gate.json"
+    runner([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps",
+            "--only-binary", ":all:", "--disable-pip-version-check", "--report", str(report), *requirements])
+    resolved = _read_report(report, host, frozenset(sys_tags()))
+    if sorted(resolved) != sorted(GATE_WHEELS):
+        msg = (f"pip resolved {sorted(resolved) or 'nothing'} for {' '.join(requirements)} on this machine; expected "
+               f"one wheel each of {' and '.join(GATE_WHEELS)} for the model gate")
+        raise BuildError(msg)
+    return GateWheels(target=host, wheels=tuple(resolved[name].wheel for name in sorted(resolved)))
 
 
 def _report_entry(item: Mapping[str, Any], target: Target, supported: frozenset[Tag], report: Path) -> _Resolved:
