@@ -15,9 +15,10 @@ The install, in order: verify the bundle folder holds only the files SHA256SUMS 
 sha256; check the target folder is ours (a valid receipt naming this bundle) or empty; under a lock,
 clean what a killed run left; stage in a fresh `mkdtemp` folder beside the target; create the
 environment without pip; install the wheels with console scripts for the FINAL folder; compile
-bytecode in parallel; copy the plan's files; carry over files that are not ours (logging what is not); write the receipt (every file with its sha256); run the self-check;
-swap the stage in atomically (Linux: one renameat2 exchange); remove the old install. Any failure
-before the swap removes the stage and leaves the previous install as it was.
+bytecode in parallel; copy the plan's files; carry over files that are not ours (logging what is
+not carried over); write the receipt (every file with its sha256); run the self-check; swap the stage
+in atomically (Linux: one renameat2 exchange); remove the old install. Any failure before the swap
+removes the stage and leaves the previous install as it was.
 """
 
 from __future__ import annotations
