@@ -32,7 +32,9 @@ from bundler.target.bundle_info import BundleInfo
 from bundler.target.records import PLAN_FILE, RECEIPT_FILE, InstallPlan, Receipt
 
 #: The tools and the Debian package that has each.
-TOOLS = {"wixl": "wixl", "msibuild": "msitools", "msiinfo": "msitools"}
+#: The outside programs the MSI work runs, and the Debian package of each.
+TOOLS = {"wixl": "wixl", "msibuild": "msitools", "msiinfo": "msitools", "msiextract": "msitools",
+         "osslsigncode": "osslsigncode"}
 SUMMARY_STREAM = "\x05SummaryInformation"
 #: Summary information property ids (MS-OLEPS; Windows Installer's "Summary Information Stream Property Set").
 PID_REVISION, PID_CREATE_TIME, PID_LAST_SAVE_TIME = 9, 12, 13
@@ -60,10 +62,10 @@ class Msi:
                 "uninstall_command": f"msiexec /x {self.product.product_code} /qn /norestart"}
 
 
-def tool(name: str) -> str:
+def tool(name: str, *, purpose: str = "package --msi") -> str:
     found = shutil.which(name)
     if found is None:
-        msg = f"{name} is not installed; package --msi needs it: install the Debian package {TOOLS[name]}"
+        msg = f"{name} is not installed; {purpose} needs it: install the Debian package {TOOLS[name]}"
         raise InputUnavailableError(msg)
     return found
 

@@ -9,14 +9,14 @@ without `--trust` a signature is reported, not judged, and with it an unsigned M
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bundler.errors import InputUnavailableError, VerificationError
+from bundler.errors import VerificationError
 from bundler.hashing import file_sha256
+from bundler.packaging.msi import tool
 from bundler.target.records import RECEIPT_FILE, Receipt, RecordError
 
 SIGNATURE_STREAM = "\x05DigitalSignature"
@@ -75,11 +75,7 @@ def verify_msi(msi: Path, *, trust: Path | None) -> MsiReport:
 
 def _extract(msi: Path, dest: Path) -> Path:
     """The MSI's files below `dest`; returns the install folder (the one folder msiextract makes)."""
-    tool = shutil.which("msiextract")
-    if tool is None:
-        msg = "msiextract is not installed; verifying an MSI needs it: install the Debian package msitools"
-        raise InputUnavailableError(msg)
-    proc = subprocess.run([tool, "-C", str(dest), str(msi)], capture_output=True, text=True, check=False)
+    proc = subprocess.run([tool("msiextract", purpose="verifying an MSI"), "-C", str(dest), str(msi)], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         msg = f"{msi.name}: msiextract cannot read it ({proc.stderr.strip()[-300:]}); expected an MSI"
         raise VerificationError(msg)
@@ -110,11 +106,7 @@ def _signature(msi: Path, trust: Path | None) -> tuple[bool, str, bool]:
         return False, "unsigned" + (" (--trust asks for a signature)" if trust else ""), trust is None
     if trust is None:
         return True, "signed (not checked: give --trust CA.pem)", True
-    tool = shutil.which("osslsigncode")
-    if tool is None:
-        msg = "osslsigncode is not installed; checking an MSI's signature needs it: install the Debian package osslsigncode"
-        raise InputUnavailableError(msg)
-    proc = subprocess.run([tool, "verify", "-CAfile", str(trust), "-in", str(msi)], capture_output=True, text=True,
+    proc = subprocess.run([tool("osslsigncode", purpose="checking an MSI's signature"), "verify", "-CAfile", str(trust), "-in", str(msi)], capture_output=True, text=True,
                           check=False)
     if proc.returncode == 0:
         return True, f"verified against {trust.name}", True
