@@ -164,20 +164,24 @@ def test_links_planted_at_staging_and_previous_names_are_removed_never_followed(
 
 def test_a_live_run_keeps_its_staging_folder_and_the_second_run_is_told_to_retry(bundles: dict[str, Path],
                                                                                   tmp_path: Path) -> None:
-    """A live run holds the engine's lock (flock on the parent folder, taken here as a running engine takes it)."""
+    """A live run holds the engine's lock (flock on `.tiny.lock` beside it, taken here as a running engine takes
+    it); an install into a sibling folder meanwhile does not wait for it (the lock is per target)."""
     target = tmp_path / "apps" / "tiny"
     target.parent.mkdir(parents=True)
     live = target.parent / ".tiny.staging-live0000"
     live.mkdir()
     (live / "half-written").write_text("a live run's\n")
-    fd = os.open(target.parent, os.O_RDONLY)
+    fd = os.open(target.parent / ".tiny.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         proc = install(bundles["1.0"], target)
+        sibling = install(bundles["1.0"], target.parent / "tiny-2", "--no-self-check")
     finally:
         os.close(fd)
     assert proc.returncode == CODES["install"] and "another installation into" in proc.stderr
     assert (live / "half-written").read_text() == "a live run's\n" and not target.exists()
+    assert sibling.returncode == 0, sibling.stderr
+    assert engine.audit(target.parent / "tiny-2").ok and not (target.parent / ".tiny-2.lock").exists()
     proc = install(bundles["1.0"], target)  # the live run is gone now: its leftover is cleaned
     assert proc.returncode == 0 and leftovers(target.parent) == []
 

@@ -120,20 +120,22 @@ def remove_tree(path: Path) -> None:
 def target_lock(target: Path) -> Iterator[None]:
     """One run per target at a time; holding it proves every staging/previous leftover is dead.
 
-    POSIX: flock on the parent folder (no lock file to leave behind). Windows: a byte lock on
-    `.<leaf>.lock` in the parent, removed afterwards when no one else holds it.
+    A lock on `.<leaf>.lock` in the parent, one per target, so installs into sibling folders do not wait for
+    each other, removed when the run ends. POSIX: flock on a file opened without following links; a run
+    that locked a file another run has since removed sees that its inode is no longer the path's and
+    takes the lock again. Windows: a byte lock (open files cannot be removed there while held).
     """
-    parent = target.parent
+    busy = EngineError("retry", f"another installation into {target} is running; retry when it has finished")
+    lock_path = target.parent / f".{target.name}.lock"
     if WINDOWS:
         import msvcrt
 
-        lock_path = parent / f".{target.name}.lock"
         handle = open(lock_path, "a+b")
         try:
             try:
                 msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined]
             except OSError:
-                raise EngineError("retry", f"another installation into {target} is running; retry when it has finished") from None
+                raise busy from None
             yield
         finally:
             handle.close()
@@ -142,14 +144,29 @@ def target_lock(target: Path) -> Iterator[None]:
         return
     import fcntl
 
-    fd = os.open(parent, os.O_RDONLY)
-    try:
+    while True:
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+        except OSError as exc:  # a link or a folder planted under the lock's name
+            raise EngineError("install", f"cannot open the lock file {lock_path} ({exc.strerror}); remove it if no "
+                                         f"installation is running (nothing was changed)") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise EngineError("retry", f"another installation into {target} is running; retry when it has finished") from None
+            os.close(fd)
+            raise busy from None
+        try:
+            same = os.fstat(fd).st_ino == os.lstat(lock_path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the run before removed it after we opened it: lock the path's file instead
+    try:
         yield
     finally:
+        with contextlib.suppress(OSError):
+            lock_path.unlink()  # while still held: a run waiting on this inode sees it gone and starts again
         os.close(fd)
 
 
