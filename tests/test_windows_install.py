@@ -256,6 +256,28 @@ def test_a_planted_previous_folder_and_planted_modules_are_neither_adopted_nor_r
     assert not marker.exists(), marker.read_text()
 
 
+def test_the_bundle_is_verified_before_any_of_it_runs_the_vc_runtime_step_included(  # type: ignore[no-untyped-def]
+        windows: Wine, bundles: Bundles, tmp_path: Path) -> None:
+    """A changed bundle file stops the install with 11 before the VC++ runtime step, which runs the bundle's
+    VC_redist as administrator where it ships one. With no VC++ runtime on the machine, an install that took
+    that step first stopped with 12 ("ships no VC_redist") and never named the changed file."""
+    bundle = tmp_path / "changed bundle"
+    shutil.copytree(bundles.runtime_1_0_0, bundle)
+    sums = (bundle / "SHA256SUMS").read_text(encoding="utf-8").splitlines()
+    wheel = next(line.split("  ", 1)[1] for line in sums if line.endswith(".whl"))
+    with open(bundle / wheel, "ab") as changed:
+        changed.write(b"\0")
+    assert windows.run(["reg", "delete", VC_KEY, "/f", "/reg:64"]).returncode == 0
+    try:
+        result = install(windows, bundle, "-InstallDir", "C:\\ort\\vc-first", "-NoSelfCheck")
+    finally:
+        for name, value in (("Installed", 1), ("Major", 14), ("Minor", 44), ("Bld", 35208)):
+            windows.reg_add(VC_KEY, name, value)
+    assert result.returncode == CODES["integrity"], result.stderr[-3000:]
+    assert f"{wheel}: FAILED" in result.stderr and "VC_redist" not in result.stderr
+    assert not drive(windows, "C:\\ort\\vc-first").exists()
+
+
 def test_the_startup_self_check_task_is_registered_and_its_command_records_the_result(  # type: ignore[no-untyped-def]
         windows: Wine, installed) -> None:
     """Wine registers and deletes tasks but never runs boot tasks (and keeps no action in its task file): the

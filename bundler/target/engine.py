@@ -90,6 +90,9 @@ class Options:
     dry_run: bool = False
     reboot_pending: bool = False  # Windows: VC_redist asked for a reboot before this run
     restrict_acl: bool = False  # Windows per-machine: Administrators/SYSTEM write, users read
+    #: The bundle's identity when this run has verified the bundle already (windows_setup does, before VC_redist
+    #: runs): every file is read once.
+    verified: Optional[str] = None
 
 
 def load_plan(bundle: Path) -> InstallPlan:
@@ -119,20 +122,6 @@ def read_sums(bundle: Path) -> Dict[str, str]:
     return sums
 
 
-def check_bundle_folder(bundle: Path) -> Dict[str, str]:
-    """SHA256SUMS, after refusing any file in the bundle folder it does not list (issue 27 §1: an added
-    `__pycache__/*.pyc` or Thumbs.db is named and stops the install, exit 11). Cheap: no file is read."""
-    sums = read_sums(bundle)
-    _refuse_unlisted(bundle, sums)
-    return sums
-
-
-def _refuse_unlisted(bundle: Path, sums: Dict[str, str]) -> None:
-    extra = unlisted(bundle, sums)
-    if extra:
-        raise EngineError("integrity", unlisted_message(extra))
-
-
 def verify_bundle(bundle: Path, plan: InstallPlan, log: Log) -> str:
     """Nothing but the listed files in the bundle folder, and every one against SHA256SUMS, before anything
     changes; returns the bundle's identity (the sha256 of SHA256SUMS, which pins every other file)."""
@@ -140,7 +129,9 @@ def verify_bundle(bundle: Path, plan: InstallPlan, log: Log) -> str:
     uncovered = sorted({path for path in plan.inputs() if path not in sums})
     if uncovered:
         raise EngineError("integrity", f"{SUMS_FILE} does not cover {', '.join(uncovered)}, which {PLAN_FILE} uses")
-    _refuse_unlisted(bundle, sums)
+    extra = unlisted(bundle, sums)
+    if extra:
+        raise EngineError("integrity", unlisted_message(extra))
     with ThreadPoolExecutor(max_workers=4) as pool:
         actual = dict(zip(sums, pool.map(lambda rel: _bundle_file_sha256(bundle, rel), sums)))
     failed = [f"{rel}: FAILED ({'missing' if actual[rel] is None else 'sha256 ' + str(actual[rel])}, "
@@ -277,7 +268,7 @@ def check_parent_posix(target: Path) -> None:
 def install(options: Options, log: Log, *, make_environment: MakeEnvironment = make_venv) -> str:
     """The whole install; returns 'installed', 'unchanged' or 'deferred' (self-check after the reboot)."""
     plan = load_plan(options.bundle)
-    bundle_sha256 = verify_bundle(options.bundle, plan, log)
+    bundle_sha256 = options.verified or verify_bundle(options.bundle, plan, log)
     if make_environment is make_venv:
         check_python(plan)
     target = options.install_dir

@@ -448,8 +448,9 @@ def _install(engine, bundle: Path, info: BundleInfo, switches: Switches, *, admi
     log(f"installing {info.name}-{info.version} from {bundle} with {sys.executable} "
         f"({'administrator' if admin else 'standard user'})")
     refuse_msi_route(info.name)
-    engine.check_bundle_folder(bundle)  # nothing unlisted in the bundle folder, before anything changes
     plan = engine.load_plan(bundle)
+    # Every file against SHA256SUMS and nothing unlisted, before any of the bundle runs (VC_redist, the engine).
+    verified = engine.verify_bundle(bundle, plan, log)
     target = resolve_install_dir(switches.value("InstallDir") or default_install_dir(info.name),
                                  budget=install_budget(plan, bundle))
     cache_dir = switches.value("CacheDir")
@@ -475,7 +476,7 @@ def _install(engine, bundle: Path, info: BundleInfo, switches: Switches, *, admi
     check_files_free(target, read_receipt(target) if target.is_dir() else None, log)
     options = engine.Options(bundle=bundle, install_dir=target, force="Force" in switches.flags,
                              self_check="NoSelfCheck" not in switches.flags, cache_dir=cache_dir, dry_run=whatif,
-                             reboot_pending=reboot or bool(pending), restrict_acl=admin)
+                             reboot_pending=reboot or bool(pending), restrict_acl=admin, verified=verified)
     outcome = engine.install(options, log)
     if whatif:
         return INSTALL_EXIT_CODES["ok"]
