@@ -67,7 +67,8 @@ def refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, *expe
 
 @pytest.mark.parametrize("name", ["PATH", "Path", "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONHOME", "PYTHONPATH",
                                   "PYTHONSTARTUP", "PYTHONUSERBASE", "ORT_BUNDLE_ROOT", "ORT_BUNDLE_PYTHON",
-                                  "ort_bundle_cache_dir", "root", "python", "TEMP", "DYLD_INSERT_LIBRARIES"])
+                                  "ort_bundle_cache_dir", "root", "python", "TEMP", "DYLD_INSERT_LIBRARIES",
+                                  "PYTHONPYCACHEPREFIX", "PythonDontWriteBytecode"])
 def test_env_names_the_runtime_owns_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str) -> None:
     line = refused(tmp_path, capsys, manifest_text(launch=f'env = {{ {name} = "/tmp/elsewhere" }}'),
                    f"launch.env.{name}: found '{name}', a variable the launcher or the runtime sets itself")
