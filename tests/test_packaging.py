@@ -23,7 +23,8 @@ def test_wheel_carries_templates_and_a_plain_install_uses_them(tmp_path: Path) -
         names = set(archive.namelist())
     for required in ("bundler/templates/install.sh.j2", "bundler/templates/install.ps1.j2",
                      "bundler/templates/manifest.toml.j2", "bundler/target/selfcheck.py", "bundler/target/engine.py",
-                     "bundler/target/identity.onnx", "bundler/templates/try-in-sandbox.cmd.j2", "bundler/target/sandbox.py"):
+                     "bundler/target/identity.onnx", "bundler/templates/try-in-sandbox.cmd.j2", "bundler/target/sandbox.py",
+                     "bundler/templates/windows/README-INSTALL.txt.j2", "bundler/templates/linux/README-INSTALL.txt.j2"):
         assert required in names
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
@@ -42,4 +43,4 @@ def test_wheel_carries_templates_and_a_plain_install_uses_them(tmp_path: Path) -
               " default_install_dir='C:\\\\ort\\\\a');"
               "print(sorted(render_scripts(ctx)))")
     out = subprocess.run([sys.executable, "-c", script], env=env, cwd=work, capture_output=True, text=True, check=True)
-    assert "install.ps1" in out.stdout and "payload/launchers/run.cmd" in out.stdout
+    assert "install.ps1" in out.stdout and "payload/launchers/run.cmd" in out.stdout and "README-INSTALL.txt" in out.stdout

@@ -160,8 +160,9 @@ def make_environment(compiled: Path | None = None) -> jinja2.Environment:
 
 
 def _load_template(name: str) -> str:
-    """Read a template through importlib.resources, so an installed wheel finds it too."""
-    resource = resources.files("bundler.templates").joinpath(name)
+    """Read a template through importlib.resources, so an installed wheel finds it too; `name` may name a
+    platform's folder (windows/README-INSTALL.txt.j2)."""
+    resource = resources.files("bundler.templates").joinpath(*name.split("/"))
     if not resource.is_file():
         msg = f"template {name!r} is not in the bundler.templates package; the installation is incomplete"
         raise BuildError(msg)
@@ -186,10 +187,21 @@ _OUTPUTS: Mapping[str, Mapping[str, str]] = {
     },
 }
 _COMMON = {
-    "README-INSTALL.txt": "README-INSTALL.txt.j2",
     "payload/launchers/ort_bundle_hook.py": "ort_bundle_hook.py.j2",
     "payload/launchers/ort_bundle_hook.pth": "ort_bundle_hook.pth.j2",
 }
+
+
+#: The folder of each platform's own templates. A text that differs by platform is one shared template
+#: (README-INSTALL.txt.j2, onnxruntimeConfig.cmake.j2) that the platform's template of the same name
+#: extends, filling its blocks: no template asks which platform it is. The one place a template is
+#: chosen by platform.
+_PLATFORM_FOLDERS: Mapping[str, str] = {WINDOWS.tag: "windows", LINUX.tag: "linux"}
+
+
+def platform_template(platform: str, name: str) -> str:
+    """The template that renders `name` for `platform`: the platform's own, which extends the shared one."""
+    return f"{_PLATFORM_FOLDERS[platform]}/{name}"
 
 
 def render_scripts(ctx: ScriptContext, *, compiled: Path | None = None) -> dict[str, bytes]:
@@ -197,7 +209,8 @@ def render_scripts(ctx: ScriptContext, *, compiled: Path | None = None) -> dict[
     _validate(ctx)
     env = make_environment(compiled)
     values = _template_values(ctx)
-    outputs = {**_OUTPUTS[ctx.platform], **_COMMON}
+    readme = {"README-INSTALL.txt": platform_template(ctx.platform, "README-INSTALL.txt.j2")}
+    outputs = {**_OUTPUTS[ctx.platform], **_COMMON, **readme}
     return {path: encode_script(path, env.get_template(template).render(values), platform=ctx.platform)
             for path, template in sorted(outputs.items())}
 
@@ -225,6 +238,7 @@ def _template_values(ctx: ScriptContext) -> dict[str, object]:
         "version": ctx.version,
         "install_id": f"{ctx.name}-{ctx.version}",
         "platform": ctx.platform,
+        "dll_path_variable": TARGETS[ctx.platform].dll_path_variable,
         "python": ctx.python,
         "vc_runtime_min": ctx.vc_runtime_min,
         "vc_redist": ctx.vc_redist,

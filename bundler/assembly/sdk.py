@@ -25,7 +25,7 @@ from typing import Any
 
 from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.facts import SdkFact
-from bundler.assembly.render import make_environment
+from bundler.assembly.render import make_environment, platform_template
 from bundler.errors import BuildError
 from bundler.hashing import file_sha256
 from bundler.platforms import target_platform
@@ -151,14 +151,14 @@ def render_sdk_files(archive: OrtArchive, *, platform: str, gpu_dlls: list[str],
     layout = _Layout.of(platform, archive.version)
     major, minor, _ = archive.version.split(".")
     values = {
-        "version": archive.version, "major": major, "minor": minor, "commit": archive.commit, "windows": windows,
+        "version": archive.version, "major": major, "minor": minor, "commit": archive.commit,
         "library": layout.library, "import_library": layout.import_library,
         "soname": None if windows else _soname(layout.library),
         "runtime_files": _runtime_files(archive, platform), "gpu_dlls": gpu_dlls, "model": model,
     }
     env = make_environment()
     outputs = {
-        f"{CMAKE_DIR}/onnxruntimeConfig.cmake": "onnxruntimeConfig.cmake.j2",
+        f"{CMAKE_DIR}/onnxruntimeConfig.cmake": platform_template(platform, "onnxruntimeConfig.cmake.j2"),
         f"{CMAKE_DIR}/onnxruntimeConfigVersion.cmake": "onnxruntimeConfigVersion.cmake.j2",
         f"{SAMPLE_DIR}/CMakeLists.txt": "sdk_sample_CMakeLists.txt.j2",
         f"{SAMPLE_DIR}/main.c": "sdk_sample_main.c.j2",
