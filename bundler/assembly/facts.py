@@ -108,7 +108,9 @@ class SdkFact:
 
 
 @dataclass(frozen=True, kw_only=True)
-class WindowsFact:
+class ClosureFact:
+    """What the DLL closure check found (the Windows backend's part): bundle.json's closure and VC++ minimum."""
+
     dll_closure: Published
     vc_runtime_min: str | None  # what the scripts require: the computed minimum, possibly raised by the manifest
     vc_runtime_min_computed: str | None
@@ -146,7 +148,7 @@ class Facts:
     selfcheck: Fact[SelfCheckFact] = Fact("selfcheck")
     gpu: Fact[GpuFact | None] = Fact("gpu")
     sdk: Fact[SdkFact | None] = Fact("sdk")
-    windows: Fact[WindowsFact | None] = Fact("windows")
+    closure: Fact[ClosureFact | None] = Fact("closure")
     vc_redist: Fact[VcRedistFact | None] = Fact("vc_redist")
     models: Fact[tuple[Published, ...]] = Fact("models")
     entry_point: Fact[EntryPoint | None] = Fact("entry_point")
