@@ -1,7 +1,7 @@
 """The `Assembly`: what the bundle will hold, keyed by bundle-relative path, and the facts its parts hand on.
 
 Every part writes into an `Assembly` and reads what it needs from a `BuildInputs`; neither imports a
-part, so the parts can be tested one at a time and the order lives in one place (`parts.PARTS`).
+part, so the parts can be tested one at a time and the order lives in one place (`parts.parts_for`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What one part of the assembly computes and a later part, or the records, need.
 
 Each fact is a typed slot that exactly one part sets, once. Reading a fact before its part has run is a
-bug in the order of `bundler.assembly.parts.PARTS`, and it fails loudly, naming that part, instead of
+bug in the order of `bundler.assembly.parts.parts_for`, and it fails loudly, naming that part, instead of
 handing the reader a silent `None` (which once let the scripts skip the VC++ check). A part whose
 section is absent from the manifest still sets its facts, to `None` or an empty tuple, so "not
 applicable" and "not computed yet" can never be confused.
