@@ -10,7 +10,7 @@ import tarfile
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -68,15 +68,7 @@ class _Layout:
 
     @classmethod
     def of(cls, platform: str, version: str) -> _Layout:
-        return _LAYOUTS[TARGETS[platform].binary_format](version)
-
-
-#: The archive's main library by the binary format of its platform: a DLL with its import library, or the fully
-#: versioned shared object (no import library: a program links the .so itself).
-_LAYOUTS = {
-    "pe": lambda version: _Layout(library="lib/onnxruntime.dll", import_library="lib/onnxruntime.lib"),
-    "elf": lambda version: _Layout(library=f"lib/libonnxruntime.so.{version}", import_library=None),
-}
+        return _format(platform).layout(version)
 
 
 def inspect_ort_archive(path: Path, *, label: str, platform: str, expected_version: str | None = None) -> OrtArchive:
@@ -122,10 +114,7 @@ def _is_binary(rel: str, platform: str) -> bool:
     path = PurePosixPath(rel)
     if path.parent.as_posix() != "lib":
         return False
-    return bool(_LIBRARY_NAME[TARGETS[platform].binary_format].search(path.name))
-
-
-_LIBRARY_NAME = {"pe": re.compile(r"\.dll$", re.IGNORECASE), "elf": _SHARED_OBJECT}
+    return bool(_format(platform).library_name.search(path.name))
 
 
 def _top_folder(names: list[str], *, label: str) -> str:
@@ -142,7 +131,7 @@ def _read_facts(root: Path, *, top: str, files: tuple[str, ...], links: dict[str
                 platform: str) -> OrtArchive:
     version = _read_text(root, "VERSION_NUMBER", files, label=label)
     commit = _read_text(root, "GIT_COMMIT_ID", files, label=label)
-    version_of = _VERSION_READERS[TARGETS[platform].binary_format]
+    version_of = _format(platform).file_version
     binaries = {rel: version_of(root / rel, label=f"{label}: {rel}") for rel in files if _is_binary(rel, platform)}
     return OrtArchive(top=top, version=version, commit=commit, files=files, binaries=binaries, links=links)
 
@@ -161,9 +150,6 @@ def _file_version(path: Path, *, label: str) -> str | None:
 def _no_version(path: Path, *, label: str) -> str | None:
     """A shared object carries no version resource; its build-info string is checked instead."""
     return None
-
-
-_VERSION_READERS = {"pe": _file_version, "elf": _no_version}
 
 
 def _disagreements(archive: OrtArchive, root: Path, *, label: str, platform: str,
@@ -204,7 +190,7 @@ def _binary_problems(archive: OrtArchive, root: Path, *, platform: str) -> list[
         if not _PLAIN_NAME.match(PurePosixPath(rel).name):
             problems.append(f"{rel} has a name with characters other than letters, digits and . _ + -")
         else:
-            problems += _FORMAT_PROBLEMS[TARGETS[platform].binary_format](archive, rel, root / rel, platform=platform)
+            problems += _format(platform).problems(archive, rel, root / rel, platform=platform)
     versions = sorted({v for v in archive.binaries.values() if v is not None})
     if len(versions) > 1:
         problems.append(f"its DLLs carry different FileVersions {versions}, expected one build")
@@ -240,8 +226,31 @@ def _dll_problems(archive: OrtArchive, rel: str, path: Path, *, platform: str) -
     return problems
 
 
-#: What each binary of the archive must be, by the binary format of its platform.
-_FORMAT_PROBLEMS = {"pe": _dll_problems, "elf": _elf_problems}
+@dataclass(frozen=True, kw_only=True)
+class _BinaryFormat:
+    """What an archive's libraries are in one binary format (`TargetPlatform.binary_format`): their names, the
+    main library's layout, the version each states and what each must be."""
+
+    layout: Callable[[str], _Layout]  # of the ORT version
+    library_name: re.Pattern[str]
+    file_version: Callable[..., str | None]  # (path, *, label)
+    problems: Callable[..., list[str]]  # (archive, rel, path, *, platform)
+
+
+_FORMATS = {
+    # A DLL, its import library for the linker, and a FileVersion naming the commit.
+    "pe": _BinaryFormat(layout=lambda version: _Layout(library="lib/onnxruntime.dll",
+                                                       import_library="lib/onnxruntime.lib"),
+                        library_name=re.compile(r"\.dll$", re.IGNORECASE), file_version=_file_version,
+                        problems=_dll_problems),
+    # The fully versioned shared object, which a program links itself (no import library), and no version resource.
+    "elf": _BinaryFormat(layout=lambda version: _Layout(library=f"lib/libonnxruntime.so.{version}", import_library=None),
+                         library_name=_SHARED_OBJECT, file_version=_no_version, problems=_elf_problems),
+}
+
+
+def _format(platform: str) -> _BinaryFormat:
+    return _FORMATS[TARGETS[platform].binary_format]
 
 
 def _build_info_problems(archive: OrtArchive, library: Path, rel: str) -> list[str]:
