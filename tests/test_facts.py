@@ -10,21 +10,22 @@ from conftest import MANIFESTS, part_inputs
 
 from bundler.assembly import parts
 from bundler.assembly.assembly import Assembly
+from bundler.assembly.closure import add_vc_redist, check_windows
 from bundler.assembly.facts import FactOrderError, Facts, SelfCheckFact
 from bundler.assembly.launch import add_scripts
 from bundler.assembly.models import add_models
-from bundler.assembly.parts import PARTS, add_all
+from bundler.assembly.parts import add_all
 from bundler.assembly.records import bundle_info
 from bundler.assembly.sdk import add_sdk
-from bundler.assembly.windows import add_vc_redist, check_windows
 from bundler.errors import BuildError
 from bundler.manifest import load, parse
+from bundler.platforms import BACKENDS, linux, windows
 
 
 def test_reading_a_fact_before_its_part_ran_names_that_part() -> None:
     facts = Facts()
-    with pytest.raises(FactOrderError, match="the fact 'windows' was read before the part 'windows' set it"):
-        _ = facts.windows
+    with pytest.raises(FactOrderError, match="the fact 'closure' was read before the part 'closure' set it"):
+        _ = facts.closure
 
 
 def test_a_fact_is_set_once() -> None:
@@ -38,7 +39,7 @@ def test_a_part_run_before_the_part_it_depends_on_fails_instead_of_reading_none(
     """The scripts enforce the VC++ minimum that the Windows checks compute: run them first and the build stops
     naming the Windows part, where a dict lookup once returned None and the scripts skipped the check."""
     manifest = load(MANIFESTS / "quickstart-win.toml")
-    with pytest.raises(FactOrderError, match="part 'windows'"):
+    with pytest.raises(FactOrderError, match="part 'closure'"):
         add_scripts(Assembly(), part_inputs(manifest, work=tmp_path))
 
 
@@ -48,7 +49,7 @@ def test_reordering_the_parts_is_caught(tmp_path: Path) -> None:
     manifest = parse({**raw, "vc_redist": {"path": "VC_redist.x64.exe", "sha256": "0" * 64}},
                      path=MANIFESTS / "quickstart-win.toml")
     reordered = (add_vc_redist, check_windows)
-    with pytest.raises(FactOrderError, match="part 'windows'"):
+    with pytest.raises(FactOrderError, match="part 'closure'"):
         add_all(Assembly(), part_inputs(manifest, work=tmp_path), parts=reordered)
 
 
@@ -60,11 +61,28 @@ def test_the_sdk_part_needs_the_selfcheck_and_gpu_parts_first(tmp_path: Path) ->
         add_sdk(Assembly(), part_inputs(manifest, work=tmp_path))
 
 
-def test_every_part_runs_once_in_one_order() -> None:
-    assert len(set(PARTS)) == len(PARTS)
-    order = [part.__name__ for part in PARTS]
-    assert order.index("add_gpu") < order.index("add_sdk") < order.index("check_windows") < order.index("add_vc_redist")
+@pytest.mark.parametrize("backend", BACKENDS.values(), ids=BACKENDS)
+def test_every_part_runs_once_in_one_order(backend) -> None:
+    order = [part.__name__ for part in backend.parts]
+    assert len(set(order)) == len(order)
+    assert order.index("add_gpu") < order.index("add_sdk") < order.index("add_models")
     assert order.index("add_entry_point") < order.index("add_scripts")
+
+
+def test_the_windows_backend_places_its_native_parts_between_the_sdk_and_the_scripts() -> None:
+    order = [part.__name__ for part in windows.parts]
+    assert (order.index("add_sdk") < order.index("add_app_local_runtime") < order.index("check_windows")
+            < order.index("add_vc_redist") < order.index("add_scripts"))
+    assert order.index("add_engine") < order.index("add_bundle_tools")
+
+
+def test_the_linux_backend_has_none_of_the_windows_parts_and_says_so_in_the_facts(tmp_path: Path) -> None:
+    """A Linux bundle ships no sandbox tool, and its records read 'not applicable', not 'not computed yet'."""
+    names = {part.__name__ for part in linux.parts}
+    assert not names & {"add_app_local_runtime", "check_windows", "add_vc_redist", "add_bundle_tools"}
+    assembly = Assembly()
+    linux.no_native_checks(assembly, part_inputs(load(MANIFESTS / "quickstart-linux.toml"), work=tmp_path))
+    assert (assembly.facts.app_local, assembly.facts.closure, assembly.facts.vc_redist) == ((), None, None)
 
 
 def test_bundle_info_reads_only_facts_that_parts_set(tmp_path: Path) -> None:

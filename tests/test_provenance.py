@@ -27,7 +27,7 @@ from bundler.assembly.assembly import Assembly
 from bundler.assembly.facts import Facts, GpuFact
 from bundler.assembly.launch import add_scripts
 from bundler.assembly.licenses import add_licenses
-from bundler.assembly.parts import PARTS, add_all
+from bundler.assembly.parts import add_all
 from bundler.assembly.sbom import (
     PATH_PROPERTY,
     SBOM,
@@ -48,6 +48,7 @@ from bundler.commands.build import build
 from bundler.errors import BuildError, InputUnavailableError
 from bundler.hashing import file_sha256
 from bundler.manifest import Manifest, load
+from bundler.platforms import backend_for
 from bundler.readers.pe import inspect_pe
 from bundler.readers.signatures import SignatureEvidence
 from bundler.sources.cache import Cache
@@ -284,7 +285,8 @@ def quickstart_assembly(name: str, cache_root: Path, work: Path) -> tuple[Manife
     files = cached_inputs(all_inputs(manifest), cache)
     assembly = Assembly()
     inputs = part_inputs(manifest, lock=load_lock(manifest), files=files, work=work, cache=cache)
-    add_all(assembly, inputs, parts=PARTS[:PARTS.index(add_scripts) + 1])
+    parts = backend_for(inputs.target).parts
+    add_all(assembly, inputs, parts=parts[:parts.index(add_scripts) + 1])
     return manifest, assembly
 
 

@@ -44,11 +44,11 @@ THIS_VERSION = "{}.{}.{}".format(*sys.version_info[:3])
 
 
 def linux(path: Path, tmp_path: Path, *, python: str = MINOR):
-    return read_runtime(path, label="python.runtime", windows=False, python=python, dest=tmp_path / "out")
+    return read_runtime(path, label="python.runtime", layout="standalone", python=python, dest=tmp_path / "out")
 
 
 def windows(path: Path, tmp_path: Path, *, python: str = "3.11"):
-    return read_runtime(path, label="python.runtime", windows=True, python=python, dest=tmp_path / "out")
+    return read_runtime(path, label="python.runtime", layout="embeddable", python=python, dest=tmp_path / "out")
 
 
 # -- Linux --------------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ CHECK = ("import json, sys; sys.path.insert(0, sys.argv[1]); import interpreter;
 def installed(pbs_standin: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An install root with spaces holding the bundled interpreter as python/ and the check in selfcheck/."""
     root = tmp_path_factory.mktemp("install") / "my app"
-    runtime = read_runtime(pbs_standin, label="runtime", windows=False, python=MINOR, dest=root / "unpacked")
+    runtime = read_runtime(pbs_standin, label="runtime", layout="standalone", python=MINOR, dest=root / "unpacked")
     runtime.root.rename(root / "python")
     (root / "selfcheck").mkdir()
     shutil.copy2(interpreter.__file__, root / "selfcheck" / "interpreter.py")

@@ -16,7 +16,7 @@ from jinja2 import nodes
 from test_render import context
 
 from bundler.assembly.render import make_environment, platform_template, render_scripts
-from bundler.platforms import TARGETS
+from bundler.target_platform import TARGETS
 
 #: Names and values that say which platform a template renders for.
 _PLATFORM_NAMES = {"platform", "windows"}

@@ -354,7 +354,7 @@ def test_run_ps1_and_readme_for_a_program_entry_point() -> None:
 
 
 @pytest.mark.parametrize(("platform", "program", "problem"), [
-    ("win_amd64", "app/tool.py", "[launch] program 'app/tool.py' must be a .exe file on Windows"),
+    ("win_amd64", "app/tool.py", "[launch] program 'app/tool.py' must be a .exe file on win_amd64"),
     ("win_amd64", "../tool.exe", "[launch] program '../tool.exe' must not contain empty, '.' or '..' parts"),
     ("linux_x86_64", "app/to&ol", "[launch] program 'app/to&ol' must be printable ASCII without shell metacharacters"),
 ])

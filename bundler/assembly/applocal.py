@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 
 from bundler.assembly.assembly import Assembly, BuildInputs
-from bundler.assembly.windows import payload_binaries
+from bundler.assembly.closure import payload_binaries
 from bundler.errors import BuildError
 from bundler.hashing import file_sha256
 
@@ -25,7 +25,7 @@ GPU_PROVIDER = "onnxruntime_providers_cuda.dll"
 def add_app_local_runtime(assembly: Assembly, build: BuildInputs) -> None:
     entry, sdk, gpu, python_env = (assembly.facts.entry_point, assembly.facts.sdk, assembly.facts.gpu,
                                    assembly.facts.python_env)
-    if entry is None or entry.kind != "program" or not build.target.windows:
+    if entry is None or entry.kind != "program":
         assembly.facts.app_local = ()
         return
     folder = PurePosixPath(entry.value).parent

@@ -1,7 +1,7 @@
 """The `Assembly`: what the bundle will hold, keyed by bundle-relative path, and the facts its parts hand on.
 
 Every part writes into an `Assembly` and reads what it needs from a `BuildInputs`; neither imports a
-part, so the parts can be tested one at a time and the order lives in one place (`parts.PARTS`).
+part, so the parts can be tested one at a time and the order lives in one place (`parts.parts_for`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 from bundler.assembly.facts import Facts
 from bundler.errors import BuildError
 from bundler.manifest import Manifest
-from bundler.platforms import TargetPlatform, target_platform
 from bundler.sources.cache import Cache
 from bundler.sources.lock import Lock
+from bundler.target_platform import TargetPlatform, target_platform
 from bundler.writer.members import Member
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ class Assembly:
     facts: Facts = field(default_factory=Facts)
     copies: list[Copy] = field(default_factory=list)
     site_packages_files: list[Copy] = field(default_factory=list)
-    binaries: dict[str, dict[str, Path]] = field(default_factory=dict)  # member → its PE files (windows.payload_binaries)
+    binaries: dict[str, dict[str, Path]] = field(default_factory=dict)  # member → its PE files (closure.payload_binaries)
 
     def add_file(self, path: str, source: Path, sha256: str, *, executable: bool = False) -> None:
         self._check_new(path)

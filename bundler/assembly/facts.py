@@ -1,7 +1,7 @@
 """What one part of the assembly computes and a later part, or the records, need.
 
 Each fact is a typed slot that exactly one part sets, once. Reading a fact before its part has run is a
-bug in the order of `bundler.assembly.parts.PARTS`, and it fails loudly, naming that part, instead of
+bug in the order of `bundler.assembly.parts.parts_for`, and it fails loudly, naming that part, instead of
 handing the reader a silent `None` (which once let the scripts skip the VC++ check). A part whose
 section is absent from the manifest still sets its facts, to `None` or an empty tuple, so "not
 applicable" and "not computed yet" can never be confused.
@@ -108,7 +108,9 @@ class SdkFact:
 
 
 @dataclass(frozen=True, kw_only=True)
-class WindowsFact:
+class ClosureFact:
+    """What the DLL closure check found (the Windows backend's part): bundle.json's closure and VC++ minimum."""
+
     dll_closure: Published
     vc_runtime_min: str | None  # what the scripts require: the computed minimum, possibly raised by the manifest
     vc_runtime_min_computed: str | None
@@ -146,7 +148,7 @@ class Facts:
     selfcheck: Fact[SelfCheckFact] = Fact("selfcheck")
     gpu: Fact[GpuFact | None] = Fact("gpu")
     sdk: Fact[SdkFact | None] = Fact("sdk")
-    windows: Fact[WindowsFact | None] = Fact("windows")
+    closure: Fact[ClosureFact | None] = Fact("closure")
     vc_redist: Fact[VcRedistFact | None] = Fact("vc_redist")
     models: Fact[tuple[Published, ...]] = Fact("models")
     entry_point: Fact[EntryPoint | None] = Fact("entry_point")

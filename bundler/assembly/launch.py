@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from importlib import resources
 from typing import Literal
 
@@ -17,7 +16,6 @@ from bundler.assembly.render import (
 )
 from bundler.errors import ManifestError
 from bundler.manifest import Input
-from bundler.platforms import WINDOWS
 from bundler.sources.cache import cached_sha256
 from bundler.sources.inputs import INSTALLER_KEY
 
@@ -46,10 +44,10 @@ def add_scripts(assembly: Assembly, build: BuildInputs) -> None:
     """Installer, uninstaller, launchers and the venv start-up hook, rendered for the target."""
     manifest, facts, target = build.manifest, assembly.facts, build.target
     bundle = manifest.bundle
-    windows, gpu, vc_redist, python_env = facts.windows, facts.gpu, facts.vc_redist, facts.python_env
+    closure, gpu, vc_redist, python_env = facts.closure, facts.gpu, facts.vc_redist, facts.python_env
     context = ScriptContext(
         name=bundle.name, version=bundle.version, platform=bundle.platform, python=bundle.python,
-        vc_runtime_min=windows.vc_runtime_min if windows else None, vc_redist=vc_redist.file if vc_redist else None,
+        vc_runtime_min=closure.vc_runtime_min if closure else None, vc_redist=vc_redist.file if vc_redist else None,
         gpu_dll_dirs=gpu.dll_dirs if gpu else (), gpu_preload=gpu.preload if gpu else (),
         dll_dirs=python_env.dll_dirs if python_env else (), entry_point=facts.entry_point,
         cache_dir=manifest.launch.cache_dir, env=manifest.launch.env, apply_tuning=manifest.launch.apply_tuning,
@@ -153,15 +151,10 @@ def _sandbox_files() -> dict[str, bytes]:
     return {SANDBOX_HELPER: bootstrap("sandbox", "Windows Sandbox launcher"), f"{ENGINE_PACKAGE}/sandbox.py": module}
 
 
-#: Per target: the tools that run from the unpacked bundle (bundle path -> bytes), shipped in the `ortengine`
-#: package but never installed.
-BUNDLE_TOOLS: dict[str, Callable[[], dict[str, bytes]]] = {WINDOWS.tag: _sandbox_files}
-
-
 def add_bundle_tools(assembly: Assembly, build: BuildInputs) -> None:
-    """What runs from the unpacked bundle itself, not from the install (try-in-sandbox.cmd's module on Windows)."""
-    tools = BUNDLE_TOOLS.get(build.manifest.bundle.platform)
-    for path, data in sorted((tools() if tools else {}).items()):
+    """What runs from the unpacked bundle itself, not from the install: try-in-sandbox.cmd's module, shipped in the
+    `ortengine` package but never installed (the Windows backend's part)."""
+    for path, data in sorted(_sandbox_files().items()):
         assembly.add_bytes(path, data)
 
 

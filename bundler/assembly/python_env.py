@@ -16,11 +16,11 @@ from bundler.assembly.wheelbuild import capi_wheel
 from bundler.derived import DerivedCache
 from bundler.errors import ManifestError
 from bundler.manifest import Manifest
-from bundler.platforms import target_platform
 from bundler.readers.archives import SafeArchive
 from bundler.readers.wheels import verify_official_wheel, wheel_metadata
 from bundler.sources.cache import Cache, cached_sha256
 from bundler.sources.lock import LockedWheel, requirements_txt
+from bundler.target_platform import target_platform
 
 
 def site_packages(manifest: Manifest) -> str:

@@ -15,10 +15,10 @@ from bundler import __version__
 from bundler.assembly.assembly import Assembly, BuildInputs, Copy
 from bundler.assembly.runtime import RUNTIME_INSTALL_DIR
 from bundler.errors import BuildError
-from bundler.platforms import TargetPlatform
 from bundler.sources.lock import lock_text
 from bundler.target.bundle_info import BUNDLE_FILE, BundleInfo
 from bundler.target.records import PLAN_FILE, InstallPlan, PlanEntry, RecordError, VenvPlan
+from bundler.target_platform import TargetPlatform
 from bundler.writer.members import Member
 
 WHEELS = "payload/wheels/"
@@ -29,7 +29,7 @@ LOCK_FILE = "lock.toml"  # the lock the bundle was built from (not installed)
 
 def bundle_info(assembly: Assembly, build: BuildInputs) -> BundleInfo:
     facts, bundle = assembly.facts, build.manifest.bundle
-    python_env, gpu, sdk, windows, vc_redist = facts.python_env, facts.gpu, facts.sdk, facts.windows, facts.vc_redist
+    python_env, gpu, sdk, closure, vc_redist = facts.python_env, facts.gpu, facts.sdk, facts.closure, facts.vc_redist
     return BundleInfo(
         name=bundle.name, version=bundle.version, platform=bundle.platform, python=bundle.python,
         python_tag=bundle.python_tag, built_with={"ort-bundler": __version__}, manifest=dict(build.manifest.raw),
@@ -41,9 +41,9 @@ def bundle_info(assembly: Assembly, build: BuildInputs) -> BundleInfo:
         entry_point={facts.entry_point.kind: facts.entry_point.value} if facts.entry_point else None,
         app_local_runtime=list(facts.app_local), gpu=gpu.record if gpu else None,
         ort_archive=sdk.ort_archive if sdk else None, sdk=sdk.sdk if sdk else None,
-        dll_closure=windows.dll_closure if windows else None,
-        vc_runtime_min=windows.vc_runtime_min if windows else None,
-        vc_runtime_min_computed=windows.vc_runtime_min_computed if windows else None,
+        dll_closure=closure.dll_closure if closure else None,
+        vc_runtime_min=closure.vc_runtime_min if closure else None,
+        vc_runtime_min_computed=closure.vc_runtime_min_computed if closure else None,
         vc_redist=vc_redist.to_json() if vc_redist else None,
         signatures=list(facts.signatures), licenses=list(facts.licenses),
         python_runtime=facts.runtime.record if facts.runtime else None,
@@ -62,12 +62,9 @@ def add_records(assembly: Assembly, build: BuildInputs) -> None:
 
 def _venv_layout(target: TargetPlatform, python: str) -> VenvPlan:
     """Where `python -m venv` puts things on the target (below venv/), and the installer's launcher kind."""
-    if target.windows:
-        return VenvPlan(dir="venv", interpreter="Scripts/python.exe", scripts="Scripts", site_packages="Lib/site-packages",
-                        script_kind="win-amd64", wheels=(), requirements=f"{WHEELS}requirements.txt",
-                        site_packages_files=())
-    return VenvPlan(dir="venv", interpreter="bin/python", scripts="bin", site_packages=f"lib/python{python}/site-packages",
-                    script_kind="posix", wheels=(), requirements=f"{WHEELS}requirements.txt", site_packages_files=())
+    return VenvPlan(dir="venv", interpreter=f"{target.venv_scripts}/{target.interpreter}", scripts=target.venv_scripts,
+                    site_packages=target.venv_site_packages(python), script_kind=target.script_kind, wheels=(),
+                    requirements=f"{WHEELS}requirements.txt", site_packages_files=())
 
 
 def _runtime_layout(assembly: Assembly, build: BuildInputs, venv: VenvPlan) -> tuple[VenvPlan, list[Copy]]:
@@ -79,9 +76,8 @@ def _runtime_layout(assembly: Assembly, build: BuildInputs, venv: VenvPlan) -> t
         return venv, list(assembly.copies)
     home = f"{RUNTIME_INSTALL_DIR}/"
     files = tuple(_entry(c) for c in sorted(assembly.copies, key=lambda c: c.target) if c.target.startswith(home))
-    scripts = "Scripts" if build.target.windows else "bin"
     layout = replace(venv, dir=RUNTIME_INSTALL_DIR, interpreter=runtime.interpreter.removeprefix(home),
-                     scripts=scripts, site_packages=runtime.site_packages.removeprefix(home), runtime=files)
+                     scripts=build.target.venv_scripts, site_packages=runtime.site_packages.removeprefix(home), runtime=files)
     return layout, [c for c in assembly.copies if not c.target.startswith(home)]
 
 

@@ -21,8 +21,8 @@ from typing import Literal
 import jinja2
 
 from bundler.errors import BuildError
-from bundler.platforms import LINUX, TARGETS, WINDOWS
 from bundler.target.records import INSTALL_EXIT_CODES
+from bundler.target_platform import LINUX, TARGETS, WINDOWS
 
 __all__ = ["INSTALL_EXIT_CODES", "EntryPoint", "ScriptContext", "render_scripts"]
 
@@ -196,12 +196,9 @@ _COMMON = {
 #: (README-INSTALL.txt.j2, onnxruntimeConfig.cmake.j2) that the platform's template of the same name
 #: extends, filling its blocks: no template asks which platform it is. The one place a template is
 #: chosen by platform.
-_PLATFORM_FOLDERS: Mapping[str, str] = {WINDOWS.tag: "windows", LINUX.tag: "linux"}
-
-
 def platform_template(platform: str, name: str) -> str:
     """The template that renders `name` for `platform`: the platform's own, which extends the shared one."""
-    return f"{_PLATFORM_FOLDERS[platform]}/{name}"
+    return f"{TARGETS[platform].name}/{name}"
 
 
 def render_scripts(ctx: ScriptContext, *, compiled: Path | None = None) -> dict[str, bytes]:
@@ -227,8 +224,8 @@ def encode_script(path: str, text: str, *, platform: str) -> bytes:
         except UnicodeEncodeError as exc:
             msg = f"{path} would contain the non-ASCII text {exc.object[exc.start:exc.end]!r}; cmd.exe cannot read it reliably"
             raise BuildError(msg) from None
-    if suffix == ".txt" and TARGETS[platform].windows:
-        return lines.replace("\n", "\r\n").encode("utf-8")
+    if suffix == ".txt":  # read by a person, in the target's own editor
+        return lines.replace("\n", TARGETS[platform].newline).encode("utf-8")
     return lines.encode("utf-8")
 
 
@@ -286,8 +283,15 @@ def _validate(ctx: ScriptContext) -> None:
             problems.append(f"{label} {rel!r} {problem}")
     if ctx.entry_point and ctx.entry_point.kind == "module" and not _MODULE.match(ctx.entry_point.value):
         problems.append(f"[launch] module {ctx.entry_point.value!r} is not a dotted Python module name")
-    if TARGETS[ctx.platform].windows:
-        problems += _windows_problems(ctx)
+    program = ctx.entry_point if ctx.entry_point and ctx.entry_point.kind == "program" else None
+    target = TARGETS.get(ctx.platform)
+    suffix = target.program_suffix if target else ""
+    if program and not program.value.lower().endswith(suffix):
+        problems.append(f"[launch] program {program.value!r} must be a {suffix} file on {ctx.platform}")
+    if ctx.vc_runtime_min and not re.fullmatch(r"\d+\.\d+\.\d+(\.\d+)?", ctx.vc_runtime_min):
+        problems.append(f"vc_runtime_min {ctx.vc_runtime_min!r} is not a version like '14.40.33810'")
+    if any(PurePosixPath(path).suffix == ".cmd" for path in _OUTPUTS.get(ctx.platform, {})):
+        problems += _cmd_problems(ctx)
     if problems:
         msg = "cannot render install scripts: " + "; ".join(problems)
         raise BuildError(msg)
@@ -315,7 +319,8 @@ def _relative_path_problem(rel: str) -> str | None:
     return None
 
 
-def _windows_problems(ctx: ScriptContext) -> list[str]:
+def _cmd_problems(ctx: ScriptContext) -> list[str]:
+    """What cmd.exe cannot carry in the scripts it runs: a `%` or `"` in a value is expanded or ends the quote."""
     problems = []
     if ctx.cache_dir is not None and ('"' in ctx.cache_dir or "%" in ctx.cache_dir
                                       or any(ord(c) < 0x20 or ord(c) > 0x7E for c in ctx.cache_dir)):
@@ -324,9 +329,4 @@ def _windows_problems(ctx: ScriptContext) -> list[str]:
     if not re.fullmatch(r"[A-Za-z0-9%:\\ ._()+-]+", ctx.default_install_dir):
         problems.append(f"default install dir {ctx.default_install_dir!r} must be letters, digits, spaces and "
                         f"% : \\ . _ ( ) + - only on Windows")
-    program = ctx.entry_point if ctx.entry_point and ctx.entry_point.kind == "program" else None
-    if program and not program.value.lower().endswith(".exe"):
-        problems.append(f"[launch] program {program.value!r} must be a .exe file on Windows")
-    if ctx.vc_runtime_min and not re.fullmatch(r"\d+\.\d+\.\d+(\.\d+)?", ctx.vc_runtime_min):
-        problems.append(f"vc_runtime_min {ctx.vc_runtime_min!r} is not a version like '14.40.33810'")
     return problems

@@ -17,9 +17,9 @@ from pathlib import Path, PurePosixPath
 from bundler.assembly.assembly import Assembly, BuildInputs, Copy
 from bundler.assembly.facts import RuntimeFact
 from bundler.hashing import file_sha256
-from bundler.platforms import LINUX, TargetPlatform
 from bundler.readers.pyruntime import PythonRuntime, read_runtime
 from bundler.spdx import LicenseFinding
+from bundler.target_platform import TargetPlatform
 from bundler.writer.members import Member
 
 RUNTIME_BUNDLE_DIR = "payload/python"
@@ -37,8 +37,7 @@ LICENSE_COMPONENT = "cpython"
 def runtime_site_packages(target: TargetPlatform, python: str) -> str:
     """Where the wheels go when the bundle carries its interpreter: its own site-packages (no venv: the
     embeddable package has no venv module, and a venv made in a staging folder would name that folder)."""
-    lib = "Lib" if target.windows else f"lib/python{python}"
-    return f"{RUNTIME_INSTALL_DIR}/{lib}/site-packages"
+    return f"{RUNTIME_INSTALL_DIR}/{target.venv_site_packages(python)}"
 
 
 def pth_text(runtime: PythonRuntime) -> str:
@@ -66,26 +65,26 @@ def add_runtime(assembly: Assembly, build: BuildInputs) -> None:
         assembly.facts.runtime = None
         return
     path = build.files[source.key]
-    runtime = read_runtime(path, label=f"python.runtime ({path.name})", windows=target.windows,
+    runtime = read_runtime(path, label=f"python.runtime ({path.name})", layout=target.runtime_layout,
                            python=manifest.bundle.python, dest=build.work / "python-runtime")
     size = _add_files(assembly, runtime)
     licenses = _licenses(runtime)
-    pth = _add_path_file(assembly, runtime, python=manifest.bundle.python)
+    pth = _add_path_file(assembly, runtime, target=target, python=manifest.bundle.python)
     sha256 = source.sha256[0]
     interpreter = f"{RUNTIME_INSTALL_DIR}/{runtime.interpreter}"
     record = {**runtime.to_json(), "file": path.name, "sha256": sha256, "interpreter": interpreter,
               "pth": pth,
-              "machine": "x64" if target.windows else "x86-64", "size": size,
+              "machine": target.machine, "size": size,
               "licenses": sorted(licenses)}
     dlls = tuple(sorted(name for name in runtime.files if "/" not in name and name.lower().endswith(".dll")))
     assembly.facts.runtime = RuntimeFact(
         record=record, version=runtime.version, interpreter=interpreter,
         bundle_interpreter=f"{RUNTIME_BUNDLE_DIR}/{runtime.interpreter}",
-        site_packages=runtime_site_packages(target, manifest.bundle.python), dlls=dlls if target.windows else (),
+        site_packages=runtime_site_packages(target, manifest.bundle.python), dlls=dlls,
         licenses=licenses, sha256=sha256)
 
 
-def _add_path_file(assembly: Assembly, runtime: PythonRuntime, *, python: str) -> str:
+def _add_path_file(assembly: Assembly, runtime: PythonRuntime, *, target: TargetPlatform, python: str) -> str:
     """The file that puts site-packages and the app folder on the installed interpreter's sys.path; returns
     its install path."""
     if runtime.pth is not None:
@@ -96,7 +95,7 @@ def _add_path_file(assembly: Assembly, runtime: PythonRuntime, *, python: str) -
     generated = f"{PTH_BUNDLE_DIR}/{APP_PTH}"
     assembly.add_bytes(generated, app_pth_text(python).encode("ascii"))
     assembly.site_packages_files.append(Copy(source=generated, target=APP_PTH))
-    return f"{runtime_site_packages(LINUX, python)}/{APP_PTH}"
+    return f"{runtime_site_packages(target, python)}/{APP_PTH}"
 
 
 def _add_files(assembly: Assembly, runtime: PythonRuntime) -> int:

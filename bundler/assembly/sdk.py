@@ -28,13 +28,13 @@ from bundler.assembly.facts import SdkFact
 from bundler.assembly.render import make_environment, platform_template
 from bundler.errors import BuildError
 from bundler.hashing import file_sha256
-from bundler.platforms import target_platform
 from bundler.readers.ortarchive import (
     OrtArchive,
     _is_binary,
     _Layout,
     extract_ort_archive,
 )
+from bundler.target_platform import target_platform
 
 SDK_BUNDLE_DIR = "payload/sdk"
 SDK_INSTALL_DIR = "sdk"
@@ -104,13 +104,12 @@ def _gpu_dlls(assembly: Assembly) -> list[str]:
 
 def _sdk_record(archive: OrtArchive, *, platform: str, replaced: list[str]) -> dict[str, Any]:
     layout = _Layout.of(platform, archive.version)
-    windows = target_platform(platform).windows
     return {
         "root": SDK_INSTALL_DIR,
         "include_dir": f"{SDK_INSTALL_DIR}/include",
         "lib_dir": f"{SDK_INSTALL_DIR}/lib",
         "cmake_dir": f"{SDK_INSTALL_DIR}/{CMAKE_DIR}",
-        "props": f"{SDK_INSTALL_DIR}/{PROPS_PATH}" if windows else None,
+        "props": f"{SDK_INSTALL_DIR}/{PROPS_PATH}" if layout.import_library else None,
         "sample": f"{SDK_INSTALL_DIR}/{SAMPLE_DIR}",
         "library": f"{SDK_INSTALL_DIR}/{layout.library}",
         "import_library": f"{SDK_INSTALL_DIR}/{layout.import_library}" if layout.import_library else None,
@@ -121,11 +120,13 @@ def _sdk_record(archive: OrtArchive, *, platform: str, replaced: list[str]) -> d
 
 
 def _runtime_files(archive: OrtArchive, platform: str) -> list[str]:
-    """What a program needs beside it at run time: every DLL on Windows; on Linux the shared objects by the
-    names the loader asks for (libonnxruntime.so.1, not the development link or the fully versioned file)."""
-    if target_platform(platform).windows:
+    """What a program needs beside it at run time: every DLL where a program links an import library (Windows);
+    else the shared objects by the names the loader asks for (libonnxruntime.so.1, not the development link or
+    the fully versioned file)."""
+    layout = _Layout.of(platform, archive.version)
+    if layout.import_library:
         return sorted(archive.binaries)
-    library = _Layout.of(platform, archive.version).library
+    library = layout.library
     soname = f"lib/{_soname(library)}"
     main = {library, soname, "lib/libonnxruntime.so"}
     others = [rel for rel in [*archive.binaries, *archive.links] if rel not in main and _is_binary(rel, platform)]
@@ -147,13 +148,14 @@ def render_sdk_files(archive: OrtArchive, *, platform: str, gpu_dlls: list[str],
             msg = (f"install path {value!r} cannot be written into the SDK's CMake and MSBuild files; expected "
                    f"'/'-separated names of letters, digits and . _ + -")
             raise BuildError(msg)
-    windows = target_platform(platform).windows
     layout = _Layout.of(platform, archive.version)
+    # An import library is what a program links on Windows; without one it links the shared object by its soname.
+    implib = layout.import_library is not None
     major, minor, _ = archive.version.split(".")
     values = {
         "version": archive.version, "major": major, "minor": minor, "commit": archive.commit,
         "library": layout.library, "import_library": layout.import_library,
-        "soname": None if windows else _soname(layout.library),
+        "soname": None if implib else _soname(layout.library),
         "runtime_files": _runtime_files(archive, platform), "gpu_dlls": gpu_dlls, "model": model,
     }
     env = make_environment()
@@ -163,9 +165,10 @@ def render_sdk_files(archive: OrtArchive, *, platform: str, gpu_dlls: list[str],
         f"{SAMPLE_DIR}/CMakeLists.txt": "sdk_sample_CMakeLists.txt.j2",
         f"{SAMPLE_DIR}/main.c": "sdk_sample_main.c.j2",
     }
-    if windows:
+    if implib:  # an MSBuild property sheet, for Visual Studio's linker
         outputs[PROPS_PATH] = "onnxruntime.props.j2"
-    return {rel: _encode(env.get_template(template).render(values), windows=windows)
+    newline = target_platform(platform).newline
+    return {rel: _encode(env.get_template(template).render(values), newline=newline)
             for rel, template in sorted(outputs.items())}
 
 
@@ -175,7 +178,6 @@ def _soname(library: str) -> str:
     return f"{stem}.so.{numbers.split('.')[0]}"
 
 
-def _encode(text: str, *, windows: bool) -> bytes:
-    """CRLF in Windows bundles (as Visual Studio writes its own files), LF otherwise; UTF-8 without BOM."""
-    text = text.replace("\r\n", "\n")
-    return (text.replace("\n", "\r\n") if windows else text).encode("utf-8")
+def _encode(text: str, *, newline: str) -> bytes:
+    """The target's line ending (CRLF in Windows bundles, as Visual Studio writes its own files); UTF-8 without BOM."""
+    return text.replace("\r\n", "\n").replace("\n", newline).encode("utf-8")

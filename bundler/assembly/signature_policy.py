@@ -9,7 +9,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from bundler.assembly.assembly import Assembly, BuildInputs
-from bundler.assembly.windows import payload_binaries
+from bundler.assembly.closure import payload_binaries
 from bundler.errors import BuildError
 from bundler.manifest import Manifest
 from bundler.readers.signatures import SignatureEvidence, signature_evidence

@@ -69,11 +69,12 @@ def _assemble(manifest: Manifest, *, lock: Lock | None, files: Mapping[str, Path
     from bundler.assembly.parts import add_all
     from bundler.assembly.records import add_records, sha256sums
     from bundler.assembly.sbom import add_sbom, install_sbom
+    from bundler.platforms import backend_for
 
     stem = manifest.bundle.stem
     with cache.scratch(prefix="build-") as work, disk_errors(BuildError, "build"):
         assembly, inputs = Assembly(), BuildInputs(manifest=manifest, lock=lock, files=files, work=work, cache=cache)
-        add_all(assembly, inputs)
+        add_all(assembly, inputs, parts=backend_for(inputs.target).parts)
         say_licence_notes(assembly.facts.licenses)
         install_sbom(assembly)  # planned before install-plan.json is written; the SBOM itself comes after it
         add_records(assembly, inputs)

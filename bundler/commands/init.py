@@ -24,8 +24,8 @@ from bundler.errors import InputUnavailableError, ManifestError, UsageError
 from bundler.hashing import file_sha256
 from bundler.manifest import parse
 from bundler.names import location_problem, reserved_on_windows
-from bundler.platforms import LINUX, WINDOWS
 from bundler.readers.externaldata import external_refs, reference_problems
+from bundler.target_platform import WINDOWS, named_by
 
 ORT_WHEEL = re.compile(r"^onnxruntime(_gpu)?-(\d+\.\d+\.\d+)-.*\.whl$", re.IGNORECASE)
 ORT_ARCHIVE = re.compile(r"^onnxruntime-(win|linux)-x64(-gpu)?-(\d+\.\d+\.\d+)\.(zip|tgz)$", re.IGNORECASE)
@@ -82,17 +82,17 @@ def _classify(files: Sequence[Path], base: Path) -> _Pins:
         name = path.name
         if match := ORT_WHEEL.match(name):
             pins.ort_version = match.group(2)
-            pins.platform = (WINDOWS if WINDOWS.tag in name else LINUX).tag
+            pins.platform = named_by(name).tag
             pins.ort_python = {"key": "capi", "value": _pin(path, base)}
         elif match := ORT_ARCHIVE.match(name):
             pins.ort_version = match.group(3)
-            pins.platform = (WINDOWS if match.group(1).lower() == "win" else LINUX).tag
+            pins.platform = named_by(name).tag
             pins.ort_archive = _pin(path, base)
         elif VC_REDIST.match(name):
             pins.vc_redist = _pin(path, base)
         elif match := PY_EMBED.match(name) or PY_STANDALONE.match(name):
             pins.python = match.group(1)
-            pins.platform = "win_amd64" if name.lower().endswith(".zip") else "linux_x86_64"
+            pins.platform = named_by(name).tag
             pins.python_runtime = _pin(path, base)
         elif name.lower().endswith(".onnx"):
             model_name = _model_name(path.stem, [m["pin"]["name"] for m in pins.models])

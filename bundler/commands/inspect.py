@@ -15,11 +15,11 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from bundler.errors import InputUnavailableError, UnsupportedError
 from bundler.hashing import file_sha256
-from bundler.platforms import LINUX, WINDOWS
 from bundler.readers.archives import SafeArchive, is_archive
 from bundler.readers.pe import inspect_pe, is_pe
 from bundler.readers.signatures import signature_evidence
 from bundler.readers.wheels import wheel_metadata
+from bundler.target_platform import named_by
 
 ORT_ARCHIVE = re.compile(r"^onnxruntime-(win|linux)-x64(-gpu)?-\d+\.\d+\.\d+\.(zip|tgz)$", re.IGNORECASE)
 
@@ -76,7 +76,7 @@ def _archive(path: Path) -> dict[str, Any]:
 def _ort_archive(path: Path) -> dict[str, Any]:
     from bundler.readers.ortarchive import inspect_ort_archive
 
-    platform = (WINDOWS if "-win-" in path.name.lower() else LINUX).tag
+    platform = named_by(path.name).tag
     return {"kind": "ort_archive", **inspect_ort_archive(path, label=path.name, platform=platform).to_json()}
 
 

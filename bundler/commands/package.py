@@ -129,7 +129,8 @@ def package_bundle(bundle: Path, out: Path, *, cache: Cache, msi: bool = False, 
     member_cache = MemberCache(cache.work_dir("members"))
     with zipfile.ZipFile(bundle) as archive, _staging(out) as staging:
         top = archive.namelist()[0].split("/", 1)[0]
-        info = _windows_bundle(bundle, archive, top)
+        wanted = frozenset(name for name, asked in (("msi", msi), ("intunewin", intunewin)) if asked)
+        info = _packageable(bundle, archive, top, formats=wanted)
         unpacked = unpack(archive, top, staging / "bundle" / top)
         built = _msi(info, unpacked, staging, signing) if msi else None
         packages = _intunewins(info, unpacked, staging, member_cache=member_cache, msi=built) if intunewin else []
@@ -143,9 +144,10 @@ def _check_output(out: Path) -> None:
         raise UsageError(msg)
 
 
-def _windows_bundle(bundle: Path, archive: zipfile.ZipFile, top: str) -> BundleInfo:
-    """The bundle's own record, and only for a Windows bundle: Intune and its packages are Windows'."""
-    from bundler.platforms import TARGETS
+def _packageable(bundle: Path, archive: zipfile.ZipFile, top: str, *, formats: frozenset[str]) -> BundleInfo:
+    """The bundle's own record, and only for a target whose backend offers every package format asked for
+    (Intune and its packages are Windows')."""
+    from bundler.platforms import BACKENDS
     from bundler.target.bundle_info import BUNDLE_FILE, BundleInfo, BundleInfoError
 
     try:
@@ -154,9 +156,10 @@ def _windows_bundle(bundle: Path, archive: zipfile.ZipFile, top: str) -> BundleI
     except BundleInfoError as exc:
         msg = f"{exc}; package reads the bundles of this ort-bundler version: rebuild the bundle with it"
         raise UnsupportedError(msg) from None
-    target = TARGETS.get(info.platform)
-    if target is None or not target.windows:
-        msg = (f"{bundle.name}: a bundle for {info.platform}, expected one for win_amd64: Intune packages wrap "
+    backend = BACKENDS.get(info.platform)
+    if backend is None or not formats <= backend.package_formats:
+        able = " or ".join(tag for tag, other in BACKENDS.items() if formats <= other.package_formats)
+        msg = (f"{bundle.name}: a bundle for {info.platform}, expected one for {able}: Intune packages wrap "
                "Windows bundles only")
         raise UnsupportedError(msg)
     return info

@@ -37,8 +37,7 @@ from bundler.manifest.records import (
     Python,
     VcRedist,
 )
-from bundler.names import reserved_on_windows
-from bundler.platforms import TARGETS
+from bundler.target_platform import TARGETS
 
 #: The publisher Add/Remove Programs and the MSI show: no control characters or line breaks.
 PUBLISHER_RE = re.compile(r"[^\x00-\x1f\x7f]{1,128}")
@@ -108,14 +107,11 @@ def parse(data: Mapping[str, Any], *, path: Path) -> Manifest:
     gpu = _gpu(data, base, problems)
     models = parse_models(data, base, problems)
     launch = _launch(table_at(data, "launch", problems), base, problems)
-    if bundle and vc_redist and not TARGETS[bundle.platform].windows:
-        problems.add("vc_redist", f"found a VC++ redistributable for platform '{bundle.platform}', expected it only for win_amd64")
-    if bundle and gpu and not TARGETS[bundle.platform].windows:
-        problems.add("gpu", f"found a [gpu] component for platform '{bundle.platform}'; the GPU component is supported for win_amd64 only")
+    if bundle:
+        _check_sections(bundle, problems, vc_redist=vc_redist is not None, gpu=gpu is not None)
+        _check_reserved_names(bundle, models, problems)
     if bundle and ort:
         _check_wheel_serves(ort, bundle, problems)
-    if bundle and TARGETS[bundle.platform].windows:
-        _check_windows_names(bundle, models, problems)
     if problems.items:
         raise ManifestError(problems.items)
     assert bundle and ort  # no problems means both parsed
@@ -123,11 +119,28 @@ def parse(data: Mapping[str, Any], *, path: Path) -> Manifest:
                     models=tuple(models), launch=launch, raw=data)
 
 
-def _check_windows_names(bundle: Bundle, models: list[Model], problems: Problems) -> None:
-    """Bundle and model names become folder and file names on the target, where `nul` or `CON` is a device."""
+def _check_sections(bundle: Bundle, problems: Problems, *, vc_redist: bool, gpu: bool) -> None:
+    """The sections only some targets support (`TargetPlatform.sections`), named where the target lacks them."""
+    supports = TARGETS[bundle.platform].sections
+    if vc_redist and "vc_redist" not in supports:
+        problems.add("vc_redist", f"found a VC++ redistributable for platform '{bundle.platform}', expected it only "
+                     f"for {_supported_by('vc_redist')}")
+    if gpu and "gpu" not in supports:
+        problems.add("gpu", f"found a [gpu] component for platform '{bundle.platform}'; the GPU component is "
+                     f"supported for {_supported_by('gpu')} only")
+
+
+def _supported_by(section: str) -> str:
+    return " and ".join(target.tag for target in TARGETS.values() if section in target.sections)
+
+
+def _check_reserved_names(bundle: Bundle, models: list[Model], problems: Problems) -> None:
+    """Bundle and model names become folder and file names on the target, where (on Windows) `nul` or `CON` is
+    a device (`TargetPlatform.reserved_name`)."""
     named = [("bundle.name", bundle.name)] + [(f"models[{i}].name", m.name) for i, m in enumerate(models)]
+    reserved = TARGETS[bundle.platform].reserved_name
     for where, name in named:
-        if reserved_on_windows(name):
+        if reserved(name):
             problems.found(where, name, "a name that is not a device name Windows reserves (CON, NUL, COM1, ...)")
 
 

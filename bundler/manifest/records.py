@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from bundler.platforms import TARGETS
+from bundler.target_platform import TARGETS
 
 PLATFORMS = tuple(TARGETS)
 

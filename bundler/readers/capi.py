@@ -21,9 +21,9 @@ from packaging.version import InvalidVersion, Version
 
 from bundler.errors import BuildError, InputUnavailableError, UnsupportedError
 from bundler.names import distribution_name, read_utf8, version_text
-from bundler.platforms import TARGETS
 from bundler.readers.archives import SafeArchive
 from bundler.readers.pe import X64_MACHINE, inspect_pe, is_x86_64_elf
+from bundler.target_platform import TARGETS
 
 WIN_PYTHON_DLL_RE = re.compile(r"^python3(\d+)\.dll$", re.IGNORECASE)
 
@@ -124,7 +124,7 @@ def derive_tag(tree_root: Path, *, platform: str, source_tags: Sequence[str] = (
         raise UnsupportedError(msg)
     package = tree_root / PACKAGE
     where = f"{label}: its {PACKAGE} package" if label else str(package)
-    extensions = _win_extensions(package) if TARGETS[platform].windows else _linux_extensions(package)
+    extensions = _EXTENSIONS[TARGETS[platform].binary_format](package)
     if not extensions:
         msg = (f"{where}: found no Python extension module for {platform} (a .pyd importing pythonXY.dll "
                f"or a *.cpython-3XY-x86_64-linux-gnu.so), expected one; without it the wheel could only be "
@@ -324,6 +324,10 @@ def _linux_extensions(package: Path) -> list[_Extension]:
     return found
 
 
+#: The extension modules of a package, by the binary format of the target: `.pyd` or `.so`.
+_EXTENSIONS = {"pe": _win_extensions, "elf": _linux_extensions}
+
+
 def _check_elf_x86_64(path: Path) -> None:
     if not is_x86_64_elf(path):
         msg = f"{path}: not an x86-64 ELF file, expected a Linux x86_64 extension module"
@@ -352,9 +356,9 @@ def _python_and_abi(extensions: Sequence[_Extension], *, source_tags: frozenset[
 
 
 def _platform_tags(platform: str, python: str, abi: str, source_tags: frozenset[Tag]) -> list[str]:
+    """The source wheel's platform tags that serve the target (the manylinux ones a Linux wheel was audited for;
+    on Windows only its own tag serves), else the target's tag."""
     target = TARGETS[platform]
-    if target.windows:
-        return [target.tag]
     carried = sorted({t.platform for t in source_tags
                       if t.interpreter == python and t.abi == abi and target.serves_platform(t.platform)})
     return carried or [target.tag]

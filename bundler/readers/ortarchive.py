@@ -10,16 +10,16 @@ import tarfile
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from bundler.errors import BuildError, InputUnavailableError, UnsafeArchiveError
-from bundler.platforms import TARGETS, WINDOWS
 from bundler.readers.archives import Limits, SafeArchive, check_tar_budget
 from bundler.readers.pe import X64_MACHINE, inspect_pe, is_x86_64_elf
+from bundler.target_platform import TARGETS
 
 # ORT's FileVersion is <major>.<minor>.<build date>.<build number>.<short commit> (docs/facts.md §1).
 _FILE_VERSION = re.compile(r"^(\d+)\.(\d+)\.\d+\.\d+\.([0-9a-f]{7,40})$")
@@ -68,9 +68,7 @@ class _Layout:
 
     @classmethod
     def of(cls, platform: str, version: str) -> _Layout:
-        if TARGETS[platform].windows:
-            return cls(library="lib/onnxruntime.dll", import_library="lib/onnxruntime.lib")
-        return cls(library=f"lib/libonnxruntime.so.{version}", import_library=None)
+        return _format(platform).layout(version)
 
 
 def inspect_ort_archive(path: Path, *, label: str, platform: str, expected_version: str | None = None) -> OrtArchive:
@@ -116,7 +114,7 @@ def _is_binary(rel: str, platform: str) -> bool:
     path = PurePosixPath(rel)
     if path.parent.as_posix() != "lib":
         return False
-    return path.suffix.lower() == ".dll" if TARGETS[platform].windows else bool(_SHARED_OBJECT.search(path.name))
+    return bool(_format(platform).library_name.search(path.name))
 
 
 def _top_folder(names: list[str], *, label: str) -> str:
@@ -133,8 +131,8 @@ def _read_facts(root: Path, *, top: str, files: tuple[str, ...], links: dict[str
                 platform: str) -> OrtArchive:
     version = _read_text(root, "VERSION_NUMBER", files, label=label)
     commit = _read_text(root, "GIT_COMMIT_ID", files, label=label)
-    binaries = {rel: (_file_version(root / rel, label=f"{label}: {rel}") if TARGETS[platform].windows else None)
-                for rel in files if _is_binary(rel, platform)}
+    version_of = _format(platform).file_version
+    binaries = {rel: version_of(root / rel, label=f"{label}: {rel}") for rel in files if _is_binary(rel, platform)}
     return OrtArchive(top=top, version=version, commit=commit, files=files, binaries=binaries, links=links)
 
 
@@ -147,6 +145,11 @@ def _read_text(root: Path, name: str, files: tuple[str, ...], *, label: str) -> 
 
 def _file_version(path: Path, *, label: str) -> str | None:
     return inspect_pe(path, label=label).file_version
+
+
+def _no_version(path: Path, *, label: str) -> str | None:
+    """A shared object carries no version resource; its build-info string is checked instead."""
+    return None
 
 
 def _disagreements(archive: OrtArchive, root: Path, *, label: str, platform: str,
@@ -186,24 +189,28 @@ def _binary_problems(archive: OrtArchive, root: Path, *, platform: str) -> list[
     for rel in sorted(archive.binaries):
         if not _PLAIN_NAME.match(PurePosixPath(rel).name):
             problems.append(f"{rel} has a name with characters other than letters, digits and . _ + -")
-        elif TARGETS[platform].windows:
-            problems += _dll_problems(archive, rel, root / rel)
-        elif not is_x86_64_elf(root / rel):
-            problems.append(f"{rel} is not an x86-64 ELF shared object, expected one for {platform}")
+        else:
+            problems += _format(platform).problems(archive, rel, root / rel, platform=platform)
     versions = sorted({v for v in archive.binaries.values() if v is not None})
     if len(versions) > 1:
         problems.append(f"its DLLs carry different FileVersions {versions}, expected one build")
     return problems
 
 
-def _dll_problems(archive: OrtArchive, rel: str, path: Path) -> list[str]:
+def _elf_problems(archive: OrtArchive, rel: str, path: Path, *, platform: str) -> list[str]:
+    if is_x86_64_elf(path):
+        return []
+    return [f"{rel} is not an x86-64 ELF shared object, expected one for {platform}"]
+
+
+def _dll_problems(archive: OrtArchive, rel: str, path: Path, *, platform: str) -> list[str]:
     info = inspect_pe(path, label=rel)
     problems = []
     if info.machine != X64_MACHINE:
         problems.append(f"{rel} is built for {info.machine_name}, expected x64")
     version = archive.binaries[rel]
     if version is None:
-        if rel == _Layout.of(WINDOWS.tag, archive.version).library:
+        if rel == _Layout.of(platform, archive.version).library:
             problems.append(f"{rel} has no FileVersion, expected the ORT form <major>.<minor>.<date>.<build>.<commit>")
         return problems
     match = _FILE_VERSION.match(version)
@@ -217,6 +224,33 @@ def _dll_problems(archive: OrtArchive, rel: str, path: Path) -> list[str]:
         problems.append(f"{rel} has FileVersion {version}, whose commit {match.group(3)} is not GIT_COMMIT_ID "
                         f"{archive.commit}")
     return problems
+
+
+@dataclass(frozen=True, kw_only=True)
+class _BinaryFormat:
+    """What an archive's libraries are in one binary format (`TargetPlatform.binary_format`): their names, the
+    main library's layout, the version each states and what each must be."""
+
+    layout: Callable[[str], _Layout]  # of the ORT version
+    library_name: re.Pattern[str]
+    file_version: Callable[..., str | None]  # (path, *, label)
+    problems: Callable[..., list[str]]  # (archive, rel, path, *, platform)
+
+
+_FORMATS = {
+    # A DLL, its import library for the linker, and a FileVersion naming the commit.
+    "pe": _BinaryFormat(layout=lambda version: _Layout(library="lib/onnxruntime.dll",
+                                                       import_library="lib/onnxruntime.lib"),
+                        library_name=re.compile(r"\.dll$", re.IGNORECASE), file_version=_file_version,
+                        problems=_dll_problems),
+    # The fully versioned shared object, which a program links itself (no import library), and no version resource.
+    "elf": _BinaryFormat(layout=lambda version: _Layout(library=f"lib/libonnxruntime.so.{version}", import_library=None),
+                         library_name=_SHARED_OBJECT, file_version=_no_version, problems=_elf_problems),
+}
+
+
+def _format(platform: str) -> _BinaryFormat:
+    return _FORMATS[TARGETS[platform].binary_format]
 
 
 def _build_info_problems(archive: OrtArchive, library: Path, rel: str) -> list[str]:

@@ -62,19 +62,22 @@ class PythonRuntime:
                 "files": len(self.files), "licenses": list(self.licenses), "links": dict(sorted(self.links.items()))}
 
 
-def read_runtime(path: Path, *, label: str, windows: bool, python: str, dest: Path) -> PythonRuntime:
-    """Check and extract the pinned interpreter into `dest`; every problem names `label` and the entry."""
+def read_runtime(path: Path, *, label: str, layout: Literal["embeddable", "standalone"], python: str,
+                 dest: Path) -> PythonRuntime:
+    """Check and extract the pinned interpreter into `dest`; every problem names `label` and the entry.
+
+    `layout` is the kind of archive the target takes (`TargetPlatform.runtime_layout`): python.org's embeddable
+    package or python-build-standalone's `install_only`."""
     source, links = _without_links(path, label=label, scratch=dest.parent / f"{dest.name}-link-free.tar")
     with SafeArchive.open(source, label=label) as archive:
         names = [e.name for e in archive.entries if not e.is_dir and e.name not in links]
-        layout = _embeddable_layout if windows else _pbs_layout
-        kind, top = layout(names, label=label, python=python)
+        kind, top = _LAYOUTS[layout](names, label=label, python=python)
         archive.extract(dest, members=names)
     root = dest / top if top else dest
     rel = [name.removeprefix(f"{top}/") if top else name for name in names]
     rel_links = {k.removeprefix(f"{top}/"): v for k, v in links.items()}
     executable_rel = frozenset(name for name in rel if (root / name).stat().st_mode & 0o111)  # SafeArchive kept the bit
-    if windows:
+    if kind == "embeddable":  # what the archive turned out to be, read from its files
         return _windows_runtime(root, tuple(sorted(rel)), label=label, python=python, links=rel_links)
     return _linux_runtime(root, tuple(sorted(rel)), executable_rel, label=label, python=python, links=rel_links,
                           kind=kind)
@@ -123,6 +126,10 @@ def _embeddable_layout(names: list[str], *, label: str, python: str) -> tuple[Ru
             msg = f"{label} has no {needed}; expected the embeddable package's standard library and path file"
             raise BuildError(msg)
     return "embeddable", ""
+
+
+#: Where each kind of archive keeps the interpreter, by the layout a target takes.
+_LAYOUTS = {"embeddable": _embeddable_layout, "standalone": _pbs_layout}
 
 
 def _version_mismatch(label: str, found: str, python: str) -> None:

@@ -20,7 +20,6 @@ from packaging.version import Version
 from bundler.errors import BuildError, UnsupportedError
 from bundler.hashing import CHUNK
 from bundler.names import decode_utf8, record_digest
-from bundler.platforms import TARGETS
 from bundler.readers.archives import SafeArchive
 from bundler.readers.capi import (
     PLATFORMS,
@@ -29,6 +28,7 @@ from bundler.readers.capi import (
     _parse_tags,
     _version,
 )
+from bundler.target_platform import TARGETS
 
 
 def wheel_metadata(archive: SafeArchive, *, label: str) -> tuple[str, Message]:

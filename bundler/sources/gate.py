@@ -20,8 +20,8 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from bundler.errors import UnsupportedError
 from bundler.manifest import Input
-from bundler.platforms import host_platform
 from bundler.sources.lock import GateWheels, Lock, LockedWheel, Target
+from bundler.target_platform import host_platform
 
 #: The input key of a [gate] wheel: `gate:onnxruntime`, `gate:numpy`.
 GATE_KEY_PREFIX = "gate:"

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 
 from bundler.assembly.assembly import Assembly, BuildInputs
-from bundler.assembly.facts import VcRedistFact, WindowsFact
+from bundler.assembly.facts import ClosureFact, VcRedistFact
 from bundler.errors import BuildError, ManifestError
 from bundler.manifest import Manifest
 from bundler.readers.archives import SafeArchive
@@ -83,9 +83,6 @@ def check_windows(assembly: Assembly, build: BuildInputs) -> None:
     has already checked the CUDA provider and `payload/gpu/` against `[gpu]`.
     """
     manifest, work = build.manifest, build.work
-    if not build.target.windows:
-        assembly.facts.windows = None
-        return
     store = build.cache.work_dir("derived")
     binaries = payload_binaries(assembly, work, store=store)
     infos: dict[str, PeInfo] = {label: inspect_pe(path, label=label, store=store) for label, path in binaries.items()}
@@ -111,7 +108,7 @@ def check_windows(assembly: Assembly, build: BuildInputs) -> None:
                    "incomplete: " + "; ".join(beside.problems))
             raise BuildError(msg)
     computed = vc_runtime_minimum(info.linker_version for info in [*infos.values(), *program.values()])
-    assembly.facts.windows = WindowsFact(dll_closure=closure, vc_runtime_min=_raise_minimum(computed, manifest),
+    assembly.facts.closure = ClosureFact(dll_closure=closure, vc_runtime_min=_raise_minimum(computed, manifest),
                                          vc_runtime_min_computed=computed)
 
 
@@ -149,14 +146,14 @@ def _raise_minimum(computed: str | None, manifest: Manifest) -> str | None:
 
 def add_vc_redist(assembly: Assembly, build: BuildInputs) -> None:
     """The pinned VC_redist.x64.exe, whose own version must meet the bundle's minimum."""
-    manifest, windows = build.manifest, assembly.facts.windows
+    manifest, closure = build.manifest, assembly.facts.closure
     if manifest.vc_redist is None:
         assembly.facts.vc_redist = None
         return
     path = build.files[manifest.vc_redist.source.key]
     info = inspect_pe(path, label="vc_redist")
     version = info.product_version or info.file_version
-    minimum = windows.vc_runtime_min if windows else None
+    minimum = closure.vc_runtime_min if closure else None
     if version is None:
         msg = f"vc_redist ({path.name}): no version resource, expected a Visual C++ redistributable"
         raise BuildError(msg)
