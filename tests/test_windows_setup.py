@@ -242,7 +242,7 @@ def test_a_parent_writable_by_others_or_owned_by_another_user_is_refused(tmp_pat
 
 def test_the_engine_refuses_to_install_below_a_world_writable_folder(tmp_path: Path) -> None:
     """On Linux as on Windows (issue 27 §4): nothing is created, and the exit code is usage."""
-    from bundler.target import engine
+    from bundler.target import target_folder
 
     shared = tmp_path / "tmp-like"
     shared.mkdir()
@@ -250,7 +250,7 @@ def test_the_engine_refuses_to_install_below_a_world_writable_folder(tmp_path: P
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     with pytest.raises(EngineError) as caught:
-        engine.check_parent_posix(shared / "app")
+        target_folder.check_parent_posix(shared / "app")
     assert caught.value.code == "usage" and "lets others write it" in str(caught.value)
     assert list(shared.iterdir()) == []
 

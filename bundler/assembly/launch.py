@@ -133,9 +133,10 @@ if __name__ == "__main__":
 #: Starts the install engine: `python -I -B engine.py ...`.
 ENGINE_BOOTSTRAP = bootstrap("engine", "install engine")
 #: The target modules that make up the engine, shipped as the `ortengine` package.
-ENGINE_MODULES = ("engine.py", "engine_fs.py", "engine_env.py", "disk_space.py", "image.py", "installed.py", "msi_action.py",
-                  "records.py", "trust.py", "bundle_info.py", "folder_trust.py", "windows_host.py", "windows_setup.py",
-                  "windows_install_dir.py", "windows_registration.py")
+ENGINE_MODULES = ("engine.py", "bundle_check.py", "target_folder.py", "engine_fs.py", "engine_env.py", "disk_space.py",
+                  "image.py", "installed.py", "msi_action.py", "records.py", "trust.py", "bundle_info.py",
+                  "folder_trust.py", "windows_host.py", "windows_setup.py", "windows_install_dir.py",
+                  "windows_registration.py")
 
 
 def engine_files() -> dict[str, tuple[bytes, str]]:
