@@ -148,11 +148,18 @@ def engine_files() -> dict[str, tuple[bytes, str]]:
     return files
 
 
+#: try-in-sandbox.cmd's modules: the command, and the text of the files it writes.
+SANDBOX_MODULES = ("sandbox.py", "sandbox_render.py")
+
+
 def _sandbox_files() -> dict[str, bytes]:
-    """try-in-sandbox.cmd's start script and module (issue 28); the module reads bundle.json through its one
+    """try-in-sandbox.cmd's start script and modules (issue 28); the modules read bundle.json through its one
     definition, which the engine's package already carries (bundle_info.py)."""
-    module = resources.files("bundler.target").joinpath("sandbox.py").read_bytes()
-    return {SANDBOX_HELPER: bootstrap("sandbox", "Windows Sandbox launcher"), f"{ENGINE_PACKAGE}/sandbox.py": module}
+    package = resources.files("bundler.target")
+    files = {SANDBOX_HELPER: bootstrap("sandbox", "Windows Sandbox launcher")}
+    for name in SANDBOX_MODULES:
+        files[f"{ENGINE_PACKAGE}/{name}"] = package.joinpath(name).read_bytes()
+    return files
 
 
 #: Per target: the tools that run from the unpacked bundle (bundle path -> bytes), shipped in the `ortengine`
