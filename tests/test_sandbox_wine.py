@@ -92,7 +92,8 @@ def sandbox_drive(wine: Wine, standin_exe: Path) -> Iterator[Path]:
     vc_redist = root / "bundle" / "payload" / "vc_redist" / "VC_redist.x64.exe"
     vc_redist.parent.mkdir(parents=True)
     shutil.copyfile(standin_exe, vc_redist)
-    (root / "steps" / sandbox_render.STEPS_FILE).write_bytes(sandbox_render.render_steps(Request(bundle="D:\\b\\demo"), CPU).encode("ascii"))
+    steps = sandbox_render.render_steps(Request(bundle="D:\\b\\demo"), CPU)
+    (root / "steps" / sandbox_render.STEPS_FILE).write_bytes(steps.encode("ascii"))
     yield root
     shutil.rmtree(root)
     shutil.rmtree(wine.drive_c() / "ort demo", ignore_errors=True)
