@@ -22,7 +22,8 @@ pytestmark = pytest.mark.integration
 LINUX_STEM = "quickstart-linux-1.0.0-linux_x86_64"
 WIN_STEM = "quickstart-win-1.0.0-win_amd64"
 #: What every Windows bundle carries for "Try it first in Windows Sandbox" (issue 28).
-SANDBOX_FILES = ("try-in-sandbox.cmd", "payload/installer/sandbox.py", "payload/installer/ortengine/sandbox.py")
+SANDBOX_FILES = ("try-in-sandbox.cmd", "payload/installer/sandbox.py", "payload/installer/ortengine/sandbox.py",
+                 "payload/installer/ortengine/sandbox_render.py")
 
 
 def copy_manifests(dest: Path) -> Path:

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from bundler.target import sandbox
+from bundler.target import sandbox, sandbox_render
 from bundler.target.bundle_info import BundleInfo
-from bundler.target.sandbox import BundleFacts, Request, SandboxError
+from bundler.target.sandbox import SandboxError
+from bundler.target.sandbox_render import BundleFacts, Request
 
 #: Every element Microsoft documents for a .wsb (docs/facts.md §9; the issue lists them): nothing else may appear.
 DOCUMENTED = {"Configuration", "vGPU", "Networking", "MappedFolders", "MappedFolder", "HostFolder", "SandboxFolder",
@@ -70,7 +71,7 @@ def test_a_gpu_bundle_enables_vgpu_with_the_driver_note_and_more_memory() -> Non
 
 
 def test_the_logon_script_installs_checks_runs_and_uninstalls_recording_each_exit_code() -> None:
-    steps = sandbox.render_steps(Request(bundle=BUNDLE), CPU)
+    steps = sandbox_render.render_steps(Request(bundle=BUNDLE), CPU)
     steps.encode("ascii")
     lines = steps.split("\r\n")
     assert "\n" not in steps.replace("\r\n", "") and lines[0] == "@echo off"

@@ -29,8 +29,8 @@ from test_sandbox import CPU, DOCUMENTED, folders
 from windows_python import WindowsPython, windows_python  # noqa: F401  (fixture)
 from wine import Wine, compile_windows_exe, mingw_gcc, wine  # noqa: F401  (fixtures)
 
-from bundler.target import sandbox
-from bundler.target.sandbox import Request
+from bundler.target import sandbox, sandbox_render
+from bundler.target.sandbox_render import Request
 
 pytestmark = pytest.mark.wine
 INSTALL_DIR = "C:\\ort demo\\app"
@@ -92,7 +92,8 @@ def sandbox_drive(wine: Wine, standin_exe: Path) -> Iterator[Path]:
     vc_redist = root / "bundle" / "payload" / "vc_redist" / "VC_redist.x64.exe"
     vc_redist.parent.mkdir(parents=True)
     shutil.copyfile(standin_exe, vc_redist)
-    (root / "steps" / sandbox.STEPS_FILE).write_bytes(sandbox.render_steps(Request(bundle="D:\\b\\demo"), CPU).encode("ascii"))
+    steps = sandbox_render.render_steps(Request(bundle="D:\\b\\demo"), CPU)
+    (root / "steps" / sandbox_render.STEPS_FILE).write_bytes(steps.encode("ascii"))
     yield root
     shutil.rmtree(root)
     shutil.rmtree(wine.drive_c() / "ort demo", ignore_errors=True)
@@ -103,7 +104,7 @@ def run_steps(wine: Wine, root: Path, *, install_exit: int, run_exit: int = 0, k
     report = root / "results" / "vc_redist-args.txt"
     env = {"FAKE_INSTALL_EXIT": str(install_exit), "FAKE_RUN_EXIT": str(run_exit),
            "STANDIN_OUT": "C:\\ort-sandbox\\results\\vc_redist-args.txt", "STANDIN_EXIT": "1638"}
-    result = wine.run(["cmd", "/c", "C:\\ort-sandbox\\steps\\" + sandbox.STEPS_FILE],
+    result = wine.run(["cmd", "/c", "C:\\ort-sandbox\\steps\\" + sandbox_render.STEPS_FILE],
                       env={**env, **({"FAKE_KEEP_KEY": "1"} if keep_key else {})})
     assert result.returncode == 0, result.stdout + result.stderr
     args = report.read_text().splitlines()

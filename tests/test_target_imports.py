@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import bundler.target
+from bundler.assembly.launch import ENGINE_MODULES, SANDBOX_MODULES
 
 TARGET = Path(bundler.target.__file__).parent
 
@@ -51,3 +52,31 @@ def test_the_check_sees_an_import_at_module_level_and_not_one_in_a_function() ->
     tree = ast.parse("import os\ntry:\n    import numpy\nexcept ImportError:\n    pass\n\n\n"
                      "def f():\n    import onnxruntime\n\n\nclass C:\n    import requests\n")
     assert sorted(name for node in module_level_imports(tree) for name in outside_stdlib(node)) == ["numpy", "requests"]
+
+
+def target_modules_imported(source: str) -> set[str]:
+    """The target modules a module imports relatively (`from . import x`, `from .x import y`), in functions too."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found |= {f"{node.module}.py"} if node.module else {f"{alias.name}.py" for alias in node.names}
+    return found
+
+
+def missing_from(shipped: tuple[str, ...]) -> list[str]:
+    return [f"{name} imports {imported}, which is not shipped with it" for name in shipped
+            for imported in sorted(target_modules_imported((TARGET / name).read_text(encoding="utf-8")))
+            if imported not in shipped]
+
+
+def test_the_shipped_engine_and_sandbox_carry_every_target_module_they_import() -> None:
+    """The engine runs from the bundle's and the install's `ortengine` package, try-in-sandbox from the bundle's:
+    a module split off another must be listed in launch.py too, or the import fails only on the target."""
+    assert not missing_from(ENGINE_MODULES), missing_from(ENGINE_MODULES)
+    assert not missing_from((*ENGINE_MODULES, *SANDBOX_MODULES)), missing_from((*ENGINE_MODULES, *SANDBOX_MODULES))
+
+
+def test_the_shipping_check_sees_a_lazy_import_and_both_forms() -> None:
+    source = "from . import disk_space\nfrom .records import X\n\n\ndef f():\n    from .windows_setup import main\n"
+    assert target_modules_imported(source) == {"disk_space.py", "records.py", "windows_setup.py"}
+    assert missing_from(("engine.py",)) != []

@@ -287,7 +287,7 @@ def test_the_startup_self_check_task_is_registered_and_its_command_records_the_r
     script.write_text("import sys\n"
                       "sys.path.append(r'C:\\Program Files\\winapp\\installer')\n"
                       "from pathlib import Path\n"
-                      "from ortengine import windows_setup as s\n"
+                      "from ortengine import windows_registration as s\n"
                       "from ortengine.engine_fs import Log\n"
                       "log, root = Log(None), Path(r'C:\\Program Files\\winapp')\n"
                       "s.register_selfcheck_task(root, sys.executable, 'winapp', log)\n"

@@ -16,7 +16,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from bundler.target import folder_trust, windows_setup
+from bundler.target import folder_trust, windows_install_dir, windows_registration, windows_setup
 from bundler.target.engine import EngineError
 from bundler.target.engine_fs import Log
 from bundler.target.records import INSTALL_EXIT_CODES, InstallPlan
@@ -57,16 +57,16 @@ def test_a_bad_switch_is_a_usage_error_naming_it(argv: list[str], message: str) 
     ("C:\\" + "x" * 90, "is 93 characters long; this bundle's deepest file"),
 ])
 def test_install_folders_windows_cannot_use_are_refused(folder: str, problem: str) -> None:
-    found = windows_setup.install_dir_problem(folder, budget=80)
+    found = windows_install_dir.install_dir_problem(folder, budget=80)
     assert found is not None and problem in found
 
 
 def test_a_quote_in_install_dir_is_refused_as_the_trailing_backslash_mistake() -> None:
     """`install.cmd -InstallDir "C:\\x\\" -Force`: the C runtime turns \\" into a quote and the rest joins the value."""
     with pytest.raises(EngineError, match="drop the trailing backslash") as caught:
-        windows_setup.resolve_install_dir('C:\\x" -Force', budget=100)
+        windows_install_dir.resolve_install_dir('C:\\x" -Force', budget=100)
     assert caught.value.code == "usage"
-    assert windows_setup.resolve_install_dir("C:\\Program Files\\app\\", budget=100) == Path("C:\\Program Files\\app")
+    assert windows_install_dir.resolve_install_dir("C:\\Program Files\\app\\", budget=100) == Path("C:\\Program Files\\app")
 
 
 def _wheel(path: Path, members: dict[str, bytes]) -> Path:
@@ -87,9 +87,9 @@ def test_the_path_budget_is_the_bundles_deepest_file_with_its_bytecode_and_the_s
                  "script_kind": "win-amd64", "requirements": "payload/wheels/requirements.txt", "wheels": ["a.whl"],
                  "site_packages_files": [], "runtime": []}})
     pyc = f"python/Lib/site-packages/pkg/{'d' * 40}/__pycache__/module_with_a_long_name.cpython-311.pyc"
-    assert windows_setup.deepest_path(plan, tmp_path) == len(pyc)
-    assert windows_setup.install_budget(plan, tmp_path) == 259 - 1 - len(pyc) - windows_setup.SWAP_EXTRA
-    assert windows_setup.SWAP_EXTRA == len(".app.previous-") - len("app") + 12 == 23
+    assert windows_install_dir.deepest_path(plan, tmp_path) == len(pyc)
+    assert windows_install_dir.install_budget(plan, tmp_path) == 259 - 1 - len(pyc) - windows_install_dir.SWAP_EXTRA
+    assert windows_install_dir.SWAP_EXTRA == len(".app.previous-") - len("app") + 12 == 23
 
 
 # -- VC_redist ---------------------------------------------------------------------------------------------------
@@ -118,7 +118,7 @@ def test_the_default_log_is_named_after_the_install_and_its_folder(tmp_path: Pat
     it; two folders, two logs; -LogPath still wins and -WhatIf writes none."""
     monkeypatch.setenv("ProgramData", str(tmp_path))  # the unelevated default folder: %ProgramData%\Logs\Software
     none = windows_setup.parse_switches([], windows_setup.INSTALL_SWITCHES, script="install.cmd")
-    folder = windows_setup.absolute_install_dir("C:\\Program Files\\app\\")
+    folder = windows_install_dir.absolute_install_dir("C:\\Program Files\\app\\")
     assert folder == "C:\\Program Files\\app"
     log = windows_setup.open_log(none, "app-1.0.0", "install", admin=False, install_dir=folder)
     digest = hashlib.sha256(b"C:\\Program Files\\app").hexdigest()[:8]
@@ -138,9 +138,9 @@ def test_the_default_log_is_named_after_the_install_and_its_folder(tmp_path: Pat
 
 def test_the_startup_task_runs_the_deferred_self_check_as_system_at_boot(tmp_path: Path) -> None:
     root = Path("C:\\Program Files\\app")
-    command, arguments = windows_setup.selfcheck_task_command(root, "C:\\Program Files\\app\\python\\python.exe", "app",
+    command, arguments = windows_registration.selfcheck_task_command(root, "C:\\Program Files\\app\\python\\python.exe", "app",
                                                               Log(Path("C:\\Windows\\Logs\\Software\\app-1.0.0-install.log")))
-    xml = ElementTree.fromstring(windows_setup.task_xml(command, arguments).split("\n", 1)[1])
+    xml = ElementTree.fromstring(windows_registration.task_xml(command, arguments).split("\n", 1)[1])
     ns = {"t": "http://schemas.microsoft.com/windows/2004/02/mit/task"}
     assert xml.find("t:Triggers/t:BootTrigger", ns) is not None
     assert xml.findtext("t:Principals/t:Principal/t:UserId", namespaces=ns) == "S-1-5-18"
@@ -242,7 +242,7 @@ def test_a_parent_writable_by_others_or_owned_by_another_user_is_refused(tmp_pat
 
 def test_the_engine_refuses_to_install_below_a_world_writable_folder(tmp_path: Path) -> None:
     """On Linux as on Windows (issue 27 §4): nothing is created, and the exit code is usage."""
-    from bundler.target import engine
+    from bundler.target import target_folder
 
     shared = tmp_path / "tmp-like"
     shared.mkdir()
@@ -250,7 +250,7 @@ def test_the_engine_refuses_to_install_below_a_world_writable_folder(tmp_path: P
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     with pytest.raises(EngineError) as caught:
-        engine.check_parent_posix(shared / "app")
+        target_folder.check_parent_posix(shared / "app")
     assert caught.value.code == "usage" and "lets others write it" in str(caught.value)
     assert list(shared.iterdir()) == []
 

@@ -131,8 +131,10 @@ if __name__ == "__main__":
 #: Starts the install engine: `python -I -B engine.py ...`.
 ENGINE_BOOTSTRAP = bootstrap("engine", "install engine")
 #: The target modules that make up the engine, shipped as the `ortengine` package.
-ENGINE_MODULES = ("engine.py", "engine_fs.py", "engine_env.py", "disk_space.py", "image.py", "installed.py", "msi_action.py",
-                  "records.py", "trust.py", "bundle_info.py", "folder_trust.py", "windows_host.py", "windows_setup.py")
+ENGINE_MODULES = ("engine.py", "bundle_check.py", "target_folder.py", "engine_fs.py", "engine_env.py", "disk_space.py",
+                  "image.py", "installed.py", "msi_action.py", "records.py", "trust.py", "bundle_info.py",
+                  "folder_trust.py", "windows_host.py", "windows_setup.py", "windows_install_dir.py",
+                  "windows_registration.py")
 
 
 def engine_files() -> dict[str, tuple[bytes, str]]:
@@ -144,11 +146,18 @@ def engine_files() -> dict[str, tuple[bytes, str]]:
     return files
 
 
+#: try-in-sandbox.cmd's modules: the command, and the text of the files it writes.
+SANDBOX_MODULES = ("sandbox.py", "sandbox_render.py")
+
+
 def _sandbox_files() -> dict[str, bytes]:
-    """try-in-sandbox.cmd's start script and module (issue 28); the module reads bundle.json through its one
+    """try-in-sandbox.cmd's start script and modules (issue 28); the modules read bundle.json through its one
     definition, which the engine's package already carries (bundle_info.py)."""
-    module = resources.files("bundler.target").joinpath("sandbox.py").read_bytes()
-    return {SANDBOX_HELPER: bootstrap("sandbox", "Windows Sandbox launcher"), f"{ENGINE_PACKAGE}/sandbox.py": module}
+    package = resources.files("bundler.target")
+    files = {SANDBOX_HELPER: bootstrap("sandbox", "Windows Sandbox launcher")}
+    for name in SANDBOX_MODULES:
+        files[f"{ENGINE_PACKAGE}/{name}"] = package.joinpath(name).read_bytes()
+    return files
 
 
 def add_bundle_tools(assembly: Assembly, build: BuildInputs) -> None:

@@ -5,7 +5,7 @@ The names in `to_json` are Microsoft Graph's (`win32LobAppRegistryDetection`, `w
 administrator or a script (IntuneWin32App, Graph) can take them over as they are. What each value rests on:
 
 - install.cmd's exit codes and the detection value `HKLM\\SOFTWARE\\ort-bundler\\<name>` (`Version`) are the
-  install engine's (bundler/target/records.py INSTALL_EXIT_CODES, bundler/target/windows_setup.py `register`);
+  install engine's (bundler/target/records.py INSTALL_EXIT_CODES, bundler/target/windows_registration.py `register`);
 - VC_redist's switches and exit codes, and the runtime's registry values, are docs/facts.md §2 and what
   bundler/target/windows_host.py reads: `Installed` = 1 and Major.Minor.Bld. Intune compares one value per
   rule, and `Version` is a string with a leading "v" (v14.40.33810.00), so the rule compares the integer `Bld`,

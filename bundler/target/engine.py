@@ -2,10 +2,12 @@
 
 One program for Linux and Windows, shipped in every bundle as payload/installer/ortengine/ (started
 through payload/installer/engine.py) and copied into every install as installer/. This module holds
-the install itself and the command line; disk_space (room on every file system written), image (what
-goes where in the installed tree, also built here by `make-image` for the MSI), engine_fs (the tree,
-the lock, the swap, the receipt), engine_env (venv, wheels, bytecode, self-check run), installed
-(audit, uninstall) and msi_action (the MSI's custom action) hold the rest. It runs with the target's
+the install itself and the command line; bundle_check (the bundle folder against SHA256SUMS),
+target_folder (the install folder: ours or empty, a safe parent, what carries over), disk_space (room
+on every file system written), image (what goes where in the installed tree, also built here by
+`make-image` for the MSI), engine_fs (the tree, the lock, the swap, the receipt), engine_env (venv,
+wheels, bytecode, self-check run), installed (audit, uninstall) and msi_action (the MSI's custom
+action) hold the rest. It runs with the target's
 Python before any environment exists, so it uses the standard library only (Python 3.8+); the wheels
 are installed with pypa's `installer`, imported from the pinned wheel the bundle ships. install.sh
 and install.ps1 are thin front ends: they find the Python and do what must happen outside it (on
@@ -27,16 +29,15 @@ import argparse
 import contextlib
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence
 
 from . import disk_space
+from .bundle_check import load_plan, verify_bundle
 from .engine_env import make_venv, reboot_explains, run_selfcheck, selfcheck_env
 from .engine_fs import (
     PREVIOUS,
@@ -45,12 +46,10 @@ from .engine_fs import (
     EngineError,
     Log,
     entry_sha256,
-    file_sha256,
     hash_tree,
     journal_path,
     leftovers,
     native,
-    read_receipt,
     recover,
     remove_tree,
     swap,
@@ -59,25 +58,15 @@ from .engine_fs import (
     walk_folders,
     write_receipt,
 )
-from .folder_trust import posix_problem
 from .image import MakeEnvironment, make_image, populate
-from .installed import VERIFY_CHANGED, VERIFY_OK, Audit, audit, guarded_folders, record_after_reboot, uninstall
-from .records import (
-    INSTALL_EXIT_CODES,
-    PLAN_FILE,
-    RECEIPT_FILE,
-    SUMS_FILE,
-    InstallPlan,
-    Receipt,
-    RecordError,
-    SelfcheckOutcome,
-    safe_relative,
-)
-from .trust import unlisted, unlisted_message
+from .installed import VERIFY_CHANGED, VERIFY_OK, Audit, audit, record_after_reboot, uninstall
+from .records import INSTALL_EXIT_CODES, RECEIPT_FILE, InstallPlan, Receipt, SelfcheckOutcome
+from .target_folder import carry_over, check_parent_posix, check_target
 
 #: What the tests and the other engine modules use from here, re-exported for one import path.
 __all__ = ["PREVIOUS", "STAGING", "Audit", "EngineError", "Log", "Options", "audit", "entry_sha256", "install",
-           "leftovers", "main", "make_venv", "reboot_explains", "run_selfcheck", "selfcheck_env", "uninstall", "walk"]
+           "leftovers", "load_plan", "main", "make_venv", "reboot_explains", "run_selfcheck", "selfcheck_env",
+           "uninstall", "verify_bundle", "walk"]
 
 
 @dataclass(frozen=True)
@@ -95,132 +84,11 @@ class Options:
     verified: Optional[str] = None
 
 
-def load_plan(bundle: Path) -> InstallPlan:
-    try:
-        return InstallPlan.loads((bundle / PLAN_FILE).read_text(encoding="utf-8"), source=str(bundle / PLAN_FILE))
-    except OSError as exc:
-        raise EngineError("integrity", f"{bundle / PLAN_FILE} cannot be read ({exc.strerror}); extract the bundle again") from None
-    except RecordError as exc:
-        raise EngineError("integrity", str(exc)) from None
-
-
-def read_sums(bundle: Path) -> Dict[str, str]:
-    """SHA256SUMS as {path: hex}, every path checked to stay inside the bundle."""
-    try:
-        text = (bundle / SUMS_FILE).read_text(encoding="utf-8")
-    except OSError:
-        raise EngineError("integrity", f"{bundle / SUMS_FILE} is missing; the bundle is incomplete: extract it again") from None
-    sums = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        digest, sep, name = line.partition("  ")
-        if not sep or len(digest) != 64:
-            raise EngineError("integrity", f"{SUMS_FILE} line {number} is {line!r}, expected '<sha256>  <path>'")
-        try:
-            sums[safe_relative(name, what=f"{SUMS_FILE} line {number}")] = digest.lower()
-        except RecordError as exc:
-            raise EngineError("integrity", str(exc)) from None
-    return sums
-
-
-def verify_bundle(bundle: Path, plan: InstallPlan, log: Log) -> str:
-    """Nothing but the listed files in the bundle folder, and every one against SHA256SUMS, before anything
-    changes; returns the bundle's identity (the sha256 of SHA256SUMS, which pins every other file)."""
-    sums = read_sums(bundle)
-    uncovered = sorted({path for path in plan.inputs() if path not in sums})
-    if uncovered:
-        raise EngineError("integrity", f"{SUMS_FILE} does not cover {', '.join(uncovered)}, which {PLAN_FILE} uses")
-    extra = unlisted(bundle, sums)
-    if extra:
-        raise EngineError("integrity", unlisted_message(extra))
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        actual = dict(zip(sums, pool.map(lambda rel: _bundle_file_sha256(bundle, rel), sums)))
-    failed = [f"{rel}: FAILED ({'missing' if actual[rel] is None else 'sha256 ' + str(actual[rel])}, "
-              f"expected {sums[rel]})" for rel in sorted(sums) if actual[rel] != sums[rel]]
-    if failed:
-        more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
-        raise EngineError("integrity", f"bundle files do not match {SUMS_FILE}: {'; '.join(failed[:5])}{more}; "
-                                       f"extract the bundle again from its zip")
-    log(f"verified {len(sums)} files against {SUMS_FILE}")
-    return file_sha256(bundle / SUMS_FILE)
-
-
-def _bundle_file_sha256(bundle: Path, relative: str) -> Optional[str]:
-    path = bundle / relative
-    if path.is_symlink() or not path.is_file():
-        return None
-    return file_sha256(path)
-
-
-def check_target(target: Path, plan: InstallPlan) -> Optional[Receipt]:
-    """The receipt of our earlier install in `target`, None for a missing or empty folder; anything
-    else (a link, a file, a foreign or broken receipt, a folder of someone else's files) is refused."""
-    if target.is_symlink():
-        raise EngineError("usage", f"{target} is a symbolic link; install into a real folder (nothing was changed)")
-    if not target.exists():
-        return None
-    if not target.is_dir():
-        raise EngineError("usage", f"{target} exists and is not a folder")
-    receipt = read_receipt(target)
-    if receipt is None:
-        if any(target.iterdir()):
-            raise EngineError("usage", f"{target} exists, is not empty and holds no receipt.json; choose another folder")
-        return None
-    if receipt.name != plan.name:
-        raise EngineError("usage", f"{target} holds {receipt.install_id}, not an installation of {plan.name}; "
-                                   f"nothing was changed: choose another folder")
-    return receipt
-
-
 def installed_python(plan: InstallPlan, target: Path) -> str:
     """What runs the installed code: the bundled interpreter in its final place, else the Python that made the venv."""
     if plan.venv.runtime:
         return str(native(target, f"{plan.venv.dir}/{plan.venv.interpreter}"))
     return sys.executable
-
-
-def carry_over(previous: Optional[Receipt], target: Path, stage: Path, plan: InstallPlan,
-               log: Optional[Log] = None) -> Tuple[str, ...]:
-    """Files in the old install that are not ours (user data, a cache folder) are linked into the
-    stage, so they survive the swap; the originals stay in place until the swap has happened.
-    Nothing is carried into the environment or the DLL folders: what lies there decides what runs,
-    and only the bundle's files belong there (a stray .pth or DLL stays behind with the old install)."""
-    if previous is None:
-        return ()
-    ours = {entry.path for entry in previous.files} | {RECEIPT_FILE}
-    guarded = tuple(folder + "/" for folder in guarded_folders(plan))
-    kept, dropped = [], []
-    for relative in walk(target):
-        if relative in ours:
-            continue
-        if relative.startswith(guarded):
-            dropped.append(relative)
-            continue
-        destination = native(stage, relative)
-        if os.path.lexists(destination):
-            continue  # the new install has its own file there
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        source = native(target, relative)
-        try:
-            os.link(source, destination, follow_symlinks=False)
-        except OSError:
-            shutil.copy2(source, destination, follow_symlinks=False)
-        kept.append(relative)
-    empty: List[str] = []
-    our_folders = set(previous.folders)
-    for folder in walk_folders(target):  # a folder that is not ours and ends up without a file in the stage
-        if folder in our_folders or native(stage, folder).is_dir():
-            continue
-        (dropped if folder.startswith(guarded) else empty).append(folder + "/")
-    if log is not None:
-        for reason, lost in (("only the bundle's files belong in the environment, DLL and code folders", sorted(dropped)),
-                             ("empty folders that are not ours: only files are carried over", empty)):
-            if lost:
-                log(f"not carried over ({reason}): {_shown(lost)}")
-    return tuple(sorted(kept))
-
-
-def _shown(items: List[str]) -> str:
-    return ", ".join(items[:5]) + (f" and {len(items) - 5} more" if len(items) > 5 else "")
 
 
 def selfcheck_outcome(plan: InstallPlan, options: Options, stage: Path, log: Log) -> SelfcheckOutcome:
@@ -252,17 +120,6 @@ def check_space(plan: InstallPlan, bundle: Path, target: Path) -> None:
     needed = sum((bundle / w).stat().st_size for w in plan.venv.wheels) * 4
     needed += sum((bundle / e.source).stat().st_size for e in (*plan.copy, *plan.venv.runtime)) + (100 << 20)
     disk_space.check([disk_space.Need(target.parent, needed, "the install"), disk_space.temp_need()])
-
-
-def check_parent_posix(target: Path) -> None:
-    """POSIX: the parent must not be writable by another user (Windows: windows_setup.check_parent reads its ACL).
-    Whoever can write it can plant a `.NAME.previous-*` folder the next run would restore, or the folder itself."""
-    if WINDOWS:
-        return
-    problem = posix_problem(os.stat(target.parent), euid=os.geteuid())
-    if problem:
-        raise EngineError("usage", f"the install folder's parent {target.parent} is not safe to install into: {problem}; "
-                                   f"choose a folder only you (or root) can write (nothing was changed)")
 
 
 def install(options: Options, log: Log, *, make_environment: MakeEnvironment = make_venv) -> str:

@@ -6,6 +6,9 @@ checked. Here each is Python that the tests run under Wine on python.org's CPyth
 install folder's rules and who may write its parent, the VC++ runtime (and VC_redist's exit codes), a
 reboot another installer left pending, files in use, the engine's install itself, the detection value, the
 Add/Remove Programs entry and the self-check deferred to a startup task. The scripts only find a Python.
+This module holds the order of those steps; windows_install_dir holds the install folder's rules and
+windows_registration what the install registers with Windows (detection value, Add/Remove Programs, the
+startup task), each read by the step that needs it.
 
 The order matters to an administrator: nothing on the machine changes before every refusal that can be
 known up front has been made (switches, platform, folder, Python, space, signatures of the bundle).
@@ -20,8 +23,6 @@ import os
 import re
 import sys
 import tempfile
-import time
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple
@@ -29,16 +30,19 @@ from typing import Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence,
 from . import disk_space
 from . import windows_host as host
 from .bundle_info import BUNDLE_FILE, BundleInfo, BundleInfoError
-from .engine_fs import PREVIOUS, EngineError, Log, read_receipt
+from .engine_fs import EngineError, Log, read_receipt
 from .folder_trust import parse_descriptor, windows_problem
 from .records import INSTALL_EXIT_CODES, PLAN_FILE, RECEIPT_FILE, InstallPlan, Receipt, RecordError, log_file_name
-
-#: MAX_PATH less its terminating NUL: the longest path an application that is not long-path aware can open.
-MAX_PATH = 259
-#: What the previous-install folder adds to the install folder's leaf during the swap (".<leaf>.previous-" and
-#: 12 hex digits); the staging folder adds less (18).
-SWAP_EXTRA = 1 + len(PREVIOUS) + 12
-_RESERVED = re.compile(r"(CON|PRN|AUX|NUL|COM[0-9]|LPT[0-9])(\..*)?\Z", re.IGNORECASE)
+from .windows_install_dir import absolute_install_dir, default_install_dir, install_budget, resolve_install_dir
+from .windows_registration import (
+    delete_selfcheck_task,
+    recorded_install_dir,
+    refuse_msi_route,
+    register,
+    register_selfcheck_task,
+    registrations,
+    unregister,
+)
 
 #: The switches of install.cmd/install.ps1 and of uninstall.cmd/uninstall.ps1: name -> takes a value.
 INSTALL_SWITCHES = {"InstallDir": True, "PythonExe": True, "CacheDir": True, "LogPath": True, "SkipVCRedist": False,
@@ -80,70 +84,6 @@ def parse_switches(argv: Sequence[str], spec: Mapping[str, bool], *, script: str
             flags.add(key)
         index += 1
     return Switches(values=values, flags=frozenset(flags))
-
-
-def install_dir_problem(full: str, *, budget: int) -> Optional[str]:
-    """Why Windows or ONNX Runtime cannot use `full` (an absolute path) as the install folder, or None."""
-    if not re.match(r"[A-Za-z]:\\.", full):
-        return "must be a folder on a drive letter, like C:\\Program Files\\app"
-    if any(ord(c) < 0x20 or ord(c) > 0x7E for c in full):
-        return "contains non-ASCII or control characters; ONNX Runtime cannot load its providers from such a path"
-    if ";" in full:
-        return "contains ';', which splits PATH, where the launchers put its DLL folders"
-    for part in full[3:].split("\\"):
-        if _RESERVED.match(part) or re.search(r'[<>:"/|?*]', part) or part.endswith((".", " ")):
-            return f"contains '{part}', a name Windows reserves or cannot store"
-    if len(full) > budget:
-        return (f"is {len(full)} characters long; this bundle's deepest file and the swap's previous-install folder "
-                f"allow at most {budget} below MAX_PATH")
-    return None
-
-
-def absolute_install_dir(raw: str) -> str:
-    """The install folder as an absolute path without a trailing backslash: what the receipt and the log's name use."""
-    return ntpath.abspath(raw).rstrip("\\") if os.name == "nt" else ntpath.normpath(raw).rstrip("\\")
-
-
-def resolve_install_dir(raw: str, *, budget: int) -> Path:
-    if not raw:
-        raise EngineError("usage", "-InstallDir must not be empty")
-    if '"' in raw:
-        # install.cmd -InstallDir "C:\x\" -Force: the backslash escapes the closing quote.
-        raise EngineError("usage", f"-InstallDir {raw!r} contains a double quote: a folder written as \"C:\\x\\\" ends in "
-                                   f"\\\" which escapes the quote; drop the trailing backslash")
-    full = absolute_install_dir(raw)
-    problem = install_dir_problem(full, budget=budget)
-    if problem:
-        raise EngineError("usage", f"-InstallDir '{full}' {problem}; nothing was changed")
-    return Path(full)
-
-
-def deepest_path(plan: InstallPlan, bundle: Path) -> int:
-    """The longest install-relative path this bundle writes, bytecode included, read from the plan and the
-    wheels' own member lists (the budget is the bundle's, not a constant)."""
-    site = f"{plan.venv.dir}/{plan.venv.site_packages}"
-    tag = "cpython-" + plan.python.replace(".", "")
-    paths = [e.target for e in (*plan.copy, *plan.venv.runtime)]
-    paths += [f"{site}/{e.target}" for e in plan.venv.site_packages_files]
-    for wheel in plan.venv.wheels:
-        with zipfile.ZipFile(bundle / wheel) as archive:
-            for name in archive.namelist():
-                parts = name.split("/")
-                if parts[0].endswith(".data") and len(parts) > 2:
-                    name = "/".join(parts[2:])
-                paths.append(f"{site}/{name}")
-                folder, _, leaf = name.rpartition("/")
-                if leaf.endswith(".py"):
-                    paths.append(f"{site}/{folder + '/' if folder else ''}__pycache__/{leaf[:-3]}.{tag}.pyc")
-    return max(len(path) for path in paths)
-
-
-def install_budget(plan: InstallPlan, bundle: Path) -> int:
-    return MAX_PATH - 1 - deepest_path(plan, bundle) - SWAP_EXTRA
-
-
-def default_install_dir(name: str) -> str:
-    return ntpath.join(os.environ.get("ProgramFiles", "C:\\Program Files"), name)
 
 
 def open_log(switches: Switches, install_id: str, kind: str, *, admin: bool, install_dir: str) -> Log:
@@ -293,133 +233,6 @@ def in_use_message(root: Path, busy: List[Path], holders: List[Tuple[str, int]])
     return f"files in use: {shown} (in use by {held}); close the programs and retry; nothing was changed"
 
 
-def register(info: BundleInfo, target: Path, bundle_sha256: str, python: str, *, admin: bool, log: Log) -> None:
-    """The detection value (HKLM per machine, HKCU otherwise), written on every successful run, also when
-    nothing else changed; per machine also the Add/Remove Programs entry."""
-    key = host.DETECTION_KEY.format(name=info.name)
-    host.write_values(host.hive("HKLM" if admin else "HKCU"), key, [("Version", info.version), ("InstallDir", str(target)),
-                                  ("InstallId", f"{info.name}-{info.version}"), ("BundleSha256", bundle_sha256),
-                                  ("Route", "zip")])
-    log(f"detection value: {'HKLM' if admin else 'HKCU'}\\{key}\\Version = {info.version}")
-    if not admin:
-        return
-    size = sum(entry.stat().st_size for entry in target.rglob("*") if entry.is_file()) // 1024
-    uninstall = f'"{target}\\uninstall.cmd"'
-    arp = host.ARP_KEY.format(name=info.name)
-    host.write_values(host.hive("HKLM"), arp, [
-        ("DisplayName", f"{info.name} {info.version}"), ("DisplayVersion", info.version),
-        ("Publisher", str(info.manifest.get("bundle", {}).get("publisher") or "ort-bundler")),
-        ("InstallLocation", str(target)), ("UninstallString", uninstall), ("QuietUninstallString", uninstall),
-        ("DisplayIcon", python), ("InstallDate", time.strftime("%Y%m%d")), ("NoModify", 1), ("NoRepair", 1),
-        ("EstimatedSize", min(size, 0x7FFFFFFF))])
-    log(f"Add/Remove Programs entry: HKLM\\{arp}")
-
-
-def registrations(name: str, root: Path) -> List[Tuple[str, str]]:
-    """The detection value and Add/Remove Programs keys that point at `root` (and only those), found while the
-    folder still exists: one folder has several spellings (a drive letter or another path to it, a short
-    name), so the recorded folder also counts when it is the same folder on disk."""
-    found = []
-    for label in ("HKLM", "HKCU"):
-        for key, value in ((host.DETECTION_KEY.format(name=name), "InstallDir"),
-                           (host.ARP_KEY.format(name=name), "InstallLocation")):
-            values = host.read_values(host.hive(label), key)
-            if values and _same_folder(str(values.get(value, "")), root):
-                found.append((label, key))
-    return found
-
-
-def unregister(keys: List[Tuple[str, str]], log: Log) -> None:
-    for label, key in keys:
-        if host.delete_key(host.hive(label), key):
-            log(f"removed {label}\\{key}")
-
-
-def _same_folder(recorded: str, root: Path) -> bool:
-    if not recorded:
-        return False
-    if ntpath.normcase(ntpath.normpath(recorded)) == ntpath.normcase(ntpath.normpath(str(root))):
-        return True
-    try:
-        return os.path.samefile(recorded, root)
-    except OSError:
-        return False
-
-
-def recorded_install_dir(name: str) -> Optional[str]:
-    """Where the detection value says this bundle name is installed (per machine first)."""
-    for label in ("HKLM", "HKCU"):
-        values = host.read_values(host.hive(label), host.DETECTION_KEY.format(name=name))
-        if values and values.get("InstallDir"):
-            return str(values["InstallDir"])
-    return None
-
-
-def msi_product(name: str) -> Optional[str]:
-    """The product code when the MSI route installed this bundle name (its detection value says Route=msi):
-    then the folder and the registry are Windows Installer's, and the zip route's scripts leave them alone."""
-    values = host.read_values(host.hive("HKLM"), host.DETECTION_KEY.format(name=name))
-    if values and values.get("Route") == "msi":
-        return str(values.get("ProductCode") or "")
-    return None
-
-
-def refuse_msi_route(name: str) -> None:
-    product = msi_product(name)
-    if product is not None:
-        raise EngineError("usage", f"{name} is installed by its MSI (HKLM\\{host.DETECTION_KEY.format(name=name)} says "
-                                   f"Route=msi): remove it with `msiexec /x {product or '<its product code>'}` or from "
-                                   f"Apps & features first (nothing was changed)")
-
-
-def task_name(name: str) -> str:
-    return f"ort-bundler-{name}-selfcheck"
-
-
-def task_xml(command: str, arguments: str) -> str:
-    """A one-shot task at startup, run as SYSTEM (who can write the install and the log, and runs whether or
-    not anyone logs on); the deferred self-check deletes it when done, and uninstall does too."""
-    from xml.sax.saxutils import escape
-
-    return ('<?xml version="1.0" encoding="UTF-16"?>\n'
-            '<Task version="1.2" xmlns="http://schemas.microsoft.com/windows/2004/02/mit/task">\n'
-            '  <Triggers><BootTrigger><Enabled>true</Enabled></BootTrigger></Triggers>\n'
-            '  <Principals><Principal id="Author"><UserId>S-1-5-18</UserId><RunLevel>HighestAvailable</RunLevel>'
-            '</Principal></Principals>\n'
-            '  <Settings><MultipleInstancesPolicy>IgnoreNew</MultipleInstancesPolicy>'
-            '<ExecutionTimeLimit>PT30M</ExecutionTimeLimit><StartWhenAvailable>true</StartWhenAvailable>'
-            '<DisallowStartIfOnBatteries>false</DisallowStartIfOnBatteries></Settings>\n'
-            f'  <Actions Context="Author"><Exec><Command>{escape(command)}</Command>'
-            f'<Arguments>{escape(arguments)}</Arguments></Exec></Actions>\n'
-            '</Task>\n')
-
-
-def selfcheck_task_command(target: Path, python: str, name: str, log: Log) -> Tuple[str, str]:
-    arguments = f'-I -B "{target}\\installer\\engine.py" after-reboot --root "{target}" --task "{task_name(name)}"'
-    if log.path is not None:
-        arguments += f' --log-file "{log.path}"'
-    return python, arguments
-
-
-def register_selfcheck_task(target: Path, python: str, name: str, log: Log) -> None:
-    command, arguments = selfcheck_task_command(target, python, name, log)
-    with tempfile.TemporaryDirectory() as folder:
-        xml = Path(folder) / "task.xml"
-        xml.write_text(task_xml(command, arguments), encoding="utf-16")
-        code, output = host.schtasks("/create", "/tn", task_name(name), "/xml", str(xml), "/f")
-    if code != 0:
-        raise EngineError("install", f"could not register the self-check after the reboot (schtasks /create: "
-                                     f"{output}); the install is in place but unchecked")
-    log(f"the self-check runs again at the next startup, as SYSTEM: scheduled task {task_name(name)}")
-
-
-def delete_selfcheck_task(name: str, log: Log) -> None:
-    """Remove a startup self-check task an earlier run left (schtasks /delete fails when there is none; Wine's
-    /query says every task exists, so it cannot tell first)."""
-    if host.schtasks("/delete", "/tn", task_name(name), "/f")[0] == 0:
-        log(f"removed the scheduled task {task_name(name)}")
-
-
 def installed_interpreter(plan: InstallPlan, target: Path) -> str:
     if plan.venv.runtime:
         return str(target.joinpath(*f"{plan.venv.dir}/{plan.venv.interpreter}".split("/")))
@@ -545,4 +358,3 @@ def _identity(script_dir: Path) -> Tuple[str, str]:
     except (OSError, RecordError):
         info = read_bundle_info(script_dir)
         return info.name, f"{info.name}-{info.version}"
-
