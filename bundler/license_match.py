@@ -23,7 +23,6 @@ import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import metadata
 
 THRESHOLD = 0.85  # askalono's own CLI calls 0.8 a confident match; sympy's sections score 0.89-0.95
 SEPARATOR = re.compile(r"(?m)^[ \t]*(?:-{10,}|={10,}|\*{10,})[ \t]*$")
@@ -76,6 +75,8 @@ def _conclude(files: tuple[tuple[str, bytes], ...], declared: str) -> Conclusion
 
 def matcher_version() -> str | None:
     """The installed matcher's version, which a pin records beside what it concluded; None when not installed."""
+    from importlib import metadata  # only `lock` asks: a build need not import it
+
     try:
         return metadata.version(MATCHER_DISTRIBUTION)
     except metadata.PackageNotFoundError:
