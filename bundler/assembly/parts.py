@@ -23,7 +23,6 @@ from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.gpu import add_gpu
 from bundler.assembly.launch import add_bundle_tools, add_engine, add_entry_point, add_scripts
 from bundler.assembly.licenses import add_licenses
-from bundler.assembly.locked_wheels import read_locked_wheels
 from bundler.assembly.models import add_models, add_selfcheck, gate
 from bundler.assembly.python_env import add_python
 from bundler.assembly.runtime import add_runtime
@@ -55,24 +54,14 @@ PARTS: tuple[Part, ...] = (
 
 
 def add_all(assembly: Assembly, build: BuildInputs, *, parts: tuple[Part, ...] = PARTS) -> None:
-    """Run the parts in order, the model gate (`models.gate`) beside them from the start, and the reading of
-    the locked wheels (`locked_wheels`) beside them until `add_python` is done.
+    """Run the parts in order, the model gate (`models.gate`) beside them from the start.
 
     A first build spends about half a second in the gate's ORT process; on its own thread it overlaps the
-    parts before `add_models`, which takes its records (or its error) at its place in the order. The locked
-    wheels are read while `add_python` builds the ORT wheel, and waited for before any later part reads them
-    (so no two threads ever extract one wheel). Should an earlier part fail, its error is the build's, after
-    the other threads have ended.
+    parts before `add_models`, which takes its records (or its error) at its place in the order. Should an
+    earlier part fail, its error is the build's, after the gate's process has ended.
     """
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="model-gate") as pool, \
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="locked-wheels") as reader:
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="model-gate") as pool:
         if add_models in parts:
             build = replace(build, model_gate=pool.submit(gate, build))
-        reading = reader.submit(read_locked_wheels, build)
-        if add_python not in parts:
-            reading.result()
         for part in parts:
             part(assembly, build)
-            if part is add_python:
-                reading.result()
-        reading.result()
