@@ -106,6 +106,8 @@ def test_the_install_time_self_check_measures_the_cache_folder_the_launchers_use
     assert finish.returncode == OK, finish.stderr
     assert f"for the cache directory {msi_cache} (from the MSI's CACHEDIR" in cache_line((tmp_path / "msi.log").read_text())
     assert (root / "cache_dir.txt").read_text() == f"{msi_cache}\n"
+    # and the receipt names the log msi-finish wrote, as the zip route's install names its own (issue 26, defect 1)
+    assert json.loads((root / "receipt.json").read_text())["install_log"] == str(tmp_path / "msi.log")
 
 
 def test_rerun_of_the_same_bundle_is_a_no_op(installed: tuple[Path, Path]) -> None:

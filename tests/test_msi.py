@@ -23,7 +23,7 @@ import subprocess
 import xml.etree.ElementTree as ET
 import zipfile
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 
 import pytest
 from conftest import run_cli
@@ -228,6 +228,16 @@ def test_msiexec_installs_every_file_of_the_receipt_with_detection_and_an_arp_en
     entry = windows.reg_query(UNINSTALL.format(code=packages.first["msi"]["product_code"]))
     assert entry is not None and entry["DisplayVersion"] == "1.0.0" and entry["Publisher"] == PUBLISHER, entry
     assert "the self-check passed" in msi_log(windows, "1.0.0")
+
+
+def test_the_receipt_names_the_msi_s_install_log(windows: Wine, installed) -> None:  # type: ignore[no-untyped-def]
+    """Issue 26, defect 1, on the MSI route: the image's receipt, made on the build machine, named no log;
+    msi-finish records where its log went, so the support bundle takes this install's log."""
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    [log] = (windows.drive_c() / "windows").glob(f"[Ll]ogs/Software/{NAME}-1.0.0-msi.log")
+    recorded = PureWindowsPath(json.loads((folder(windows) / "receipt.json").read_text())["install_log"])
+    expected = PureWindowsPath("C:\\", *log.relative_to(windows.drive_c()).parts)  # Windows paths ignore case
+    assert str(recorded).lower() == str(expected).lower(), (recorded, expected)
 
 
 def test_run_cmd_runs_the_entry_point_and_the_self_check_passes(windows: Wine, installed) -> None:  # type: ignore[no-untyped-def]

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -160,11 +161,14 @@ def test_support_bundle_of_the_install(installed: tuple[Path, dict[str, str]]) -
 def test_uninstall_removes_the_tuning_file_and_so_the_folder(installed: tuple[Path, dict[str, str]],
                                                              tmp_path: Path) -> None:
     """Issue 26, defect 8: `run --tune` wrote tuning.json; it is the product's, so uninstall removes it and the
-    folder goes. Removes the shared install: keep it last."""
+    folder goes, with the temporary file a `run --tune` killed while writing leaves (named by the same mkstemp
+    call as TuningFile.write's). Removes the shared install: keep it last."""
     root, env = installed
     if not (root / TUNING_FILE).is_file():
         assert run(root, "--tune", "--warmup", "0", "--runs", "2", env=env).returncode == 0
     assert (root / TUNING_FILE).is_file()
+    handle, _ = tempfile.mkstemp(prefix=f".{TUNING_FILE}.", suffix=".tmp", dir=str(root))
+    os.close(handle)
     own = default_log_folder(env) / log_file_name(INSTALL_ID, str(root), "install")
     uninstall = root.parent.parent / STEM / "uninstall.sh"  # the bundle the fixture extracted beside opt/
     proc = subprocess.run(["sh", str(uninstall), "--install-dir", str(root), "--log-path",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from email.message import Message
 from email.parser import Parser
@@ -18,10 +18,12 @@ from bundler.assembly.runtime import LICENSE_COMPONENT, PSF_FINDING
 from bundler.assembly.wheelbuild import PROVENANCE_FILE
 from bundler.derived import code_digest, read_entry, write_entry
 from bundler.errors import BuildError
-from bundler.license_match import conclude
+from bundler.license_match import NO_MATCHER, Conclusion, conclude, matcher_version
 from bundler.manifest import Input
 from bundler.readers.archives import SafeArchive, is_archive
 from bundler.readers.wheels import wheel_metadata
+from bundler.sources.license_pins import LicensePin, pinned
+from bundler.sources.lock import LockedWheel
 from bundler.spdx import LicenseFinding, metadata_license
 from bundler.writer.members import Member
 
@@ -62,16 +64,18 @@ def is_license_text(filename: str) -> bool:
     return bool(_LICENSE_NAME.fullmatch(filename)) and not filename.lower().endswith(_CODE_SUFFIXES)
 
 
-def wheel_license(name: str, metadata: Message, texts: Sequence[tuple[str, bytes]] = ()) -> LicenseFinding | None:
+def wheel_license(name: str, metadata: Message, texts: Sequence[tuple[str, bytes]] = (), *,
+                  pin: Conclusion | None = None) -> LicenseFinding | None:
     """What the wheel declares, as SPDX where certain; ORT is MIT even when a capi tree declares nothing; a
     declaration that names no single licence ("BSD") is concluded from the licence `texts` (bundle path,
-    bytes) where they match one (bundler/license_match.py), else kept unknown with the matcher's reason."""
+    bytes) where they match one (bundler/license_match.py), else kept unknown with the matcher's reason.
+    `pin` is that conclusion as `lock` pinned it for these very bytes: then the texts are not matched again."""
     found = metadata_license(metadata)
     if (found is None or found.expression is None) and name.startswith("onnxruntime"):
         return LicenseFinding(expression=ORT_LICENSE, declared=found.declared if found else None, source="ort-bundler")
     if found is None or found.expression is not None:
         return found
-    concluded = conclude(texts, declared=found.declared or "")
+    concluded = pin or conclude(texts, declared=found.declared or "")
     if concluded.expression is None:
         return replace(found, reason=f"{found.reason} {concluded.reason}")
     return LicenseFinding(expression=concluded.expression, declared=found.declared, source="licence text",
@@ -109,7 +113,8 @@ def add_licenses(assembly: Assembly, build: BuildInputs) -> None:
     """
     manifest, files = build.manifest, build.files
     store = build.cache.work_dir("derived")
-    sets = [wheel_licenses(path, wheel, assembly.members[path].digest, store=store)
+    pins = build.lock.licenses if build.lock else ()
+    sets = [wheel_licenses(path, wheel, assembly.members[path].digest, store=store, pins=pins)
             for path, wheel in bundled_wheels(assembly)]
     sets.append(sdk_licenses(assembly))
     runtime = assembly.facts.runtime
@@ -188,14 +193,34 @@ def _read_wheel_facts(wheel: Path, *, label: str) -> WheelFacts:
     return WheelFacts(metadata=text, texts=texts, provenance=rebuilt)
 
 
-def wheel_licenses(bundle_path: str, wheel: Path, sha256: str, *, store: Path | None = None) -> LicenseSet:
+def wheel_licenses(bundle_path: str, wheel: Path, sha256: str, *, store: Path | None = None,
+                   pins: Iterable[LicensePin] = ()) -> LicenseSet:
     """Licence files a wheel declares (License-File) or keeps in its .dist-info, plus notices in a package's
     top folder: ORT ships LICENSE and ThirdPartyNotices.txt in onnxruntime/, not in its .dist-info."""
     name = str(parse_wheel_filename(wheel.name)[0])
     facts = wheel_facts(wheel, sha256, label=bundle_path, store=store)
     texts = {f"{LICENSES}{name}/{target}": Member(name=target, data=data) for target, data in facts.texts}
-    return LicenseSet(component=name, license=wheel_license(name, facts.parsed(), bundled_texts(name, facts)),
-                      texts=texts)
+    finding = wheel_license(name, facts.parsed(), bundled_texts(name, facts), pin=pinned(pins, wheel.name, sha256))
+    return LicenseSet(component=name, license=finding, texts=texts)
+
+
+def license_pins(wheels: Iterable[tuple[LockedWheel, Path]]) -> tuple[LicensePin, ...]:
+    """What `lock` pins: the matcher's conclusion for every wheel whose metadata names no single licence,
+    found as the build would find it (the same texts under the same bundle paths). None without a matcher:
+    the build then matches, or says why it cannot."""
+    version = matcher_version()
+    pins = []
+    for locked, wheel in wheels:
+        name = str(parse_wheel_filename(locked.filename)[0])
+        facts = wheel_facts(wheel, locked.sha256, label=locked.filename)
+        found = metadata_license(facts.parsed())
+        if version is None or found is None or found.expression is not None or name.startswith("onnxruntime"):
+            continue
+        concluded = conclude(bundled_texts(name, facts), declared=found.declared or "")
+        if concluded.reason != NO_MATCHER:
+            pins.append(LicensePin(filename=locked.filename, sha256=locked.sha256, conclusion=concluded,
+                                   matcher_version=version))
+    return tuple(pins)
 
 
 def bundled_texts(name: str, facts: WheelFacts) -> tuple[tuple[str, bytes], ...]:

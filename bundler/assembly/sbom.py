@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.message import Message
@@ -55,6 +55,7 @@ from bundler.errors import BuildError
 from bundler.manifest import Input, Manifest
 from bundler.readers.pe import inspect_pe
 from bundler.readers.wheels import wheel_metadata  # noqa: F401  (re-exported: python_env, commands/inspect)
+from bundler.sources.license_pins import LicensePin, pinned
 from bundler.spdx import LicenseFinding, checked
 from bundler.writer.members import Member
 
@@ -100,13 +101,13 @@ def install_sbom(assembly: Assembly) -> None:
     assembly.install(SBOM, SBOM)
 
 
-def add_sbom(assembly: Assembly, *, manifest: Manifest) -> None:
+def add_sbom(assembly: Assembly, *, manifest: Manifest, pins: Iterable[LicensePin] = ()) -> None:
     """sbom.cdx.json: every member of the bundle but itself, as a component or a file inside one, validated
     against the CycloneDX 1.6 schema. Runs after bundle.json and install-plan.json so that they are in it;
     SHA256SUMS, written after it, is listed without a hash. Reproducible: the serial number follows from
     the bundle's name, manifest and members, the timestamp from source_date_epoch, and the library sorts
-    components."""
-    text = JsonV1Dot6(sbom(assembly, manifest=manifest)).output_as_string(indent=2)
+    components. `pins`: the lock's licence pins (bundler/sources/license_pins.py), so no text is matched twice."""
+    text = JsonV1Dot6(sbom(assembly, manifest=manifest, pins=pins)).output_as_string(indent=2)
     errors = schema_errors(json.loads(text))
     if errors:
         msg = f"{SBOM}: the generated SBOM is not valid CycloneDX {_SCHEMA.to_version()}: {errors[0]}"
@@ -148,7 +149,7 @@ def _spdx_ids() -> frozenset[str]:
     return frozenset(_schema("spdx.SNAPSHOT.schema.json")["enum"])
 
 
-def sbom(assembly: Assembly, *, manifest: Manifest) -> Bom:
+def sbom(assembly: Assembly, *, manifest: Manifest, pins: Iterable[LicensePin] = ()) -> Bom:
     """The bundle is the BOM's subject; every top-level component is one of its direct dependencies, which
     completes the dependency graph (the library warns about a root without dependencies)."""
     bundle = manifest.bundle
@@ -160,7 +161,7 @@ def sbom(assembly: Assembly, *, manifest: Manifest) -> Bom:
     bom.metadata.component = root
     bom.metadata.tools.components.add(Component(type=ComponentType.APPLICATION, name="ort-bundler",
                                                 version=__version__, bom_ref="tool:ort-bundler"))
-    components = member_components(assembly, manifest=manifest)
+    components = member_components(assembly, manifest=manifest, pins=pins)
     for component in components:
         bom.components.add(component)
     bom.register_dependency(root, components)
@@ -179,7 +180,7 @@ def serial_number(manifest: Manifest, assembly: Assembly) -> uuid.UUID:
     return uuid.uuid5(uuid.NAMESPACE_URL, f"ort-bundler:{manifest.bundle.stem}:{content.hexdigest()}")
 
 
-def member_components(assembly: Assembly, *, manifest: Manifest) -> list[Component]:
+def member_components(assembly: Assembly, *, manifest: Manifest, pins: Iterable[LicensePin] = ()) -> list[Component]:
     """One component per wheel, model and VC redistributable; the other members as files of a group."""
     gpu_files = gpu_origins(assembly)
     data = model_data_components(assembly, manifest)
@@ -189,7 +190,7 @@ def member_components(assembly: Assembly, *, manifest: Manifest) -> list[Compone
         if path == SBOM or any(path in files for files in data.values()):
             continue
         member = assembly.members[path]
-        single = _single_component(path, member, manifest=manifest, data=data)
+        single = _single_component(path, member, manifest=manifest, data=data, pins=pins)
         if single is not None:
             singles.append(single)
             continue
@@ -218,10 +219,10 @@ def model_data_components(assembly: Assembly, manifest: Manifest) -> dict[str, d
 
 
 def _single_component(path: str, member: Member, *, manifest: Manifest,
-                      data: Mapping[str, Mapping[str, Component]]) -> Component | None:
+                      data: Mapping[str, Mapping[str, Component]], pins: Iterable[LicensePin]) -> Component | None:
     top = path.rsplit("/", 1)[0] + "/"
     if top in (WHEELS, "payload/installer/") and path.endswith(".whl"):  # the environment's and the engine's
-        return wheel_component(path, _member_file(member), member.digest)
+        return wheel_component(path, _member_file(member), member.digest, pins=pins)
     if path.startswith("payload/models/"):
         component = model_component(path, member.digest, manifest=manifest)
         component.components.update(data.get(component.name, {}).values())
@@ -231,14 +232,15 @@ def _single_component(path: str, member: Member, *, manifest: Manifest,
     return None
 
 
-def wheel_component(path: str, wheel: Path, sha256: str) -> Component:
+def wheel_component(path: str, wheel: Path, sha256: str, *, pins: Iterable[LicensePin] = ()) -> Component:
     """A wheel as published is named by its purl's file_name; one ort-bundler rebuilt (from a capi source)
     is not that file: its purl carries its own checksum instead, and its pedigree names the upstream file
     with that file's own hash and purl, as the wheel's METADATA records it (the Rebuilt-By field)."""
     name, version, _, _ = parse_wheel_filename(wheel.name)
     facts = wheel_facts(wheel, sha256, label=path)
     metadata = facts.parsed()
-    finding = wheel_license(str(name), metadata, bundled_texts(str(name), facts))
+    pin = pinned(pins, wheel.name, sha256)
+    finding = wheel_license(str(name), metadata, bundled_texts(str(name), facts), pin=pin)
     rebuilt = _rebuilt_from(facts.provenance, metadata)
     qualifiers = {"checksum": f"sha256:{sha256}"} if rebuilt else {"file_name": wheel.name}
     purl = PackageURL(type="pypi", name=str(name), version=str(version), qualifiers=qualifiers)

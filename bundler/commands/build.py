@@ -78,7 +78,7 @@ def _assemble(manifest: Manifest, *, lock: Lock | None, files: Mapping[str, Path
         say_licence_notes(assembly.facts.licenses)
         install_sbom(assembly)  # planned before install-plan.json is written; the SBOM itself comes after it
         add_records(assembly, inputs)
-        add_sbom(assembly, manifest=manifest)  # after the records: it describes every member but itself
+        add_sbom(assembly, manifest=manifest, pins=lock.licenses if lock else ())  # after the records: it describes every member but itself
         members = [_rooted(stem, m) for m in assembly.members.values()]
         members.append(Member(name=f"{stem}/SHA256SUMS", data=sha256sums(assembly.members).encode("utf-8")))
         with _zip_progress(sum(m.size for m in members), quiet=quiet) as progress:

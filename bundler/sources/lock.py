@@ -12,7 +12,8 @@ package index host, and packages are always fetched again through the user's own
 
 A [gate] table (optional; locks written before it read and write back unchanged) pins the BUILD machine's
 ORT and NumPy wheels for the model gate when that machine cannot install the bundle's own
-(`bundler/sources/gate.py`).
+(`bundler/sources/gate.py`). [[license]] tables (optional too) pin the licence `lock` concluded from a wheel's
+licence text, so that the build need not match it again (`bundler/sources/license_pins.py`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from bundler.errors import (
     UnsupportedError,
 )
 from bundler.sources import references
+from bundler.sources.license_pins import LicensePin, pin_from_table, pin_table
 from bundler.sources.references import MODEL_FORMAT
 from bundler.target_platform import TARGETS
 
@@ -167,6 +169,8 @@ class Lock:
     installer: LockedWheel | None = None
     #: The model gate's wheels for the build machine; None in locks written before it, or when not needed.
     gate: GateWheels | None = None
+    #: Licences concluded from wheels' licence texts at lock time; none in locks written before.
+    licenses: tuple[LicensePin, ...] = ()
 
 
 def write_lock(lock: Lock, path: Path) -> None:
@@ -196,6 +200,8 @@ def lock_data(lock: Lock) -> dict[str, Any]:
                         "wheel": [_wheel_table(w) for w in sorted(lock.gate.wheels, key=lambda wheel: wheel.name)]}
     if lock.models:
         data["model"] = [_model_table(m) for m in sorted(lock.models, key=lambda model: model.name)]
+    if lock.licenses:
+        data["license"] = [pin_table(p) for p in sorted(lock.licenses, key=lambda pin: (pin.filename, pin.sha256))]
     return data
 
 
@@ -214,7 +220,7 @@ def _model_table(model: PinnedModel) -> dict[str, Any]:
 def parse_lock(data: Mapping[str, Any], path: Path) -> Lock:
     """A lock from its TOML tables, every problem at once, each named as it appears in the file."""
     reader = _LockReader(path)
-    reader.unknown_keys(data, {*LOCK_KEYS, "wheel", "installer", "model", "gate"}, "")
+    reader.unknown_keys(data, {*LOCK_KEYS, "wheel", "installer", "model", "gate", "license"}, "")
     target = reader.target(reader.table(data, "target"))
     requirements = reader.requirements(reader.table(data, "resolve"))
     wheels = reader.wheels(data)
@@ -224,11 +230,12 @@ def parse_lock(data: Mapping[str, Any], path: Path) -> Lock:
         installer = None if table is None else reader.wheel(table, "installer")
     models = reader.models(data)
     gate = reader.gate(data["gate"]) if "gate" in data else None
+    licenses = reader.licenses(data["license"]) if "license" in data else ()
     if reader.problems:
         raise ManifestError(reader.problems)
     assert target is not None
     return Lock(target=target, requirements=requirements, wheels=wheels, installer=installer, models=models,
-                gate=gate)
+                gate=gate, licenses=licenses)
 
 
 LOCK_KEYS = {"target": {"platform", "python"}, "resolve": {"requirements"}}
@@ -326,6 +333,19 @@ class _LockReader:
                          f"a wheel for {target.platform} / Python {target.python}, as gate.platform and gate.python say")
                 return None
         return GateWheels(target=target, wheels=wheels)
+
+    def licenses(self, entries: Any) -> tuple[LicensePin, ...]:
+        expected = "a [[license]] table as `ort-bundler lock` writes it"
+        pins = []
+        for index, entry in enumerate(entries if isinstance(entries, list) else [entries]):
+            found = pin_from_table(entry) if isinstance(entry, dict) else f"is {type(entry).__name__} {entry!r}"
+            if isinstance(found, LicensePin) and not SHA256_RE.match(found.sha256):
+                found = f"has sha256 {found.sha256!r}, not 64 lowercase hexadecimal digits"
+            if isinstance(found, str):
+                self.add(f"license[{index}]", found, expected)
+            else:
+                pins.append(found)
+        return tuple(pins)
 
     def wheels(self, data: Mapping[str, Any], key: str = "wheel") -> tuple[LockedWheel, ...]:
         entries = self.value(data, key.rsplit(".", 1)[-1], key, list, f"[[{key}]] tables")

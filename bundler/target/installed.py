@@ -31,6 +31,9 @@ from .records import INSTALL_EXIT_CODES, PLAN_FILE, RECEIPT_FILE, InstallPlan, R
 #: Files the product itself writes into its folder after the install, the product's to remove with it: `run --tune`'s
 #: tuning file (tuning_file.TUNING_FILE, not imported: the engine ships without the ort_bundle modules).
 PRODUCT_FILES = ("tuning.json",)
+#: What a `run --tune` killed while writing leaves beside its file: TuningFile.write's temporary file, named by
+#: mkstemp ".tuning.json.<random>.tmp" (the prefix and suffix here), equally the product's to remove.
+PRODUCT_TEMPORARY = tuple((f".{name}.", ".tmp") for name in PRODUCT_FILES)
 
 #: Exit codes of `verify`: every installed file matches its receipt, or something changed.
 VERIFY_OK = 0
@@ -101,7 +104,8 @@ def uninstall(install_dir: Path, log: Log, *, name: Optional[str], dry_run: bool
         raise EngineError("usage", f"{install_dir} holds {receipt.install_id}, not {name}; nothing was changed")
     paths = [(entry.path, inside(install_dir, entry.path, what=RECEIPT_FILE)) for entry in receipt.files]
     present = [(rel, path) for rel, path in paths if os.path.lexists(path)]
-    made = [(rel, install_dir / rel) for rel in PRODUCT_FILES if rel not in {entry.path for entry in receipt.files}]
+    listed = {entry.path for entry in receipt.files}
+    made = [(rel, install_dir / rel) for rel in (*PRODUCT_FILES, *_temporary_files(install_dir)) if rel not in listed]
     present += [(rel, path) for rel, path in made if os.path.islink(path) or os.path.isfile(path)]
     if dry_run:
         return [rel for rel, _ in present]
@@ -117,6 +121,11 @@ def uninstall(install_dir: Path, log: Log, *, name: Optional[str], dry_run: bool
         with contextlib.suppress(OSError):
             install_dir.rmdir()
     return [rel for rel, _ in present] + [RECEIPT_FILE]
+
+
+def _temporary_files(install_dir: Path) -> List[str]:
+    return sorted(name for name in os.listdir(install_dir)
+                  if any(name.startswith(prefix) and name.endswith(suffix) for prefix, suffix in PRODUCT_TEMPORARY))
 
 
 def _remove_empty_folders(paths: Sequence[Path], root: Path) -> None:

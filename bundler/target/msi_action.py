@@ -6,19 +6,24 @@ SYSTEM, like the copy), on the interpreter it has just installed, before Install
 makes msiexec roll the whole transaction back, so a machine never keeps an install whose self-check failed.
 It writes into the install folder only `cache_dir.txt` (the CACHEDIR property), after the self-check
 passed and never on a failing run (a rollback would leave it behind), and removes it when the MSI is
-removed (wixl 0.101 has no RemoveFile). Its log goes where the zip route's goes: %SystemRoot%\\Logs\\Software\\<id>-msi.log.
+removed (wixl 0.101 has no RemoveFile). Its log goes where the zip route's goes: %SystemRoot%\\Logs\\Software\\<id>-msi.log,
+and, as the zip route's install does, the receipt records where (its `install_log`: the support bundle takes
+this install's log, not another's of the same name): the image's receipt was made on the build machine,
+which knew no log.
 Standard library only, Python 3.8+.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
 from .engine_env import run_selfcheck
-from .engine_fs import EngineError, Log
-from .records import PLAN_FILE, InstallPlan, RecordError
+from .engine_fs import EngineError, Log, read_receipt, write_receipt
+from .records import PLAN_FILE, RECEIPT_FILE, InstallPlan, RecordError
 
 #: The file the launchers read the model cache folder from (the zip route writes it at install).
 CACHE_DIR_FILE = "cache_dir.txt"
@@ -55,4 +60,15 @@ def finish(root: Path, *, cache_dir: Optional[str], self_check: bool, remove: bo
         log(f"model cache folder: {cache_dir}")
     elif target.exists():
         target.unlink()  # a repair or upgrade without CACHEDIR goes back to the default
+    _record_log(root, log)
     return 0
+
+
+def _record_log(root: Path, log: Log) -> None:
+    """The receipt names this install's log, written like cache_dir.txt only once the self-check passed."""
+    if log.path is None:
+        return
+    receipt = read_receipt(root)
+    if receipt is None:
+        raise EngineError("integrity", f"{root / RECEIPT_FILE} is missing; the MSI's files are incomplete")
+    write_receipt(root, replace(receipt, install_log=os.path.abspath(log.path)))
