@@ -33,6 +33,7 @@ print(json.dumps({"argv": sys.argv, "isolated": sys.flags.isolated, "pid": os.ge
                   "env": {name: os.environ.get(name) for name in names}}))
 sys.exit(7)
 """
+HOSTILE = "it's \"$(touch PWNED)\" `touch PWNED` $HOME %PATH% & | ; > out ^ ! \u2018\u2019"
 DISPATCH_WORDS = ("--self-check", "--verify", "--tune", "--profile", "--support-bundle", "-SelfCheck", "-Tune",
                   "-Profile", "-SupportBundle", "LD_LIBRARY_PATH", "CUDA_CACHE_PATH", "TEMP", "cache_dir.txt",
                   "PYTHONNOUSERSITE", "PIP_NO_INDEX", "app/", "app\\")
@@ -134,9 +135,10 @@ def report(result: subprocess.CompletedProcess[str]) -> dict:
 
 
 def test_run_sh_sets_the_environment_and_execs_the_entry_point(venv: Path, tmp_path: Path) -> None:
-    root = tmp_path / "it's a b & c"
-    run_sh = install(root, venv, context(apply_tuning=True))
-    cache = tmp_path / "cache"
+    """In a hostile folder with hostile values: all of it stays data."""
+    root = tmp_path / "it's $HOME & `touch PWNED`" / "demo"
+    run_sh = install(root, venv, context(apply_tuning=True, env={"APP_MODE": HOSTILE}))
+    cache = tmp_path / "cache $(touch PWNED)"
     process = subprocess.Popen([str(run_sh), "two words", "", "$HOME", "--self-check"], stdout=subprocess.PIPE,
                                text=True, env={**os.environ, "ORT_BUNDLE_CACHE_DIR": str(cache),
                                                "LD_LIBRARY_PATH": "/caller/lib::", "PYTHONPYCACHEPREFIX": "/shared"})
@@ -156,7 +158,8 @@ def test_run_sh_sets_the_environment_and_execs_the_entry_point(venv: Path, tmp_p
     assert env["ORT_BUNDLE_CACHE_DIR"] == str(cache) and env["ORT_BUNDLE_CACHE_MIN_FREE_MB"] == "512"
     assert (env["PIP_NO_INDEX"], env["PYTHONNOUSERSITE"], env["PYTHONDONTWRITEBYTECODE"]) == ("1", "1", "1")
     assert env["PYTHONPYCACHEPREFIX"] is None and env["ORT_BUNDLE_APPLY_TUNING"] == "1"
-    assert env["APP_MODE"] == "fast & 'quiet' $HOME" and seen["isolated"] == 0  # the venv's Python: not isolated
+    assert env["APP_MODE"] == HOSTILE and seen["isolated"] == 0  # the venv's Python: not isolated
+    assert not list(tmp_path.rglob("PWNED"))
 
 
 def test_the_launchers_own_variables_win_over_launch_env(venv: Path, tmp_path: Path) -> None:
@@ -166,6 +169,17 @@ def test_the_launchers_own_variables_win_over_launch_env(venv: Path, tmp_path: P
     assert (env["TEMP"], env["PYTHONDONTWRITEBYTECODE"], env["PIP_NO_INDEX"], env["APP_MODE"]) == (
         f"{tmp_path}/c/tmp", "1", "1", "ok")
     assert env["ORT_BUNDLE_APPLY_TUNING"] is None  # only when [launch] apply_tuning says so
+
+
+def test_launch_env_naming_the_old_scripts_variables_changes_nothing_that_runs(venv: Path, tmp_path: Path) -> None:
+    """[launch] env `root` / `python` (issue 18 item 1) named run.sh's own shell variables; the launcher has none
+    to take over: its installation's interpreter still starts its entry point, and the values are plain variables."""
+    evil = tmp_path / "evil"
+    (evil / "app").mkdir(parents=True)
+    (evil / "app" / "main.py").write_text("print('EVIL')\n")
+    run_sh = install(tmp_path / "root", venv, context(env={"root": str(evil), "python": "/bin/false"}))
+    seen = report(start(run_sh, "a b", ORT_BUNDLE_CACHE_DIR=str(tmp_path / "c")))
+    assert seen["argv"] == [str(tmp_path / "root" / "app" / "main.py"), "a b"]
 
 
 def test_the_cache_folder_is_the_variable_then_cache_dir_txt_then_the_bundle_then_per_user(venv: Path,

@@ -15,16 +15,14 @@ Linux process): it makes the folders and the pyvenv.cfg a Windows venv has. The 
 CPython under Wine, venv included, is tests/test_windows_install.py's. Everything the launcher and the probe
 touch comes from the built bundle.
 
-The tests without Wine at the end cover the program entry point in the other launchers: run.sh runs for
-real, run.ps1 is parsed as Windows PowerShell 5.1.
+The tests without Wine at the end cover the program entry point in run.ps1 (parsed as Windows PowerShell 5.1)
+and README-INSTALL; run.sh starts a program in test_launcher.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import tomllib
 import zipfile
 from dataclasses import dataclass
@@ -46,6 +44,7 @@ from wine import Wine, mingw_gcc, wine  # noqa: F401  (fixtures)
 
 from bundler.assembly.render import (
     INSTALL_EXIT_CODES,
+    LAUNCH_CONFIG,
     EntryPoint,
     ScriptContext,
     render_scripts,
@@ -311,44 +310,12 @@ def test_run_cmd_without_its_program_is_a_prerequisite_failure(wine: Wine, tmp_p
     assert f'"{wine.to_windows(root)}\\app\\tool.exe" was not found' in result.stdout + result.stderr
 
 
-PROGRAM_SH = """#!/bin/sh
-for arg in "$@"; do printf 'ARG [%s]\\n' "$arg"; done
-printf 'LD_LIBRARY_PATH=%s\\nTMPDIR=%s\\nAPP_MODE=%s\\n' "$LD_LIBRARY_PATH" "$TMPDIR" "$APP_MODE"
-exit 7
-"""
-
-
-def test_run_sh_starts_a_program_entry_point_without_python(tmp_path: Path) -> None:
-    root = tmp_path / "a b & c"
-    context = program_context("linux_x86_64", "app/tool")
-    run_sh = root / "run.sh"
-    root.mkdir()
-    run_sh.write_bytes(render_scripts(context)["payload/launchers/run.sh"])
-    program = root / "app" / "tool"
-    program.parent.mkdir()
-    program.write_text(PROGRAM_SH, encoding="utf-8")
-    program.chmod(0o755)
-    env = {**os.environ, "ORT_BUNDLE_CACHE_DIR": str(tmp_path / "cache"), "LD_LIBRARY_PATH": "/caller/lib"}
-
-    result = subprocess.run(["sh", str(run_sh), "two words", 'say "hi"', "", "$HOME"], env=env,
-                            capture_output=True, text=True, check=False)
-
-    assert result.returncode == 7, result.stderr
-    lines = result.stdout.splitlines()
-    assert lines[:4] == ["ARG [two words]", 'ARG [say "hi"]', "ARG []", "ARG [$HOME]"]
-    assert f"LD_LIBRARY_PATH={root}/{context.dll_dirs[0]}:/caller/lib" in lines
-    assert f"TMPDIR={tmp_path}/cache/tmp" in lines and "APP_MODE=fast & quiet" in lines
-    self_check = subprocess.run(["sh", str(run_sh), "--self-check"], env=env, capture_output=True, text=True, check=False)
-    assert self_check.returncode == INSTALL_EXIT_CODES["prerequisite"]
-    assert f"{root}/venv/bin/python was not found" in self_check.stderr and "ARG" not in self_check.stdout
-
-
 def test_run_ps1_and_readme_for_a_program_entry_point() -> None:
     scripts = render_scripts(program_context("win_amd64", "app/tool.exe"))
     run_ps1 = scripts["payload/launchers/run.ps1"]
 
     assert parse_problems(run_ps1) == [] and powershell7_constructs(run_ps1) == []
-    assert b"$program = Join-Path $Root 'app\\tool.exe'" in run_ps1
+    assert json.loads(scripts[LAUNCH_CONFIG])["entry_point"] == {"kind": "program", "value": "app/tool.exe"}
     readme = scripts["README-INSTALL.txt"].decode("utf-8").replace("\r\n", "\n")
     assert "starts the program app\\tool.exe (below the install folder) directly, with the\narguments" in readme
 
