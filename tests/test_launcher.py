@@ -222,6 +222,9 @@ def test_module_none_and_program_entry_points_and_the_bundled_interpreter(venv: 
     tool.chmod(0o755)
     seen = report(start(program, "two words", "", ORT_BUNDLE_CACHE_DIR=cache))
     assert seen["argv"] == [str(tool), "two words", ""]
+    tool.chmod(0o644)
+    refused = start(program, ORT_BUNDLE_CACHE_DIR=cache)
+    assert refused.returncode == PREREQUISITE and f'run: cannot start "{tool}" (Permission denied)' in refused.stderr
     tool.unlink()
     missing = start(program, ORT_BUNDLE_CACHE_DIR=cache)
     assert missing.returncode == PREREQUISITE

@@ -189,12 +189,13 @@ def start(cmd: Command, code_if_missing: int) -> int:
     if not os.path.isfile(cmd.executable):
         raise LaunchError(code_if_missing, f'"{cmd.executable}" was not found; install the bundle again with '
                                            f"{installer_script()}")
-    if not WINDOWS:
-        try:
+    try:
+        if not WINDOWS:
             os.execve(cmd.executable, list(cmd.argv), cmd.env)
-        except OSError as exc:
-            raise LaunchError(code_if_missing, f'cannot start "{cmd.executable}" ({exc.strerror or exc})') from None
-    with subprocess.Popen(list(cmd.argv), executable=cmd.executable, env=cmd.env) as child:
+        child = subprocess.Popen(list(cmd.argv), executable=cmd.executable, env=cmd.env)
+    except OSError as exc:
+        raise LaunchError(code_if_missing, f'cannot start "{cmd.executable}" ({exc.strerror or exc})') from None
+    with child:
         while True:
             try:
                 code = child.wait()
