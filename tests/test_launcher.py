@@ -100,11 +100,14 @@ def test_launch_json_reads_back_and_a_damaged_one_names_the_key() -> None:
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A venv of this Python with the shipped ort_bundle package in its site-packages, as the installer leaves it."""
+    """A venv of this Python with the shipped ort_bundle package and the start-up hook in its site-packages, as the
+    installer leaves it."""
     folder = tmp_path_factory.mktemp("launcher-venv") / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, capture_output=True)
     site = folder / "lib" / f"python{PY}" / "site-packages"
-    for relative, data in package_files().items():
+    hook = {f"ort_bundle_hook.{ext}": render_scripts(context())[f"payload/launchers/ort_bundle_hook.{ext}"]
+            for ext in ("py", "pth")}
+    for relative, data in {**package_files(), **hook}.items():
         (site / relative).parent.mkdir(parents=True, exist_ok=True)
         (site / relative).write_bytes(data)
     return folder
@@ -140,10 +143,10 @@ def test_run_sh_sets_the_environment_and_execs_the_entry_point(venv: Path, tmp_p
     run_sh = install(root, venv, context(apply_tuning=True, env={"APP_MODE": HOSTILE}))
     cache = tmp_path / "cache $(touch PWNED)"
     process = subprocess.Popen([str(run_sh), "two words", "", "$HOME", "--self-check"], stdout=subprocess.PIPE,
-                               text=True, env={**os.environ, "ORT_BUNDLE_CACHE_DIR": str(cache),
+                               stderr=subprocess.PIPE, text=True, env={**os.environ, "ORT_BUNDLE_CACHE_DIR": str(cache),
                                                "LD_LIBRARY_PATH": "/caller/lib::", "PYTHONPYCACHEPREFIX": "/shared"})
-    out, _ = process.communicate(timeout=120)
-    assert process.returncode == 7
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 7 and err == ""  # the hook has nothing to say about a cache folder made just now
     seen = json.loads(out)
     # One process from run.sh to the entry point: the environment was complete when it started (glibc reads
     # LD_LIBRARY_PATH then), and signals and the exit code are the entry point's own.
