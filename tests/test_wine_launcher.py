@@ -268,8 +268,6 @@ def test_run_cmd_in_a_folder_with_spaces_and_ampersand_passes_arguments_environm
     assert report.env["PYTHONNOUSERSITE"] == "1"
 
 
-
-
 # --- the program entry point in every launcher, without a bundle ------------------------------------------
 
 
