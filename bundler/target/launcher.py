@@ -42,6 +42,8 @@ ISOLATED = ("-I", "-B")  # PYTHONPATH, PYTHONHOME and the user site cannot chang
 
 
 class LaunchError(Exception):
+    """What stops the launcher before the entry point starts: one line on stderr, and this exit code."""
+
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
