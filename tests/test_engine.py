@@ -4,15 +4,14 @@ reboot may excuse, the deferred self-check after it, deterministic bytecode, and
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from test_install_sh import make_bundle, script_context
+from test_install_sh import make_bundle
 
-from bundler.assembly.render import render_scripts
+from bundler.assembly.runtime_package import package_files
 from bundler.target import disk_space, engine
 from bundler.target.records import Check, InstallPlan, Receipt, RecordError, SelfcheckReport
 
@@ -91,7 +90,8 @@ def test_bytecode_is_deterministic_and_names_the_final_folder(tmp_path: Path) ->
         engine.install(engine.Options(bundle=bundle, install_dir=target, force=True, self_check=False), engine.Log(None))
         receipt = Receipt.loads((target / "receipt.json").read_text())
         pycs.append({f.path: f.sha256 for f in receipt.files if f.path.endswith(".pyc")})
-    assert len(pycs[0]) == 52 and pycs[0] == pycs[1]  # __init__, 50 modules of the wheel and the DLL hook
+    # __init__ and 50 modules of the wheel, the DLL hook and the ort_bundle package (the launcher among them)
+    assert len(pycs[0]) == 52 + len(package_files()) and pycs[0] == pycs[1]
     [pyc] = [p for p in target.rglob("mod0007.cpython-*.pyc")]
     assert pyc.read_bytes()[4:8] == (0b01).to_bytes(4, "little")  # hash-based, unchecked: no timestamp
     assert str(target).encode() in pyc.read_bytes() and b".staging" not in pyc.read_bytes()
@@ -146,25 +146,6 @@ def test_the_shipped_self_check_report_is_read_through_the_shared_definition() -
     check = Check(id="files", status="fail", message="m", fix="f", details={"changed": ["a"]})
     data = SelfcheckReport(ok=False, root="/r", checks=(check,)).to_json()
     assert SelfcheckReport.from_json(json.loads(json.dumps(data))).checks == (check,)
-
-
-def test_run_sh_keeps_its_own_state_when_the_manifest_env_names_it(tmp_path: Path) -> None:
-    """[launch] env `root` / `python` (issue 18 item 1): set before the launcher's own variables, so run.sh still
-    starts its installation's interpreter and entry point, not the ones the manifest names."""
-    root = tmp_path / "inst"
-    (root / "venv" / "bin").mkdir(parents=True)
-    (root / "app").mkdir()
-    (root / "venv" / "bin" / "python").symlink_to(sys.executable)
-    (root / "app" / "entry.py").write_text("import sys\nprint('OURS', sys.argv[1:])\n")
-    evil = tmp_path / "evil"
-    (evil / "app").mkdir(parents=True)
-    (evil / "app" / "entry.py").write_text("print('EVIL')\n")
-    context = script_context(env={"root": str(evil), "python": "/bin/false", "APP_MODE": "x"})
-    (root / "run.sh").write_bytes(render_scripts(context)["payload/launchers/run.sh"])
-    env = {**os.environ, "ORT_BUNDLE_CACHE_DIR": str(tmp_path / "cache")}
-    proc = subprocess.run(["sh", str(root / "run.sh"), "a b"], capture_output=True, text=True, env=env)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "OURS ['a b']"
 
 
 def test_the_engine_installs_on_the_oldest_supported_python_with_the_installer_its_lock_pins(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from bundler.assembly.render import (
     ScriptContext,
     render_scripts,
 )
+from bundler.assembly.runtime_package import package_files
 from bundler.target.records import InstallPlan, PlanEntry, VenvPlan
 
 #: The pypa installer the engine uses, as `ort-bundler lock` pins it (a real wheel, fetched by pip).
@@ -119,20 +120,23 @@ def make_bundle(root: Path, *, version: str = "1.0", broken_wheel: bool = False,
     installer_wheel = pip_download(installer, "any", python_version=python)
     shutil.copyfile(installer_wheel, root / "payload" / "installer" / installer_wheel.name)
     (root / "bundle.json").write_text(json.dumps({"name": "tiny", "version": version}))
-    for rel, data in render_scripts(script_context(version=version, python=python)).items():
+    for rel, data in {**render_scripts(script_context(version=version, python=python)),
+                      **{f"payload/{rel}": data for rel, data in package_files().items()}}.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(data)
     copies = [("bundle.json", "bundle.json"), ("payload/models/m.onnx", "models/m.onnx"),
               ("payload/selfcheck/selfcheck.py", "selfcheck/selfcheck.py"), ("payload/app/entry.py", "app/entry.py"),
-              ("payload/launchers/run.sh", "run.sh"), *((rel, to) for rel, (_, to) in engine_files().items())]
+              ("payload/launchers/run.sh", "run.sh"), ("payload/launchers/launch.json", "launch.json"),
+              *((rel, to) for rel, (_, to) in engine_files().items())]
+    site_files = [(f"payload/launchers/ort_bundle_hook.{ext}", f"ort_bundle_hook.{ext}") for ext in ("py", "pth")]
+    site_files += [(f"payload/{rel}", rel) for rel in package_files()]
     plan = InstallPlan(
         install_id=f"tiny-{version}", name="tiny", version=version, platform="linux_x86_64", python=python,
         dll_path_variable="LD_LIBRARY_PATH", installer_wheel=f"payload/installer/{installer_wheel.name}",
         venv=VenvPlan(dir="venv", interpreter="bin/python", scripts="bin", site_packages=f"lib/python{python}/site-packages",
                       script_kind="posix", wheels=(f"payload/wheels/{wheel.name}",),
                       requirements="payload/wheels/requirements.txt",
-                      site_packages_files=tuple(PlanEntry(source=f"payload/launchers/ort_bundle_hook.{ext}",
-                                                          target=f"ort_bundle_hook.{ext}") for ext in ("py", "pth"))),
+                      site_packages_files=tuple(PlanEntry(source=a, target=b) for a, b in site_files)),
         copy=tuple(PlanEntry(source=a, target=b) for a, b in copies), dll_dirs=(ORT_DIR.replace(PY, python),)).to_json()
     (root / "install-plan.json").write_text(json.dumps(plan, indent=2))
     write_sums(root)
@@ -231,7 +235,9 @@ def test_record_lists_the_bytecode_the_engine_compiled(installed: Path) -> None:
     proc = subprocess.run([str(installed / "venv" / "bin" / "python"), "-I", "-c", UNLISTED_BYTECODE, str(site)],
                           capture_output=True, text=True, check=True)
     found = json.loads(proc.stdout)
-    assert found["unlisted"] == [f"__pycache__/ort_bundle_hook.{sys.implementation.cache_tag}.pyc"]  # no distribution's
+    tag = sys.implementation.cache_tag
+    own = sorted(f"ort_bundle/__pycache__/{Path(rel).stem}.{tag}.pyc" for rel in package_files())
+    assert found["unlisted"] == [f"__pycache__/ort_bundle_hook.{tag}.pyc", *own]  # no distribution's
     assert f"{site}/tinypkg/__pycache__/__init__.{sys.implementation.cache_tag}.pyc" in found["pycs"]
     assert found["absent"] == []
     record = site / "tinypkg-1.0.dist-info" / "RECORD"

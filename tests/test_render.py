@@ -17,6 +17,7 @@ from tree_sitter import Language, Parser
 
 from bundler.assembly.render import (
     INSTALL_EXIT_CODES,
+    LAUNCH_CONFIG,
     EntryPoint,
     ScriptContext,
     cmd_quote,
@@ -82,7 +83,8 @@ def test_a_missing_template_variable_is_an_error() -> None:
 def test_outputs_line_endings_and_encodings(platform: str) -> None:
     greeting = "grüße" if platform == "linux_x86_64" else "hello"
     scripts = render_scripts(context(platform, env={"GREETING": greeting}))
-    expected = {"README-INSTALL.txt", "payload/launchers/ort_bundle_hook.py", "payload/launchers/ort_bundle_hook.pth"}
+    expected = {"README-INSTALL.txt", "payload/launchers/ort_bundle_hook.py", "payload/launchers/ort_bundle_hook.pth",
+                LAUNCH_CONFIG}
     expected |= ({"install.ps1", "install.cmd", "uninstall.ps1", "uninstall.cmd", "payload/launchers/run.ps1",
                   "payload/launchers/run.cmd", "try-in-sandbox.cmd"}
                  if platform == "win_amd64" else {"install.sh", "uninstall.sh", "payload/launchers/run.sh"})
@@ -93,18 +95,18 @@ def test_outputs_line_endings_and_encodings(platform: str) -> None:
         elif path.endswith(".cmd"):
             data.decode("ascii")
             assert b"\n" not in data.replace(b"\r\n", b"")
-        elif path.endswith((".sh", ".py", ".pth")):
+        elif path.endswith((".sh", ".py", ".pth", ".json")):
             assert b"\r" not in data
-    if platform == "win_amd64":
-        assert "$variables['GREETING'] = 'hello'" in scripts["payload/launchers/run.ps1"].decode("utf-8-sig")
-        assert "set GREETING=hello\r\n" in scripts["payload/launchers/run.cmd"].decode("ascii")
-    else:
-        assert "export GREETING='grüße'\n" in scripts["payload/launchers/run.sh"].decode()
+    # [launch] env reaches the launcher as data (launch.json, UTF-8), in no script's quoting.
+    assert json.loads(scripts[LAUNCH_CONFIG].decode("utf-8"))["env"] == {"GREETING": greeting}
 
 
 def test_a_non_ascii_value_in_a_cmd_script_is_refused() -> None:
+    # [launch] env no longer goes through a .cmd script: launch.json carries any text.
+    scripts = render_scripts(context("win_amd64", env={"GREETING": "grüße"}, entry_point=None))
+    assert json.loads(scripts[LAUNCH_CONFIG])["env"] == {"GREETING": "grüße"}
     with pytest.raises(BuildError, match="only printable ASCII"):
-        render_scripts(context("win_amd64", env={"GREETING": "grüße"}, entry_point=None))
+        cmd_quote("grüße")
     with pytest.raises(BuildError, match=r"cache_dir 'D:\\\\caché' must be printable ASCII"):
         render_scripts(context("win_amd64", cache_dir="D:\\caché"))
     with pytest.raises(BuildError, match=r"default install dir 'C:\\\\x#> y' must be letters, digits"):
@@ -131,23 +133,15 @@ def _sh_files(scripts: dict[str, bytes], folder: Path) -> list[Path]:
 
 
 def test_hostile_values_in_sh_scripts_parse_and_arrive_literally(tmp_path: Path) -> None:
-    """The launcher of an install whose path and values are hostile runs them as data only."""
-    root = tmp_path / "it's $HOME & `x`" / "demo"
-    (root / "venv" / "bin").mkdir(parents=True)
-    (root / "venv" / "bin" / "python").symlink_to(sys.executable)
+    """The scripts of a bundle whose values are hostile parse, and carry them as data only. (run.sh carries
+    none: launch.json does, and test_launcher.py runs the launcher in a hostile folder with hostile values.)"""
     scripts = render_scripts(context("linux_x86_64", env={"APP_VALUE": HOSTILE}, entry_point=None,
                                      cache_dir="cache $HOME 'x'", default_install_dir=f"/opt/{HOSTILE}"))
     for script in _sh_files(scripts, tmp_path):
         subprocess.run(["sh", "-n", str(script)], check=True)
-    (root / "run.sh").write_bytes(scripts["payload/launchers/run.sh"])
-    probe = "import json, os; print(json.dumps([os.environ['APP_VALUE'], os.environ['TEMP']]))"
-    result = subprocess.run(["sh", str(root / "run.sh"), "-c", probe], capture_output=True, text=True,
-                            cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "ORT_BUNDLE_CACHE_DIR"})
-    assert result.returncode == 0, result.stderr
-    value, temp = json.loads(result.stdout)
-    assert value == HOSTILE
-    assert temp == f"{root}/cache $HOME 'x'/tmp"
-    assert not list(tmp_path.rglob("PWNED")) and not (tmp_path / "out").exists()
+    assert HOSTILE not in scripts["payload/launchers/run.sh"].decode()
+    launch = json.loads(scripts[LAUNCH_CONFIG])
+    assert (launch["env"], launch["cache_dir"]) == ({"APP_VALUE": HOSTILE}, "cache $HOME 'x'")
     help_text = subprocess.run(["sh", str(tmp_path / "install.sh"), "--help"], capture_output=True, text=True, check=True)
     assert f"Default install directory: /opt/{HOSTILE}" in help_text.stdout
 
@@ -167,14 +161,15 @@ def test_hostile_values_in_ps1_scripts_stay_inside_string_literals() -> None:
         render_scripts(context("win_amd64", default_install_dir="C:\\x'; Invoke-Pwned; '"))
     scripts = render_scripts(context("win_amd64", env={"APP_VALUE": PS_HOSTILE.encode("ascii", "ignore").decode()},
                                      cache_dir="D:\\$(Invoke-Pwned)"))
-    for rel in ("payload/launchers/run.ps1",):
+    for rel in ("payload/launchers/run.ps1", "install.ps1", "uninstall.ps1"):
         tree = _pwsh_tree(scripts[rel])
         nodes = list(_nodes(tree.root_node))
         assert not [n for n in nodes if n.type == "ERROR" or n.is_missing], rel
         commands = {n.text.decode() for n in nodes if n.type == "command_name"}
         assert "Invoke-Pwned" not in commands, rel
-        literals = [n.text.decode() for n in nodes if n.type == "verbatim_string_characters"]
-        assert any("Invoke-Pwned" in text for text in literals), rel
+    # run.ps1 carries no bundle value at all: the launcher reads them from launch.json.
+    assert b"Invoke-Pwned" not in scripts["payload/launchers/run.ps1"]
+    assert json.loads(scripts[LAUNCH_CONFIG])["cache_dir"] == "D:\\$(Invoke-Pwned)"
     # The typographic quotes PowerShell also ends a '...' string with cannot reach a .cmd (ASCII only),
     # but ps_quote must still hold them: a snippet shows it.
     snippet = f"$value = {ps_quote(PS_HOSTILE)}\r\nWrite-Output $value\r\n".encode()

@@ -152,8 +152,9 @@ def test_an_edited_recorded_manifest_fails_with_the_cause(bundles, bundler_cache
     differences = {d["member"]: d["reason"] for d in json.loads(proc.stdout)["differences"]}
     assert differences["bundle.json"].startswith("altered after the build")
     assert "the manifest and lock it records, which reproduce rebuilds from, were edited" in differences["bundle.json"]
-    assert "payload/launchers/run.sh" in differences
-    assert "rendered from the template run.sh.j2" in differences["payload/launchers/run.sh"]
+    assert "payload/launchers/run.sh" not in differences  # the launcher script carries no [launch] value
+    assert differences["payload/launchers/launch.json"].startswith("the launcher's data, written from the recorded "
+                                                                    "manifest's [launch] table")
 
 
 def test_a_bundle_from_another_ort_bundler_version_says_which_and_is_still_compared(bundles, bundler_cache, tmp_path):

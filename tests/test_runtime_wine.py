@@ -98,5 +98,4 @@ def test_run_cmd_self_check_runs_the_bundled_python_isolated(reporting_install: 
     started = read_report(report)
     args = started["orig_argv"][1:]
     assert started["executable"] == wine.to_windows(installed / "python" / "python.exe") and started["isolated"] == 1
-    assert args[:2] == ["-I", "-B"] and args[2:] == [wine.to_windows(installed / "selfcheck" / "selfcheck.py"),
-                                                     "--self-check"]
+    assert args[:2] == ["-I", "-B"] and args[2:] == [wine.to_windows(installed / "selfcheck" / "selfcheck.py")]

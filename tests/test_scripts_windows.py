@@ -33,10 +33,12 @@ from wine import Wine, wine  # noqa: F401  (fixtures)
 
 from bundler.assembly.render import (
     INSTALL_EXIT_CODES,
+    LAUNCH_CONFIG,
     EntryPoint,
     ScriptContext,
     render_scripts,
 )
+from bundler.assembly.runtime_package import package_files
 
 CODES = INSTALL_EXIT_CODES
 DLL_DIRS = ("venv/Lib/site-packages/onnxruntime/capi",)
@@ -183,21 +185,37 @@ def test_every_rendered_ps1_parses_as_windows_powershell_51(case: str) -> None:
 
 
 def write_scripts(folder: Path, context: ScriptContext) -> dict[str, Path]:
+    """The .cmd scripts and the launcher's launch.json, as rendered, into `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     written = {}
     for rel, data in render_scripts(context).items():
-        if rel.endswith(".cmd"):
+        if rel.endswith(".cmd") or rel == LAUNCH_CONFIG:
             path = folder / Path(rel).name
             path.write_bytes(data)
             written[path.name] = path
     return written
 
 
+def place_launcher(venv: Path) -> None:
+    """The shipped ort_bundle package (ort_bundle.launcher, which run.cmd starts) in the venv's site-packages."""
+    for relative, data in package_files().items():
+        path = venv / "Lib" / "site-packages" / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
 def make_install_root(folder: Path, venv: Path, context: ScriptContext, *, modules: tuple[str, ...] = ()) -> Path:
-    """An install folder as install.ps1 leaves it: the real venv, REPORTER as the entry point and selfcheck.py
-    (and as each `-m` module of `modules` in the venv), and the engine's place."""
+    """An install folder as install.ps1 leaves it: the real venv with the shipped ort_bundle package, REPORTER as
+    the entry point and selfcheck.py (and as each `-m` module of `modules` in the venv), and the engine's place."""
     run_cmd = write_scripts(folder, context)["run.cmd"]
-    copy_venv(venv, folder / "venv", modules=modules)
+    copy_venv(venv, folder / "venv")
+    place_launcher(folder / "venv")
+    for name in modules:  # after the package: REPORTER stands in for its tools too
+        *packages, module = name.split(".")
+        site = folder / "venv" / "Lib" / "site-packages"
+        place_reporter(site.joinpath(*packages, f"{module}.py"))
+        for depth in range(1, len(packages) + 1):
+            site.joinpath(*packages[:depth], "__init__.py").touch()
     for program in ("app/main.py", "selfcheck/selfcheck.py", "installer/engine.py"):
         place_reporter(folder / program)
     return run_cmd
@@ -232,11 +250,11 @@ def test_run_cmd_sets_the_environment_and_passes_arguments_and_exit_code(wine: W
     assert not (cache / "pycache").exists()
     assert seen["CUDA_CACHE_PATH"] == f"{win_cache}\\cuda" and seen["ORT_TENSORRT_CACHE_PATH"] == f"{win_cache}\\tensorrt"
     assert seen["APP_VALUE"] == APP_VALUE
-    # Every argument reaches the self-check (changed: %2-%9 before); selfcheck.py ignores its own --self-check.
+    # Every argument after the launcher's own switch reaches the self-check (%2-%9 once; %* with the switch since).
     args = ["--self-check", "--json", '"a b"', "3", "4", "5", "6", "7", "8", "9", "10"]
     check = wine.cmd(run_cmd, *args, env={**env, "REPORTER_EXIT": "0"})
     assert check.returncode == 0
-    assert read_report(report)["orig_argv"][1:] == [f"{win_root}\\selfcheck\\selfcheck.py", "--self-check", "--json",
+    assert read_report(report)["orig_argv"][1:] == [f"{win_root}\\selfcheck\\selfcheck.py", "--json",
                                                     "a b", *(str(n) for n in range(3, 11))]
 
 
@@ -268,7 +286,7 @@ def test_run_cmd_without_python_is_a_prerequisite_failure(wine: Wine, tmp_path: 
 @pytest.mark.wine
 def test_run_cmd_verify_and_a_manifest_env_naming_the_launchers_own_variables(wine: Wine, windows_venv: Path,
                                                                               tmp_path: Path) -> None:
-    """[launch] env cannot take over run.cmd (issue 18 item 1): its values are set before the launcher's own."""
+    """[launch] env cannot take over the launcher (issue 18 item 1): run.cmd's old variable names change nothing."""
     root = tmp_path / "demo"
     hostile = {"ORT_BUNDLE_ROOT": "C:\\evil", "ORT_BUNDLE_PYTHON": "C:\\evil\\python.exe", "APP_VALUE": "ok"}
     run_cmd = make_install_root(root, windows_venv, windows_context(env=hostile))
@@ -280,7 +298,7 @@ def test_run_cmd_verify_and_a_manifest_env_naming_the_launchers_own_variables(wi
     win_root = wine.to_windows(root)
     assert started["executable"].lower().endswith("\\demo\\venv\\scripts\\python.exe")
     assert started["orig_argv"][1:] == ["-I", "-B", f"{win_root}\\installer\\engine.py", "verify", "--root", win_root,
-                                        "--verify", "--json"]
+                                        "--json"]
     assert (started["isolated"], started["dont_write_bytecode"]) == (1, 1)
     assert started["environ"]["APP_VALUE"] == "ok"
 

@@ -270,7 +270,7 @@ def test_profile_runs_the_entry_point_once_and_names_its_trace(install: tuple[Pa
     entry.write_text(f"import ort_bundle.sessions as s, pathlib; s.activate(pathlib.Path({str(root)!r}))\n" + PROBE_APP,
                      encoding="utf-8")
     proc = python("-m", "ort_bundle.profile", "--entry-kind", "script", "--entry", str(entry), "--",
-                  "--profile", str(root / "models" / "mlp.onnx"), env=env)
+                  str(root / "models" / "mlp.onnx"), env=env)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["enable_profiling"] is True
     folder = tmp_path / "cache" / "profiles"

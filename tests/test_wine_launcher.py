@@ -9,22 +9,20 @@ using the Linux onnxruntime of the same version.
 The install folder is laid out by the bundle's own install engine (`bundler.target.engine.install`, what
 install.ps1 runs on Windows), executing its install-plan.json: SHA256SUMS verified, every locked wheel
 installed into the Windows layout by the pinned pypa installer with its `win-amd64` launchers, the
-receipt written, the stage swapped in. The engine runs here on the Linux host, so the one stand-in,
-named as such, is the environment-creation step (`python -m venv` of a Windows Python cannot run inside a
-Linux process): it makes the folders and the pyvenv.cfg a Windows venv has. The same install by python.org's
-CPython under Wine, venv included, is tests/test_windows_install.py's. Everything the launcher and the probe
-touch comes from the built bundle.
+receipt written, the stage swapped in. The engine runs here on the Linux host, so the environment-creation
+step (`python -m venv` of a Windows Python cannot run inside a Linux process) copies a venv that python.org's
+CPython made under Wine (tests/windows_python.py): run.cmd starts the shipped launcher with its python.exe. The
+same install by that CPython under Wine, venv included, is tests/test_windows_install.py's. Everything else the
+launcher and the probe touch comes from the built bundle.
 
-The tests without Wine at the end cover the program entry point in the other launchers: run.sh runs for
-real, run.ps1 is parsed as Windows PowerShell 5.1.
+The tests without Wine at the end cover the program entry point in run.ps1 (parsed as Windows PowerShell 5.1)
+and README-INSTALL; run.sh starts a program in test_launcher.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import tomllib
 import zipfile
 from dataclasses import dataclass
@@ -41,11 +39,13 @@ from native_fixtures import (  # noqa: F401  (fixtures)
     ortprobe_exe,
     write_path_cmd,
 )
-from test_scripts_windows import parse_problems, powershell7_constructs
+from test_scripts_windows import make_install_root, parse_problems, powershell7_constructs, reporting
+from windows_python import read_report, windows_python, windows_venv  # noqa: F401  (fixtures)
 from wine import Wine, mingw_gcc, wine  # noqa: F401  (fixtures)
 
 from bundler.assembly.render import (
     INSTALL_EXIT_CODES,
+    LAUNCH_CONFIG,
     EntryPoint,
     ScriptContext,
     render_scripts,
@@ -62,21 +62,14 @@ HOSTILE_PARENT = "ort apps & tools"
 # --- §2: the install layout, executed from the bundle's plan ---------------------------------------------
 
 
-def windows_venv_standin(stage_venv: Path, final_venv: Path) -> None:
-    """Stand-in for `python -m venv --without-pip` on Windows (the engine runs in this Linux process): the
-    folders and the pyvenv.cfg it writes. The engine installs every wheel into it and writes its launchers."""
-    (stage_venv / "Scripts").mkdir(parents=True)
-    (stage_venv / "Lib" / "site-packages").mkdir(parents=True)
-    (stage_venv / "Include").mkdir()
-    (stage_venv / "pyvenv.cfg").write_text(
-        f"home = C:\\Python311\ninclude-system-site-packages = false\nversion = 3.11.9\n"
-        f"command = C:\\Python311\\python.exe -m venv --without-pip {stage_venv}\n", encoding="utf-8")
+def lay_out_windows_install(bundle_root: Path, install_root: Path, venv: Path) -> dict:
+    """The bundle's install engine executes its install-plan.json; the environment is a copy of `venv`, which
+    python.org's CPython made under Wine (`python -m venv --without-pip`, what the engine runs on Windows)."""
+    def copy_environment(stage_venv: Path, final_venv: Path) -> None:
+        shutil.copytree(venv, stage_venv)  # copies, not links: the engine writes into it
 
-
-def lay_out_windows_install(bundle_root: Path, install_root: Path) -> dict:
-    """The bundle's install engine executes its install-plan.json; only the environment creation is the stand-in."""
     options = engine.Options(bundle=bundle_root, install_dir=install_root, self_check=False)
-    assert engine.install(options, engine.Log(None), make_environment=windows_venv_standin) == "installed"
+    assert engine.install(options, engine.Log(None), make_environment=copy_environment) == "installed"
     return InstallPlan.loads((install_root / "install-plan.json").read_text(encoding="utf-8")).to_json()
 
 
@@ -134,9 +127,9 @@ def probe_bundle(tmp_path_factory: pytest.TempPathFactory, bundler_cache: Path, 
 
 
 @pytest.fixture(scope="module")
-def install(tmp_path_factory: pytest.TempPathFactory, probe_bundle: Path) -> Install:
+def install(tmp_path_factory: pytest.TempPathFactory, probe_bundle: Path, windows_venv: Path) -> Install:
     root = tmp_path_factory.mktemp("win-install") / HOSTILE_PARENT / "quickstart-win"
-    plan = lay_out_windows_install(probe_bundle, root)
+    plan = lay_out_windows_install(probe_bundle, root, windows_venv)
     return Install(root=root, plan=plan, bundle=json.loads((root / "bundle.json").read_text(encoding="utf-8")))
 
 
@@ -275,17 +268,6 @@ def test_run_cmd_in_a_folder_with_spaces_and_ampersand_passes_arguments_environm
     assert report.env["PYTHONNOUSERSITE"] == "1"
 
 
-@pytest.mark.wine
-@pytest.mark.integration
-def test_run_cmd_self_check_still_runs_python_not_the_program(wine: Wine, install: Install) -> None:
-    result = wine.cmd(install.run_cmd, "--self-check")
-
-    assert result.returncode == INSTALL_EXIT_CODES["prerequisite"], result.stdout + result.stderr
-    python = wine.to_windows(install.root / "venv" / "Scripts" / "python.exe")
-    assert f'"{python}" was not found' in result.stdout + result.stderr
-    assert ProbeReport.parse(result.stdout).args == () and "module:" not in result.stdout
-
-
 # --- the program entry point in every launcher, without a bundle ------------------------------------------
 
 
@@ -300,47 +282,29 @@ def program_context(platform: str, program: str) -> ScriptContext:
 
 
 @pytest.mark.wine
-def test_run_cmd_without_its_program_is_a_prerequisite_failure(wine: Wine, tmp_path: Path) -> None:
+def test_run_cmd_without_its_program_is_a_prerequisite_failure(wine: Wine, windows_venv: Path, tmp_path: Path) -> None:
     root = tmp_path / "a & b"
-    root.mkdir()
-    scripts = render_scripts(program_context("win_amd64", "app/tool.exe"))
-    (root / "run.cmd").write_bytes(scripts["payload/launchers/run.cmd"])
-    result = wine.cmd(root / "run.cmd", "x")
+    run_cmd = make_install_root(root, windows_venv, program_context("win_amd64", "app/tool.exe"))
+    result = wine.cmd(run_cmd, "x")
 
     assert result.returncode == INSTALL_EXIT_CODES["prerequisite"], result.stdout + result.stderr
     assert f'"{wine.to_windows(root)}\\app\\tool.exe" was not found' in result.stdout + result.stderr
 
 
-PROGRAM_SH = """#!/bin/sh
-for arg in "$@"; do printf 'ARG [%s]\\n' "$arg"; done
-printf 'LD_LIBRARY_PATH=%s\\nTMPDIR=%s\\nAPP_MODE=%s\\n' "$LD_LIBRARY_PATH" "$TMPDIR" "$APP_MODE"
-exit 7
-"""
+@pytest.mark.wine
+def test_run_cmd_self_check_of_a_program_bundle_still_runs_python_not_the_program(wine: Wine, windows_venv: Path,
+                                                                                   tmp_path: Path) -> None:
+    """REPORTER as selfcheck.py (the real one needs numpy, which Wine 8's ucrtbase cannot run), no program: the
+    launcher starts the environment's Python on the self-check and never looks for the program."""
+    root = tmp_path / "a & b"
+    run_cmd = make_install_root(root, windows_venv, program_context("win_amd64", "app/tool.exe"))
+    report = tmp_path / "report.json"
+    result = wine.cmd(run_cmd, "--self-check", "--json", env=reporting(wine, report, 3))
 
-
-def test_run_sh_starts_a_program_entry_point_without_python(tmp_path: Path) -> None:
-    root = tmp_path / "a b & c"
-    context = program_context("linux_x86_64", "app/tool")
-    run_sh = root / "run.sh"
-    root.mkdir()
-    run_sh.write_bytes(render_scripts(context)["payload/launchers/run.sh"])
-    program = root / "app" / "tool"
-    program.parent.mkdir()
-    program.write_text(PROGRAM_SH, encoding="utf-8")
-    program.chmod(0o755)
-    env = {**os.environ, "ORT_BUNDLE_CACHE_DIR": str(tmp_path / "cache"), "LD_LIBRARY_PATH": "/caller/lib"}
-
-    result = subprocess.run(["sh", str(run_sh), "two words", 'say "hi"', "", "$HOME"], env=env,
-                            capture_output=True, text=True, check=False)
-
-    assert result.returncode == 7, result.stderr
-    lines = result.stdout.splitlines()
-    assert lines[:4] == ["ARG [two words]", 'ARG [say "hi"]', "ARG []", "ARG [$HOME]"]
-    assert f"LD_LIBRARY_PATH={root}/{context.dll_dirs[0]}:/caller/lib" in lines
-    assert f"TMPDIR={tmp_path}/cache/tmp" in lines and "APP_MODE=fast & quiet" in lines
-    self_check = subprocess.run(["sh", str(run_sh), "--self-check"], env=env, capture_output=True, text=True, check=False)
-    assert self_check.returncode == INSTALL_EXIT_CODES["prerequisite"]
-    assert f"{root}/venv/bin/python was not found" in self_check.stderr and "ARG" not in self_check.stdout
+    assert result.returncode == 3, result.stdout + result.stderr
+    started = read_report(report)
+    assert started["orig_argv"][1:] == [f"{wine.to_windows(root)}\\selfcheck\\selfcheck.py", "--json"]
+    assert started["executable"] == f"{wine.to_windows(root)}\\venv\\Scripts\\python.exe"
 
 
 def test_run_ps1_and_readme_for_a_program_entry_point() -> None:
@@ -348,9 +312,9 @@ def test_run_ps1_and_readme_for_a_program_entry_point() -> None:
     run_ps1 = scripts["payload/launchers/run.ps1"]
 
     assert parse_problems(run_ps1) == [] and powershell7_constructs(run_ps1) == []
-    assert b"$program = Join-Path $Root 'app\\tool.exe'" in run_ps1
+    assert json.loads(scripts[LAUNCH_CONFIG])["entry_point"] == {"kind": "program", "value": "app/tool.exe"}
     readme = scripts["README-INSTALL.txt"].decode("utf-8").replace("\r\n", "\n")
-    assert "starts the program app\\tool.exe (below the install folder) directly, with the\narguments" in readme
+    assert "starts the program app\\tool.exe (below the install folder) with the\narguments, through the launcher" in readme
 
 
 @pytest.mark.parametrize(("platform", "program", "problem"), [

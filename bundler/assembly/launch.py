@@ -9,6 +9,7 @@ from bundler.assembly.assembly import Assembly, BuildInputs, Copy
 from bundler.assembly.render import (
     ENGINE_HELPER,
     ENGINE_PACKAGE,
+    LAUNCH_CONFIG,
     SANDBOX_HELPER,
     EntryPoint,
     ScriptContext,
@@ -59,7 +60,7 @@ def add_scripts(assembly: Assembly, build: BuildInputs) -> None:
         executable = path.endswith(".sh")
         assembly.add_bytes(path, data, executable=executable)
         name = path.rsplit("/", 1)[-1]
-        if path.startswith("payload/launchers/run.") or path in ("uninstall.ps1", "uninstall.cmd"):
+        if path.startswith("payload/launchers/run.") or path in (LAUNCH_CONFIG, "uninstall.ps1", "uninstall.cmd"):
             assembly.install(path, name)  # the uninstaller too on Windows: Add/Remove Programs runs that copy
         elif path.startswith("payload/launchers/ort_bundle_hook"):
             assembly.site_packages_files.append(Copy(source=path, target=name))

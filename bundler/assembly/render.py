@@ -21,6 +21,7 @@ from typing import Literal
 import jinja2
 
 from bundler.errors import BuildError
+from bundler.target.launch_config import LAUNCH_FILE, EntryPointSpec, LaunchConfig
 from bundler.target.records import INSTALL_EXIT_CODES
 from bundler.target_platform import LINUX, TARGETS, WINDOWS
 
@@ -40,6 +41,9 @@ ENGINE_PACKAGE = "payload/installer/ortengine"
 SANDBOX_HELPER = "payload/installer/sandbox.py"
 #: The signed-bundle check install.sh --trust runs before the engine (bundler/target/trust.py, issue 14).
 TRUST_CHECK = f"{ENGINE_PACKAGE}/trust.py"
+
+#: The launcher's data (bundler/target/launch_config.py), installed beside run.* in the install root.
+LAUNCH_CONFIG = f"payload/launchers/{LAUNCH_FILE}"
 
 PLATFORMS = tuple(TARGETS)
 # Bundle names and versions become file names, a registry key and comment text in every script.
@@ -208,8 +212,20 @@ def render_scripts(ctx: ScriptContext, *, compiled: Path | None = None) -> dict[
     values = _template_values(ctx)
     readme = {"README-INSTALL.txt": platform_template(ctx.platform, "README-INSTALL.txt.j2")}
     outputs = {**_OUTPUTS[ctx.platform], **_COMMON, **readme}
-    return {path: encode_script(path, env.get_template(template).render(values), platform=ctx.platform)
-            for path, template in sorted(outputs.items())}
+    rendered = {path: encode_script(path, env.get_template(template).render(values), platform=ctx.platform)
+                for path, template in outputs.items()}
+    rendered[LAUNCH_CONFIG] = launch_config(ctx).dumps().encode("utf-8")
+    return dict(sorted(rendered.items()))
+
+
+def launch_config(ctx: ScriptContext) -> LaunchConfig:
+    """What ort_bundle.launcher reads of this bundle (the scripts themselves carry none of it)."""
+    entry = ctx.entry_point
+    return LaunchConfig(
+        name=ctx.name, dll_dirs=(*ctx.gpu_dll_dirs, *ctx.dll_dirs), env=dict(sorted(ctx.env.items())),
+        entry_point=EntryPointSpec(kind=entry.kind, value=entry.value) if entry else None, cache_dir=ctx.cache_dir,
+        cache_min_free_mb=CACHE_MIN_FREE_MB, apply_tuning=ctx.apply_tuning, isolated=ctx.runtime_python is not None,
+        exit_prerequisite=INSTALL_EXIT_CODES["prerequisite"])
 
 
 def encode_script(path: str, text: str, *, platform: str) -> bytes:

@@ -1,11 +1,13 @@
 """The runtime package part: `ort_bundle`, shipped into the environment's site-packages.
 
-It is what the launchers' `--tune`, `--profile` and `--support-bundle` run (`python -m ort_bundle.…`), the
+It is the launcher itself (`ort_bundle.launcher`, which run.sh, run.cmd and run.ps1 start with every
+argument), what its `--tune`, `--profile` and `--support-bundle` run (`python -m ort_bundle.…`), the
 default entry point `ort-bundler init` writes (`ort_bundle.infer`: one inference of the first model),
 what the start-up hook calls to apply tuned and profiling session options, and the documented helper
 applications import (`ort_bundle.session_options(name)`). Its modules live in `bundler/target` with
 relative imports, so the build's tests import the very files the target runs; here they are copied
-under their shipped names. Only a bundle with a Python environment gets it.
+under their shipped names. Every bundle gets it, as every installation has an interpreter (the venv the
+engine makes, or the bundled one) and its launchers start this package.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ MODULES = {
     "synth.py": "synth.py",
     "bundle_info.py": "bundle_info.py",
     "infer.py": "infer.py",
+    "launcher.py": "launcher.py",
+    "launch_config.py": "launch_config.py",
 }
 
 
@@ -39,8 +43,6 @@ def package_files() -> dict[str, bytes]:
 
 def add_runtime_package(assembly: Assembly, build: BuildInputs) -> None:
     """payload/ort_bundle/*, copied into site-packages/ort_bundle/ by the installer."""
-    if assembly.facts.python_env is None:
-        return
     for relative, data in package_files().items():
         path = f"payload/{relative}"
         assembly.add_bytes(path, data)

@@ -24,6 +24,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from bundler.assembly.render import LAUNCH_CONFIG
 from bundler.readers.bundlezip import BundleZip, is_signature, open_bundle, script_text
 from bundler.readers.pe import inspect_pe, is_pe
 
@@ -212,6 +213,8 @@ class _Differ:
                                 if v]
         if any(c.subject in ("script", "program") for c in changes):
             self.explained |= {n for n in self._changed_members() if n.startswith("payload/app/")}
+        if changes:
+            self.explained.add(LAUNCH_CONFIG)  # the launcher's data holds the entry point and cache_dir
         return changes
 
     def environment(self) -> list[Change]:
@@ -225,6 +228,8 @@ class _Differ:
                 changes.append(Change(kind="environment", change=verb, subject=name, old=old.get(name),
                                       new=new.get(name), text=f"launch environment {verb}: {text}"))
                 self.tokens.append(name)
+        if changes:
+            self.explained.add(LAUNCH_CONFIG)  # the launcher's data holds [launch] env
         return changes
 
     def licences(self) -> list[Change]:

@@ -273,8 +273,6 @@ def _front_end(args_list: List[str], log: Log) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Exit codes are INSTALL_EXIT_CODES; `verify` exits 0 or 11. Errors are one line on stderr."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list[:1] == ["verify"] and "--verify" in args_list:
-        args_list.remove("--verify")  # run.sh/run.cmd pass their own arguments through, --verify first
     if args_list[:1] and args_list[0] in FRONT_ENDS:
         return _run_logged(lambda log: _front_end(args_list, log), Log(None))
     try:

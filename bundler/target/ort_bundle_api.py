@@ -15,6 +15,21 @@ The command-line parts: `python -m ort_bundle.tuning` (run --tune), `python -m o
 inference of the first model: the entry point `ort-bundler init` writes).
 """
 
-from .sessions import session_options, tuned_settings
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .sessions import session_options, tuned_settings
 
 __all__ = ["session_options", "tuned_settings"]
+
+
+def __getattr__(name: str) -> Any:
+    """The API from ort_bundle.sessions, imported on first use: `python -m ort_bundle.launcher`, which every run.*
+    starts, imports this package too and needs none of it."""
+    if name in __all__:
+        from . import sessions
+
+        return getattr(sessions, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,8 +5,8 @@
 The entry point runs as a child process of the same interpreter, exactly as the launcher would start
 it, with ORT_BUNDLE_PROFILE=1: its start-up hook turns profiling on for every session it creates
 (`session_options.activate`) and ends them at exit, which is when ORT writes its JSON traces into the
-cache folder's profiles/. This process names the run, so it lists exactly that run's traces. Logic
-lives here rather than in run.sh and run.cmd because cmd.exe cannot drop `--profile` from `%*`.
+cache folder's profiles/. This process names the run, so it lists exactly that run's traces. The
+launcher (ort_bundle.launcher) starts it with the entry point and every argument after `--profile`.
 Exit code: the entry point's; 10 for a usage error.
 """
 
@@ -23,7 +23,6 @@ from typing import List, Optional, Sequence
 from .sessions import PROFILE_DIR_ENV, PROFILE_ENV, PROFILE_RUN_ENV, profile_dir
 
 EXIT_USAGE = 10
-OWN_SWITCHES = ("--profile", "-Profile")
 
 
 def entry_command(kind: str, entry: Optional[str], args: Sequence[str]) -> List[str]:
@@ -55,8 +54,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     rest = list(args.args)
     if rest[:1] == ["--"]:
-        rest = rest[1:]
-    if rest[:1] and rest[0] in OWN_SWITCHES:  # run.cmd passes its own switch along
         rest = rest[1:]
     if args.entry_kind == "program":
         print(f"run --profile: this bundle's entry point is the program {args.entry}, which does not start "

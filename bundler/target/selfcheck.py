@@ -299,8 +299,6 @@ def reference_report(request_path: Path) -> Dict[str, Any]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Check that this ONNX Runtime installation works.")
     parser.add_argument("--json", action="store_true", help="print a machine-readable report")
-    # run.cmd hands over all of its arguments, its own --self-check first (cmd.exe cannot drop one).
-    parser.add_argument("--self-check", "-SelfCheck", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--allow-cpu-fallback", action="store_true",
                         help="report an unusable CUDA provider as a warning instead of a failure")
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent,

@@ -375,7 +375,6 @@ def output_path(root: Path) -> Path:
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="run --support-bundle", description="Collect a support bundle.")
-    parser.add_argument("--support-bundle", "-SupportBundle", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--root", type=Path, default=None, help="the installation folder (default: this venv's)")
     parser.add_argument("--install-log", type=Path, action="append", default=[],
                         help="an install log written with --log-path / -LogPath (repeatable)")

@@ -322,8 +322,6 @@ class UsageParser(argparse.ArgumentParser):
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = UsageParser(prog="run --tune", description="Measure the bundled models and keep the fastest settings.")
-    # run.cmd hands over all of its arguments, its own --tune first (cmd.exe cannot drop one).
-    parser.add_argument("--tune", "-Tune", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--budget", type=seconds, default=DEFAULT_BUDGET, metavar="SECONDS",
                         help=f"time for the whole run ({DEFAULT_BUDGET:g}); 0 makes every --warmup and --runs run")
     parser.add_argument("--warmup", type=count, default=DEFAULT_WARMUP, help="untimed runs per candidate, at most (20)")
