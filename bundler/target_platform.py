@@ -53,6 +53,7 @@ class TargetPlatform:
     archive_os: str  # the OS word of ORT's and python-build-standalone's file names (`onnxruntime-win-x64-...`)
     sections: frozenset[str]  # the optional manifest sections only some targets support, that this one does
     reserved_name: Callable[[str], bool]  # whether the file system refuses a name (Windows' device names)
+    scripts: tuple[str, ...]  # the bundle paths of its install and run scripts, each rendered from `<file name>.j2`
     wheel_platforms: tuple[str, ...]  # the `--platform` values for pip, most preferred first
     wheel_platform: re.Pattern[str]  # a wheel platform tag (not `any`) that runs on this target
 
@@ -95,7 +96,9 @@ class TargetPlatform:
 _MANYLINUX = tuple(f"manylinux_2_{minor}_x86_64" for minor in range(MANYLINUX_GLIBC_MAX, MANYLINUX_GLIBC_MIN - 1, -1))
 
 WINDOWS = TargetPlatform(
-    name="windows", tag="win_amd64", dll_path_variable="PATH", newline="\r\n",
+    name="windows", tag="win_amd64",
+    scripts=("install.ps1", "install.cmd", "uninstall.ps1", "uninstall.cmd", "payload/launchers/run.ps1",
+             "payload/launchers/run.cmd", "try-in-sandbox.cmd"), dll_path_variable="PATH", newline="\r\n",
     markers=(("sys_platform", "win32"), ("platform_system", "Windows"), ("os_name", "nt"),
              ("platform_machine", "AMD64")),
     venv_scripts="Scripts", interpreter="python.exe", lib_dir="Lib", script_kind="win-amd64",
@@ -105,7 +108,8 @@ WINDOWS = TargetPlatform(
     reserved_name=reserved_on_windows, wheel_platforms=("win_amd64",), wheel_platform=re.compile(r"^win_amd64$"),
 )
 LINUX = TargetPlatform(
-    name="linux", tag="linux_x86_64", dll_path_variable="LD_LIBRARY_PATH", newline="\n",
+    name="linux", tag="linux_x86_64",
+    scripts=("install.sh", "uninstall.sh", "payload/launchers/run.sh"), dll_path_variable="LD_LIBRARY_PATH", newline="\n",
     markers=(("sys_platform", "linux"), ("platform_system", "Linux"), ("os_name", "posix"),
              ("platform_machine", "x86_64")),
     venv_scripts="bin", interpreter="python", lib_dir="lib/python{python}", script_kind="posix",

@@ -69,6 +69,25 @@ def test_every_part_runs_once_in_one_order(backend) -> None:
     assert order.index("add_entry_point") < order.index("add_scripts")
 
 
+def test_a_backend_whose_native_parts_break_its_own_order_is_refused() -> None:
+    """The order is data: VC_redist placed before the closure check it must meet fails when the parts are placed."""
+    swapped = parts.PlatformParts(bundle_tools=(), native=(add_vc_redist, check_windows),
+                                  order=(parts.After(part=add_vc_redist, needs=(check_windows,), why="the minimum"),))
+    with pytest.raises(AssertionError, match="part add_vc_redist is placed before check_windows; expected it after "
+                                             "them: the minimum"):
+        parts.parts_for(swapped)
+
+
+def test_every_rule_of_the_shared_order_can_fail() -> None:
+    """Each shared rule names parts that are placed, so none holds by default; reversing one is caught."""
+    placed = set(parts.parts_for(parts.PlatformParts(bundle_tools=(), native=())))
+    for rule in parts.ORDER:
+        assert rule.part in placed
+        assert set(rule.needs) <= placed
+        with pytest.raises(AssertionError, match=rule.why):
+            parts._check(rule, (rule.part, *rule.needs))
+
+
 def test_the_windows_backend_places_its_native_parts_between_the_sdk_and_the_scripts() -> None:
     order = [part.__name__ for part in windows.parts]
     assert (order.index("add_sdk") < order.index("add_app_local_runtime") < order.index("check_windows")

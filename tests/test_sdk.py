@@ -373,7 +373,7 @@ def test_a_windows_commit_that_is_not_the_dlls_is_refused(win_dlls: list[Path], 
 def add_gpu_stand_in(assembly: Assembly) -> None:
     """What a GPU part leaves behind: a DLL installed under a GPU DLL folder."""
     assembly.add_bytes("payload/gpu/bin/cudart64_110.dll", b"MZ stand-in")
-    assembly.install("payload/gpu/bin/cudart64_110.dll", "gpu/bin/cudart64_110.dll")
+    assembly.plan_copy("payload/gpu/bin/cudart64_110.dll", "gpu/bin/cudart64_110.dll")
     assembly.facts.gpu = GpuFact(record={}, dlls=("gpu/bin/cudart64_110.dll",), origins={}, dll_dirs=("gpu/bin",),
                                  preload=("gpu/bin/cudart64_110.dll",))
 

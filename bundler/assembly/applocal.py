@@ -46,7 +46,7 @@ def add_app_local_runtime(assembly: Assembly, build: BuildInputs) -> None:
     placed = []
     for name, bundle_path in sorted({**sources, **gpu_files}.items()):
         target = f"{folder}/{name}"
-        assembly.install(bundle_path, target)
+        assembly.plan_copy(bundle_path, target)
         placed.append(target)
     assembly.facts.app_local = tuple(placed)
 

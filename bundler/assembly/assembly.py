@@ -50,7 +50,7 @@ class Assembly:
         self._check_new(path)
         self.members[path] = Member(name=path, data=data, executable=executable)
 
-    def install(self, bundle_path: str, install_path: str) -> None:
+    def plan_copy(self, bundle_path: str, install_path: str) -> None:
         """Record that the installer copies `bundle_path` to `install_path` (install-plan.json)."""
         self.copies.append(Copy(source=bundle_path, target=install_path))
 

@@ -98,7 +98,7 @@ def add_gpu(assembly: Assembly, build: BuildInputs) -> None:
     for dll in dlls:
         bundle_path = f"payload/{dll.install_path}"
         assembly.add_file(bundle_path, dll.path, dll.sha256)
-        assembly.install(bundle_path, dll.install_path)
+        assembly.plan_copy(bundle_path, dll.install_path)
     origins = {f"payload/{entry['file']}": entry for entry in record["files"]}
     assembly.facts.gpu = GpuFact(record=record, dlls=tuple(record["dlls"]), origins=origins, dll_dirs=(INSTALL_DIR,),
                                  preload=tuple(preload))

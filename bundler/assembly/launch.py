@@ -35,7 +35,7 @@ def add_entry_point(assembly: Assembly, build: BuildInputs) -> None:
         path = build.files[source.key]
         bundle_path = f"payload/app/{path.name}"
         assembly.add_file(bundle_path, path, cached_sha256(path), executable=kind == "program")
-        assembly.install(bundle_path, f"app/{path.name}")
+        assembly.plan_copy(bundle_path, f"app/{path.name}")
         assembly.facts.entry_point = EntryPoint(kind=kind, value=f"app/{path.name}")
         return
     assembly.facts.entry_point = None
@@ -61,7 +61,7 @@ def add_scripts(assembly: Assembly, build: BuildInputs) -> None:
         assembly.add_bytes(path, data, executable=executable)
         name = path.rsplit("/", 1)[-1]
         if path.startswith("payload/launchers/run.") or path in (LAUNCH_CONFIG, "uninstall.ps1", "uninstall.cmd"):
-            assembly.install(path, name)  # the uninstaller too on Windows: Add/Remove Programs runs that copy
+            assembly.plan_copy(path, name)  # the uninstaller too on Windows: Add/Remove Programs runs that copy
         elif path.startswith("payload/launchers/ort_bundle_hook"):
             assembly.site_packages_files.append(Copy(source=path, target=name))
 
@@ -176,7 +176,7 @@ def add_engine(assembly: Assembly, build: BuildInputs) -> None:
     """
     for path, (data, installed) in engine_files().items():
         assembly.add_bytes(path, data)
-        assembly.install(path, installed)
+        assembly.plan_copy(path, installed)
     manifest = build.manifest
     if manifest.ort.python_source is None:
         return

@@ -126,7 +126,7 @@ def add_licenses(assembly: Assembly, build: BuildInputs) -> None:
     for found in sorted((s for s in sets if s.texts or s.license), key=lambda s: s.component):
         for path, member in sorted(found.texts.items()):
             _add_member_copy(assembly, path, member)
-            assembly.install(path, path)
+            assembly.plan_copy(path, path)
         index.append(found.to_json())
     assembly.facts.licenses = tuple(index)  # `ort-bundler build` says each entry's notes
 

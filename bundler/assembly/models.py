@@ -103,7 +103,7 @@ def add_models(assembly: Assembly, build: BuildInputs) -> None:
         for name, path, sha256 in [(f"{model.name}.onnx", model.path, model.sha256),
                                    *((data.location, data.path, data.sha256) for data in model.data)]:
             assembly.add_file(f"payload/models/{name}", path, sha256)
-            assembly.install(f"payload/models/{name}", f"models/{name}")
+            assembly.plan_copy(f"payload/models/{name}", f"models/{name}")
     assembly.facts.models = tuple({**r.to_json(), "file": f"models/{r.name}.onnx"} for r in records)
 
 
@@ -148,5 +148,5 @@ def add_selfcheck(assembly: Assembly, build: BuildInputs) -> None:
     """The self-check script and its identity model, installed under selfcheck/."""
     for name, data in (("selfcheck.py", selfcheck_script_bytes()), ("identity.onnx", identity_model_bytes())):
         assembly.add_bytes(f"payload/selfcheck/{name}", data)
-        assembly.install(f"payload/selfcheck/{name}", f"selfcheck/{name}")
+        assembly.plan_copy(f"payload/selfcheck/{name}", f"selfcheck/{name}")
     assembly.facts.selfcheck = SelfCheckFact(identity_model="selfcheck/identity.onnx", script="selfcheck/selfcheck.py")

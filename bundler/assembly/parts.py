@@ -5,12 +5,8 @@ assembly and sets its own facts (`bundler.assembly.facts`); a later part reads t
 ones. The order is the only place the parts meet, and `parts_for` holds it; a platform backend
 (`bundler.platforms`) brings the parts only its target has and gets them placed in their slots:
 `bundle_tools` after the engine (what runs from the unpacked bundle), and `native` after the SDK and before the
-models and scripts. The native slot's order constraints: the bundled interpreter, the GPU part (its DLLs), the
-entry point and the SDK run before it (their DLLs are placed beside a native program and join the closure), and
-the scripts after it (they enforce the VC++ minimum it finds); within it the app-local runtime comes before the
-closure check (which resolves the program's imports from its folder), and that before VC_redist (whose version
-must meet the minimum). The GPU part runs before the SDK (its property sheet copies the GPU DLLs); signatures
-and licences after every member that carries a binary or a licence.
+models and scripts. Why a part must come after others is data (`After`): the rules below and the backend's own
+for its native parts, checked by `parts_for` each time it places them.
 The records (bundle.json, install-plan.json) and then the SBOM are written after all parts, by
 `bundler.commands.build`, because they describe everything the parts added.
 """
@@ -36,16 +32,47 @@ Part = Callable[[Assembly, BuildInputs], None]
 
 
 @dataclass(frozen=True, kw_only=True)
+class After:
+    """`part` runs after every part in `needs`, because `why`."""
+
+    part: Part
+    needs: tuple[Part, ...]
+    why: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class PlatformParts:
-    """The parts only some targets have, which their backend brings (see the module docstring for the slots)."""
+    """The parts only some targets have, which their backend brings (see the module docstring for the slots),
+    and the order its native parts need among themselves."""
 
     bundle_tools: tuple[Part, ...]
     native: tuple[Part, ...]
+    order: tuple[After, ...] = ()
+
+
+#: What every target's parts need of each other.
+ORDER = (
+    After(part=add_sdk, needs=(add_gpu,), why="the SDK's property sheet copies the GPU DLLs"),
+    After(part=check_signatures, needs=(add_runtime, add_python, add_runtime_package, add_engine, add_entry_point,
+                                        add_gpu, add_sdk, add_models),
+          why="the signature policy reads every member that carries a binary"),
+    After(part=add_licenses, needs=(add_python, add_runtime, add_gpu, add_sdk, add_models),
+          why="the licences cover every member that carries one"),
+)
+
+
+def _native_order(native: tuple[Part, ...]) -> tuple[After, ...]:
+    """The slot's rules: what places a DLL beside a native program runs before the native parts (those DLLs join
+    the closure they check), and the scripts after them (they enforce the VC++ minimum the closure finds)."""
+    before = (add_python, add_gpu, add_entry_point, add_sdk)
+    return (*(After(part=part, needs=before, why="the interpreter's, GPU, entry point's and SDK's DLLs join the "
+                                                 "closure the native parts check") for part in native),
+            After(part=add_scripts, needs=native, why="the scripts enforce the VC++ minimum the native parts find"))
 
 
 def parts_for(platform: PlatformParts) -> tuple[Part, ...]:
     """Every part of a bundle for the target whose backend brings `platform`, in the order they run."""
-    return (
+    parts = (
         add_runtime,
         add_python,
         add_runtime_package,
@@ -61,6 +88,18 @@ def parts_for(platform: PlatformParts) -> tuple[Part, ...]:
         check_signatures,
         add_licenses,
     )
+    for rule in (*ORDER, *_native_order(platform.native), *platform.order):
+        _check(rule, parts)
+    return parts
+
+
+def _check(rule: After, parts: tuple[Part, ...]) -> None:
+    if rule.part not in parts:
+        return
+    late = [need.__name__ for need in rule.needs if need in parts and parts.index(need) > parts.index(rule.part)]
+    if late:
+        msg = f"part {rule.part.__name__} is placed before {', '.join(late)}; expected it after them: {rule.why}"
+        raise AssertionError(msg)
 
 
 def add_all(assembly: Assembly, build: BuildInputs, *, parts: tuple[Part, ...]) -> None:

@@ -53,11 +53,11 @@ def bundle_info(assembly: Assembly, build: BuildInputs) -> BundleInfo:
 def add_records(assembly: Assembly, build: BuildInputs) -> None:
     """bundle.json and install-plan.json, written after every part because they describe everything else."""
     assembly.add_bytes(BUNDLE_FILE, to_json(bundle_info(assembly, build).to_json()))
-    assembly.install(BUNDLE_FILE, BUNDLE_FILE)
+    assembly.plan_copy(BUNDLE_FILE, BUNDLE_FILE)
     if build.lock is not None:  # with the manifest in bundle.json, what `reproduce` rebuilds from
         assembly.add_bytes(LOCK_FILE, lock_text(build.lock).encode("utf-8"))
     assembly.add_bytes(PLAN_FILE, to_json(install_plan(assembly, build).to_json()))
-    assembly.install(PLAN_FILE, PLAN_FILE)
+    assembly.plan_copy(PLAN_FILE, PLAN_FILE)
 
 
 def _venv_layout(target: TargetPlatform, python: str) -> VenvPlan:

@@ -23,7 +23,7 @@ import jinja2
 from bundler.errors import BuildError
 from bundler.target.launch_config import LAUNCH_FILE, EntryPointSpec, LaunchConfig
 from bundler.target.records import INSTALL_EXIT_CODES
-from bundler.target_platform import LINUX, TARGETS, WINDOWS
+from bundler.target_platform import TARGETS
 
 __all__ = ["INSTALL_EXIT_CODES", "EntryPoint", "ScriptContext", "render_scripts"]
 
@@ -173,23 +173,8 @@ def _load_template(name: str) -> str:
     return resource.read_text(encoding="utf-8")
 
 
-# bundle-relative output path -> template; per platform.
-_OUTPUTS: Mapping[str, Mapping[str, str]] = {
-    WINDOWS.tag: {
-        "install.ps1": "install.ps1.j2",
-        "install.cmd": "install.cmd.j2",
-        "uninstall.ps1": "uninstall.ps1.j2",
-        "uninstall.cmd": "uninstall.cmd.j2",
-        "payload/launchers/run.ps1": "run.ps1.j2",
-        "payload/launchers/run.cmd": "run.cmd.j2",
-        "try-in-sandbox.cmd": "try-in-sandbox.cmd.j2",
-    },
-    LINUX.tag: {
-        "install.sh": "install.sh.j2",
-        "uninstall.sh": "uninstall.sh.j2",
-        "payload/launchers/run.sh": "run.sh.j2",
-    },
-}
+# bundle-relative output path -> template, for every target; each target's own scripts are its identity's
+# (`TargetPlatform.scripts`).
 _COMMON = {
     "payload/launchers/ort_bundle_hook.py": "ort_bundle_hook.py.j2",
     "payload/launchers/ort_bundle_hook.pth": "ort_bundle_hook.pth.j2",
@@ -211,7 +196,8 @@ def render_scripts(ctx: ScriptContext, *, compiled: Path | None = None) -> dict[
     env = make_environment(compiled)
     values = _template_values(ctx)
     readme = {"README-INSTALL.txt": platform_template(ctx.platform, "README-INSTALL.txt.j2")}
-    outputs = {**_OUTPUTS[ctx.platform], **_COMMON, **readme}
+    own = {path: f"{PurePosixPath(path).name}.j2" for path in TARGETS[ctx.platform].scripts}
+    outputs = {**own, **_COMMON, **readme}
     rendered = {path: encode_script(path, env.get_template(template).render(values), platform=ctx.platform)
                 for path, template in outputs.items()}
     rendered[LAUNCH_CONFIG] = launch_config(ctx).dumps().encode("utf-8")
@@ -306,7 +292,7 @@ def _validate(ctx: ScriptContext) -> None:
         problems.append(f"[launch] program {program.value!r} must be a {suffix} file on {ctx.platform}")
     if ctx.vc_runtime_min and not re.fullmatch(r"\d+\.\d+\.\d+(\.\d+)?", ctx.vc_runtime_min):
         problems.append(f"vc_runtime_min {ctx.vc_runtime_min!r} is not a version like '14.40.33810'")
-    if any(PurePosixPath(path).suffix == ".cmd" for path in _OUTPUTS.get(ctx.platform, {})):
+    if target and any(PurePosixPath(path).suffix == ".cmd" for path in target.scripts):
         problems += _cmd_problems(ctx)
     if problems:
         msg = "cannot render install scripts: " + "; ".join(problems)

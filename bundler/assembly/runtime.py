@@ -90,7 +90,7 @@ def _add_path_file(assembly: Assembly, runtime: PythonRuntime, *, target: Target
     if runtime.pth is not None:
         generated = f"{PTH_BUNDLE_DIR}/{runtime.pth}"
         assembly.add_bytes(generated, pth_text(runtime).encode("ascii"))
-        assembly.install(generated, f"{RUNTIME_INSTALL_DIR}/{runtime.pth}")
+        assembly.plan_copy(generated, f"{RUNTIME_INSTALL_DIR}/{runtime.pth}")
         return f"{RUNTIME_INSTALL_DIR}/{runtime.pth}"
     generated = f"{PTH_BUNDLE_DIR}/{APP_PTH}"
     assembly.add_bytes(generated, app_pth_text(python).encode("ascii"))
@@ -106,7 +106,7 @@ def _add_files(assembly: Assembly, runtime: PythonRuntime) -> int:
         bundle_path = f"{RUNTIME_BUNDLE_DIR}/{rel}"
         assembly.add_file(bundle_path, file, file_sha256(file), executable=rel in runtime.executables)
         if rel != runtime.pth:
-            assembly.install(bundle_path, f"{RUNTIME_INSTALL_DIR}/{rel}")
+            assembly.plan_copy(bundle_path, f"{RUNTIME_INSTALL_DIR}/{rel}")
         size += file.stat().st_size
     return size
 

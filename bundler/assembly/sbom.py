@@ -98,7 +98,7 @@ class Group:
 
 def install_sbom(assembly: Assembly) -> None:
     """Plan the SBOM's install now: install-plan.json is written before the SBOM, which describes it."""
-    assembly.install(SBOM, SBOM)
+    assembly.plan_copy(SBOM, SBOM)
 
 
 def add_sbom(assembly: Assembly, *, manifest: Manifest, pins: Iterable[LicensePin] = ()) -> None:

@@ -84,14 +84,14 @@ def _add_archive_files(assembly: Assembly, archive: OrtArchive, root: Path) -> l
     for rel, target in sorted(sources.items()):
         bundle_path = f"{SDK_BUNDLE_DIR}/{rel}"
         assembly.add_file(bundle_path, root / target, hashes[target])
-        assembly.install(bundle_path, f"{SDK_INSTALL_DIR}/{rel}")
+        assembly.plan_copy(bundle_path, f"{SDK_INSTALL_DIR}/{rel}")
     return replaced
 
 
 def _ship_bytes(assembly: Assembly, rel: str, data: bytes) -> None:
     bundle_path = f"{SDK_BUNDLE_DIR}/{rel}"
     assembly.add_bytes(bundle_path, data)
-    assembly.install(bundle_path, f"{SDK_INSTALL_DIR}/{rel}")
+    assembly.plan_copy(bundle_path, f"{SDK_INSTALL_DIR}/{rel}")
 
 
 def _gpu_dlls(assembly: Assembly) -> list[str]:

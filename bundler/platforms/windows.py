@@ -11,10 +11,16 @@ from __future__ import annotations
 from bundler.assembly.applocal import add_app_local_runtime
 from bundler.assembly.closure import add_vc_redist, check_windows
 from bundler.assembly.launch import add_bundle_tools
-from bundler.assembly.parts import PlatformParts, parts_for
+from bundler.assembly.parts import After, PlatformParts, parts_for
 from bundler.target_platform import WINDOWS
 
 identity = WINDOWS
-parts = parts_for(PlatformParts(bundle_tools=(add_bundle_tools,),
-                                native=(add_app_local_runtime, check_windows, add_vc_redist)))
+parts = parts_for(PlatformParts(
+    bundle_tools=(add_bundle_tools,),
+    native=(add_app_local_runtime, check_windows, add_vc_redist),
+    order=(After(part=check_windows, needs=(add_app_local_runtime,),
+                 why="the closure check resolves a native program's imports from its own folder"),
+           After(part=add_vc_redist, needs=(check_windows,),
+                 why="the shipped VC_redist must meet the minimum the closure check finds")),
+))
 package_formats = frozenset({"msi", "intunewin"})
