@@ -89,6 +89,10 @@ def test_launch_json_reads_back_and_a_damaged_one_names_the_key() -> None:
     assert config.dumps() == text and config.cache_dir == "c" and config.env == {"APP_MODE": "fast & 'quiet' $HOME"}
     with pytest.raises(LaunchConfigError, match="format 7"):
         LaunchConfig.loads(json.dumps({**json.loads(text), "format": 7}))
+    with pytest.raises(LaunchConfigError, match='launch.json has no "format" key'):
+        LaunchConfig.loads(json.dumps({key: value for key, value in json.loads(text).items() if key != "format"}))
+    with pytest.raises(LaunchConfigError, match="launch.json holds list, expected a JSON object"):
+        LaunchConfig.loads("[]")
     with pytest.raises(LaunchConfigError, match="dll_dirs must be a list of strings"):
         LaunchConfig.loads(json.dumps({**json.loads(text), "dll_dirs": "gpu"}))
     with pytest.raises(LaunchConfigError, match="entry_point must be null or"):

@@ -62,9 +62,12 @@ class LaunchConfig:
             data = json.loads(text)
         except ValueError as exc:
             raise LaunchConfigError(f"{LAUNCH_FILE} is not JSON ({exc})") from None
-        if not isinstance(data, dict) or data.get("format") != LAUNCH_FORMAT:
-            found = data.get("format") if isinstance(data, dict) else None
-            raise LaunchConfigError(f"{LAUNCH_FILE} has format {found!r}; this launcher reads format {LAUNCH_FORMAT}")
+        if not isinstance(data, dict):
+            raise LaunchConfigError(f"{LAUNCH_FILE} holds {type(data).__name__}, expected a JSON object")
+        if "format" not in data:
+            raise LaunchConfigError(f'{LAUNCH_FILE} has no "format" key; this launcher reads format {LAUNCH_FORMAT}')
+        if data["format"] != LAUNCH_FORMAT:
+            raise LaunchConfigError(f"{LAUNCH_FILE} has format {data['format']!r}; this launcher reads format {LAUNCH_FORMAT}")
         return cls(name=_typed(data, "name", str), dll_dirs=tuple(_strings(data, "dll_dirs")),
                    env=_env(data), entry_point=_entry_point(data.get("entry_point")),
                    cache_dir=_typed(data, "cache_dir", str, optional=True),
