@@ -12,11 +12,13 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import onnx
 import onnxruntime
 import pytest
+from conftest import MANIFESTS
 from onnx import TensorProto, helper
 
 from bundler import runner as runners
@@ -89,8 +91,12 @@ def test_a_model_within_the_limits_still_passes(tmp_path: Path) -> None:
 # -- minor: the gate's environment is made from pinned wheels only ------------------------------------------
 
 def locked_gate_wheels(bundler_cache: Path) -> tuple[Path, ...]:
-    """The quickstart's own linux ORT 1.23.1 and NumPy wheels, in the cache under their sha256."""
-    return ortenv.host_wheels(bundler_cache.glob("sha256/*/*/*.whl"))
+    """The quickstart's own linux ORT 1.23.1 and NumPy wheels, in the cache under their sha256 (the shared cache
+    holds other versions too, which other tests lock)."""
+    manifest = tomllib.loads((MANIFESTS / "quickstart-linux.toml").read_text(encoding="utf-8"))
+    lock = tomllib.loads((MANIFESTS / "quickstart-linux.lock.toml").read_text(encoding="utf-8"))
+    pinned = {manifest["ort"]["capi"]["sha256"], *(wheel["sha256"] for wheel in lock["wheel"])}
+    return ortenv.host_wheels(path for path in bundler_cache.glob("sha256/*/*/*.whl") if path.parent.name in pinned)
 
 
 @pytest.mark.integration

@@ -32,6 +32,7 @@ from test_wine_launcher import (  # noqa: F401  (fixtures)
     quoted,
     same_windows_path,
 )
+from windows_python import windows_python, windows_venv  # noqa: F401  (fixtures)
 from wine import Wine, _find_wine, compile_windows_exe, mingw_gcc, require_tool  # noqa: F401  (fixtures)
 
 from bundler.hashing import file_sha256
@@ -52,6 +53,13 @@ def system32_wine(tmp_path_factory: pytest.TempPathFactory, ort_win_capi) -> Win
     yield wine
     server = shutil.which("wineserver") or "/usr/lib/wine/wineserver64"
     subprocess.run([server, "-k"], env=wine.env, check=False)
+
+
+@pytest.fixture(scope="module")
+def wine(system32_wine: Wine) -> Wine:
+    """The one prefix of this module: the install's venv (`windows_venv`) is made from the machine Python installed
+    in the decoy prefix, because run.cmd starts the launcher in that Python before the program."""
+    return system32_wine
 
 
 @pytest.mark.integration
