@@ -170,16 +170,23 @@ def _common_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
                         help=f"the content-addressed cache (default: ${CACHE_ENV} or {default_cache_dir()})")
 
 
+GC_THRESHOLD = 50_000  # allocations between collections of the youngest generation (CPython's default: 700)
+
+
 def run() -> NoReturn:
     """The `ort-bundler` program: `main`, with the cyclic garbage collector kept off what lives to the end.
 
     The modules imported so far live as long as the process, yet every full collection walks them again,
     and so does CPython's exit, several times while it tears the modules down: a quarter of a second of a
     build. `gc.freeze` puts them out of those walks (objects are still freed when their last reference
-    goes). At the end one collection runs what cyclic garbage there is, finalizers included, and what is
-    left is frozen too. Atexit handlers run as ever.
+    goes). A build then allocates hundreds of thousands of objects that live to its end (the modules it
+    imports, parsed metadata, PE and certificate structures) and makes little cyclic garbage, so the
+    youngest generation is collected every `GC_THRESHOLD` allocations instead of every 700: two hundred
+    collections of a first build were 3-5 % of its time. At the end one collection runs what cyclic
+    garbage there is, finalizers included, and what is left is frozen too. Atexit handlers run as ever.
     """
     gc.freeze()
+    gc.set_threshold(GC_THRESHOLD)
     code = main()
     gc.collect()
     gc.freeze()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -232,6 +233,35 @@ def test_a_corrupt_member_left_in_the_zip_is_named_when_the_wheel_is_built(tmp_p
     source.write_bytes(bytes(data))
     tree = read_capi(source, work_dir=tmp_path / "work", platform="linux_x86_64", label="ort.capi")
     with pytest.raises(UnsafeArchiveError, match=r"capi\.zip: entry 'onnxruntime/tools/notes\.txt' .*corrupt"):
+        build_wheel(tree, expected_version="1.23.1", requires=ORT_REQUIRES, out_dir=tmp_path / "out",
+                    source_date_epoch=EPOCH)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def declare_size(source: Path, name: str, size: int) -> None:
+    """Make the zip's local header and central directory entry for `name` declare `size` uncompressed bytes."""
+    with zipfile.ZipFile(source) as archive:
+        offset = archive.getinfo(name).header_offset
+    data = bytearray(source.read_bytes())
+    data[offset + 22:offset + 26] = struct.pack("<I", size)
+    central = data.index(b"PK\x01\x02")  # the first central directory entry
+    while data[central + 46:central + 46 + len(name)] != name.encode():
+        central = data.index(b"PK\x01\x02", central + 4)
+    data[central + 24:central + 28] = struct.pack("<I", size)
+    source.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(("declared", "found"), [
+    (100, r"expands beyond the 100 bytes its header declares"),
+    (1700, r"ends after 1600 bytes but its header declares 1700"),
+])
+def test_a_member_left_in_the_zip_that_is_not_the_size_it_declares_is_named(tmp_path, host_extension, declared,
+                                                                               found):
+    """A member copied as it is is inflated on its way through, and held to its entry as extracting would be."""
+    source = zipped_tree(tmp_path, host_extension, compression={})
+    declare_size(source, "onnxruntime/tools/notes.txt", declared)
+    tree = read_capi(source, work_dir=tmp_path / "work", platform="linux_x86_64", label="ort.capi")
+    with pytest.raises(UnsafeArchiveError, match=rf"capi\.zip: entry 'onnxruntime/tools/notes\.txt' {found}"):
         build_wheel(tree, expected_version="1.23.1", requires=ORT_REQUIRES, out_dir=tmp_path / "out",
                     source_date_epoch=EPOCH)
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -23,8 +23,9 @@ import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, BinaryIO
+from typing import BinaryIO
 
+from isal import isal_zlib
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import parse_tag
 from packaging.version import Version
@@ -33,6 +34,7 @@ from wheel.wheelfile import WheelFile
 from bundler.derived import Derived, DerivedCache, code_digest, content_sha256, derived_key
 from bundler.errors import BuildError
 from bundler.hashing import file_sha256
+from bundler.readers.archive_reader import translated_errors, unsafe
 from bundler.readers.archives import SafeArchive
 from bundler.readers.capi import PACKAGE, CapiTree, _files, _version, read_capi
 from bundler.readers.wheel_binaries import seed_wheel_binaries
@@ -160,7 +162,7 @@ class _FixedTimeWheelFile(WheelFile):  # type: ignore[misc]  # wheel publishes n
         """Reuse the source zip's compressed bytes when the file came from one, else deflate it; `path` is
         None for a file left in the source zip (`CapiTree.in_archive`)."""
         if raw is not None:
-            self.copy_raw(arcname, path, raw, mode=mode, source=source)
+            self.copy_raw(arcname, path, raw, mode=mode)
         elif path is not None:
             with path.open("rb") as stream:
                 self.write_stream(arcname, stream, size=path.stat().st_size, mode=mode)
@@ -168,11 +170,12 @@ class _FixedTimeWheelFile(WheelFile):  # type: ignore[misc]  # wheel publishes n
             with source.open(arcname) as (stream, size):
                 self.write_stream(arcname, stream, size=size, mode=mode)
 
-    def copy_raw(self, arcname: str, path: Path | None, raw: _RawMember, *, mode: int, source: _RawSource) -> None:
+    def copy_raw(self, arcname: str, path: Path | None, raw: _RawMember, *, mode: int) -> None:
         """Lay down a member compressed by the source zip, unchanged: deflating 35 MB of ORT binaries again
         costs seconds and gives nothing, and the bytes then depend only on the pinned source, not on the
-        local zlib. CRC and sizes are the source's (checked when the tree was read from it); RECORD's hash
-        is taken from the extracted file, which holds the same bytes, or from the member's own stream."""
+        local zlib. CRC and sizes are the source's. RECORD's hash is taken from the extracted file, which
+        holds the same bytes (its CRC was checked as it was extracted), or, for a member left in the zip,
+        from the bytes inflated as they are copied, which are held to the entry's CRC and size."""
         info = self._zipinfo(arcname, mode)
         info.compress_type = raw.info.compress_type
         info.CRC, info.compress_size, info.file_size = raw.info.CRC, raw.info.compress_size, raw.info.file_size
@@ -180,16 +183,13 @@ class _FixedTimeWheelFile(WheelFile):  # type: ignore[misc]  # wheel publishes n
         self._didModify = True
         info.header_offset = self.fp.tell()
         self.fp.write(info.FileHeader())
-        raw.copy_to(self.fp)
+        inflated = raw.copy_to(self.fp, inflate=path is None)
         self.filelist.append(info)
         self.NameToInfo[arcname] = info
         self.start_dir = self.fp.tell()
-        if path is not None:  # hashed as it was extracted, or read now for a folder source
-            digest = base64.urlsafe_b64encode(bytes.fromhex(content_sha256(path))).decode("ascii").rstrip("=")
-        else:
-            with source.open(arcname) as (stream, _):
-                digest = _record_digest(stream)
-        self._file_hashes[arcname] = ("sha256", digest)
+        sha256 = bytes.fromhex(content_sha256(path)) if path is not None else inflated
+        assert sha256 is not None
+        self._file_hashes[arcname] = ("sha256", base64.urlsafe_b64encode(sha256).decode("ascii").rstrip("="))
         self._file_sizes[arcname] = info.file_size
 
     def write_member(self, arcname: str, data: bytes | str, *, mode: int = FILE_MODE) -> None:
@@ -228,14 +228,17 @@ class _RawMember:
 
     info: zipfile.ZipInfo
     source: BinaryIO
+    label: str  # the source zip, as errors name it
 
-    def copy_to(self, out: BinaryIO) -> None:
-        """The compressed bytes after the member's local header (whose name and extra lengths may differ
-        from the central directory's)."""
+    def copy_to(self, out: BinaryIO, *, inflate: bool = False) -> bytes | None:
+        """Copy the compressed bytes after the member's local header (whose name and extra lengths may differ
+        from the central directory's). With `inflate`, also inflate them on their way through and return the
+        sha256 of what came out: the member is read once, for the copy and for RECORD."""
         self.source.seek(self.info.header_offset)
         header = self.source.read(LOCAL_HEADER_SIZE)
         name_length, extra_length = struct.unpack("<HH", header[26:30])
         self.source.seek(self.info.header_offset + LOCAL_HEADER_SIZE + name_length + extra_length)
+        check = _Inflating(self.info, label=self.label) if inflate else None
         remaining = self.info.compress_size
         while remaining:
             chunk = self.source.read(min(CHUNK, remaining))
@@ -243,7 +246,49 @@ class _RawMember:
                 msg = f"{self.info.filename}: the source zip ends inside this member, expected {self.info.compress_size} bytes"
                 raise BuildError(msg)
             out.write(chunk)
+            if check is not None:
+                check.feed(chunk)
             remaining -= len(chunk)
+        return check.sha256() if check is not None else None
+
+
+class _Inflating:
+    """A member's bytes inflated as they stream past, held to what reading the member checks
+    (`readers.zip_reader`): never more than the size its entry declares, the end of the deflate stream,
+    all of the declared size, and the CRC; a failure names the zip and the entry as extracting would."""
+
+    def __init__(self, info: zipfile.ZipInfo, *, label: str) -> None:
+        self._info, self._label = info, label
+        self._inflate = isal_zlib.decompressobj(-15) if info.compress_type == zipfile.ZIP_DEFLATED else None
+        self._left, self._crc, self._digest = info.file_size, 0, hashlib.sha256()
+
+    def feed(self, compressed: bytes) -> None:
+        with translated_errors(self._label, "zip", self._info.filename):
+            if self._inflate is None:
+                self._take(compressed)
+                return
+            while compressed and not self._inflate.eof:
+                self._take(self._inflate.decompress(compressed, CHUNK))  # at most CHUNK at once, whatever the ratio
+                compressed = self._inflate.unconsumed_tail
+
+    def sha256(self) -> bytes:
+        with translated_errors(self._label, "zip", self._info.filename):
+            if self._inflate is not None and not self._inflate.eof:
+                raise EOFError(f"the deflate stream of {self._info.filename!r} ends before its end marker")
+            if self._left:
+                raise unsafe(self._label, self._info.filename, f"ends after {self._info.file_size - self._left} "
+                             f"bytes but its header declares {self._info.file_size} (corrupt or truncated archive)")
+            if self._crc != self._info.CRC:
+                raise zipfile.BadZipFile(f"Bad CRC-32 for file {self._info.filename!r}")
+        return self._digest.digest()
+
+    def _take(self, piece: bytes) -> None:
+        if len(piece) > self._left:
+            raise unsafe(self._label, self._info.filename, f"expands beyond the {self._info.file_size} bytes its "
+                                                           "header declares (zip bomb or corrupt header)")
+        self._left -= len(piece)
+        self._crc = isal_zlib.crc32(piece, self._crc)
+        self._digest.update(piece)
 
 
 class _RawSource:
@@ -252,7 +297,8 @@ class _RawSource:
     def __init__(self, tree: CapiTree) -> None:
         self._prefix = f"{tree.archive_root}/" if tree.archive_root else ""
         # What reads a member's bytes: counted, CRC-checked, and a corrupt member named as extracting names it.
-        self._safe = SafeArchive.open(tree.archive, label=str(tree.archive)) if tree.archive is not None else None
+        self._label = str(tree.archive)
+        self._safe = SafeArchive.open(tree.archive, label=self._label) if tree.archive is not None else None
         self._file = tree.archive.open("rb") if tree.archive is not None else None
         self._zip = zipfile.ZipFile(self._file) if self._file is not None else None
 
@@ -282,7 +328,7 @@ class _RawSource:
         if (info is None or info.compress_type not in RAW_METHODS or info.flag_bits & ENCRYPTED
                 or (path is not None and info.file_size != path.stat().st_size)):
             return None
-        return _RawMember(info=info, source=self._file)
+        return _RawMember(info=info, source=self._file, label=self._label)
 
     @contextlib.contextmanager
     def open(self, name: str) -> Iterator[tuple[BinaryIO, int]]:
@@ -290,13 +336,6 @@ class _RawSource:
         assert self._safe is not None, "only a zip source leaves files in the archive"
         with self._safe.open_member(self._prefix + name) as stream:
             yield stream, self._safe.entry(self._prefix + name).size
-
-
-def _record_digest(stream: BinaryIO | IO[bytes]) -> str:
-    digest = hashlib.sha256()
-    while chunk := stream.read(CHUNK):
-        digest.update(chunk)
-    return base64.urlsafe_b64encode(digest.digest()).decode("ascii").rstrip("=")
 
 
 def _checked_version(tree: CapiTree, expected_version: str) -> str:
