@@ -19,6 +19,16 @@ All builds must be byte-identical to each other and to the prepare build; the sc
 The commands run as on a user's machine, where Python keeps compiled bytecode: PYTHONDONTWRITEBYTECODE
 (set on some CI machines) is dropped from their environment.
 
+Memory the machine has never used is not what is measured. On a fresh virtual machine (this project's CI
+and work machines are Firecracker VMs) the first touch of a page of guest memory costs the host a fault:
+writing 3 GiB into /dev/shm took 6.9 s the first time and 1.0 s once those pages had been used and freed.
+A first build writes about 140 MiB of new files (the kept zip, the rebuilt wheel, the wheels' extracted
+binaries) and the zip baseline 33 MiB, so on such a machine the build paid 0.3-0.5 s more than its work,
+all of it system time (1.3-1.5 s against 1.0 s), and less and less as the machine's memory got used. So
+before each timed command the script writes to, then frees, 1 GiB (`pretouch`), and removes each attempt's
+folders once its figures are taken: every command then allocates pages the machine has used before, as
+on a machine that has been up for a while. The report says what each side wrote.
+
 Run: python bench/build_quickstart.py [--manifest manifests/quickstart-win.toml ...] [--repeat 3]
 """
 
@@ -26,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -50,14 +61,16 @@ class Figures:
     assembled: float
     baseline: float
     zip_bytes: int
+    build_wrote: int  # bytes of new files a first build left: in its cache (not links to inputs) and its zip
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--manifest", type=Path, action="append", help="a manifest (default: both quickstarts)")
     parser.add_argument("--workdir", type=Path, default=None, help="where to work (default: a temp dir)")
-    parser.add_argument("--repeat", type=int, default=1, help="time each phase this many times, keep the fastest")
-    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="time each phase this many times, keep the fastest (default 3: see the docstring)")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory and every attempt's folders")
     return parser.parse_args()
 
 
@@ -66,11 +79,23 @@ def cli(*args: str) -> list[str]:
 
 
 def timed(command: Sequence[str], *, cwd: Path | None = None) -> float:
-    """Seconds of one command in a new process, after flushing earlier writes so they are not charged to it."""
+    """Seconds of one command in a new process, after flushing earlier writes so they are not charged to it,
+    and in memory the machine has used before (`pretouch`)."""
     subprocess.run(["sync"], check=True)
+    pretouch()
     start = time.perf_counter()
     run(command, cwd=cwd)
     return time.perf_counter() - start
+
+
+PRETOUCH = 2**30  # bytes: over three times what a first build writes and its processes allocate
+
+
+def pretouch() -> None:
+    """Write to, then free, more memory than the command will take, so that its allocations (page cache for
+    what it writes, its heap) come from pages used before, not from memory the VM has never touched."""
+    scratch = bytearray(PRETOUCH)  # zero-filled: every page is written
+    del scratch
 
 
 USER_ENV = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
@@ -105,16 +130,23 @@ def zip_of(out: Path) -> Path:
     return found
 
 
-def measure(manifest: Path, work: Path, repeat: int) -> Figures:
+def new_bytes(*folders: Path) -> int:
+    """Bytes of the files under `folders` that are not hard links to files elsewhere (the cache's inputs)."""
+    return sum(path.stat().st_size for folder in folders for path in folder.rglob("*")
+               if path.is_file() and not path.is_symlink() and path.stat().st_nlink == 1)
+
+
+def measure(manifest: Path, work: Path, repeat: int, *, keep: bool) -> Figures:
     inputs = work / "inputs"
     run(cli("fetch", "-q", "--cache", str(inputs), str(manifest)))
     run(cli("build", "-q", "--cache", str(inputs), "-o", str(work / "prepared"), str(manifest)))
     reference = zip_of(work / "prepared").read_bytes()
-    firsts, rebuilds, assembled, baselines = [], [], [], []
+    firsts, rebuilds, assembled, baselines, wrote = [], [], [], [], []
     for attempt in range(repeat):
         cache = fresh_cache(inputs, work / f"cache-{attempt}")
         build = cli("build", "-q", "--cache", str(cache), "-o", str(work / f"out-{attempt}"), str(manifest))
         firsts.append(timed(build))
+        wrote.append(new_bytes(cache, work / f"out-{attempt}"))
         first = zip_of(work / f"out-{attempt}").read_bytes()
         rebuilds.append(timed(build))
         again = zip_of(work / f"out-{attempt}").read_bytes()
@@ -128,8 +160,12 @@ def measure(manifest: Path, work: Path, repeat: int) -> Figures:
             archive.extractall(unpacked)
         [top] = [p.name for p in unpacked.iterdir()]
         baselines.append(timed(["zip", "-q", "-r", "-6", str(work / f"baseline-{attempt}.zip"), top], cwd=unpacked))
+        if not keep:  # their pages go back to the machine for the next attempt (see the docstring)
+            for folder in (cache, work / f"out-{attempt}", unpacked):
+                shutil.rmtree(folder)
+            (work / f"baseline-{attempt}.zip").unlink()
     return Figures(manifest=manifest.name, first=min(firsts), rebuild=min(rebuilds), assembled=min(assembled),
-                   baseline=min(baselines), zip_bytes=len(reference))
+                   baseline=min(baselines), zip_bytes=len(reference), build_wrote=max(wrote))
 
 
 def report(figures: Figures) -> str:
@@ -143,6 +179,7 @@ def report(figures: Figures) -> str:
         f"  rebuild, assembled (--no-reuse): {figures.assembled:6.2f} s   "
         f"{figures.assembled / figures.baseline:5.2f}x baseline",
         f"  zip -r -6:    {figures.baseline:6.2f} s",
+        f"  written: first build {figures.build_wrote / 2**20:.0f} MiB, zip -r -6 {figures.zip_bytes / 2**20:.0f} MiB",
     ])
 
 
@@ -151,7 +188,7 @@ def main() -> None:
     print(machine())
     with workspace(args.workdir, keep=args.keep) as work:
         for index, manifest in enumerate(args.manifest or QUICKSTARTS):
-            print(report(measure(manifest.resolve(), work / str(index), args.repeat)), flush=True)
+            print(report(measure(manifest.resolve(), work / str(index), args.repeat, keep=args.keep)), flush=True)
     print(machine())
 
 
