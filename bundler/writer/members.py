@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from isal import isal_zlib
+
 from bundler.errors import BuildError, HashMismatchError
 from bundler.hashing import CHUNK
 from bundler.writer.temps import locked_temp, remove_dead_temps
@@ -147,7 +149,7 @@ def deflate_file(member: Member, level: int, cache: MemberCache) -> Prepared:
     with cache.writer(member.digest, level) as (out, result), member.source.open("rb") as fh:
         while chunk := fh.read(CHUNK):
             digest.update(chunk)
-            crc = zlib.crc32(chunk, crc)
+            crc = isal_zlib.crc32(chunk, crc)
             usize += len(chunk)
             block = compressor.compress(chunk)
             csize += len(block)
@@ -169,4 +171,4 @@ def deflate_file(member: Member, level: int, cache: MemberCache) -> Prepared:
 def deflate_bytes(data: bytes, level: int) -> Prepared:
     compressor = zlib.compressobj(level, zlib.DEFLATED, -15)
     packed = compressor.compress(data) + compressor.flush()
-    return Prepared(method=DEFLATED, crc=zlib.crc32(data), usize=len(data), csize=len(packed), data=packed)
+    return Prepared(method=DEFLATED, crc=isal_zlib.crc32(data), usize=len(data), csize=len(packed), data=packed)

@@ -24,12 +24,13 @@ import hashlib
 import os
 import struct
 import time
-import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
+
+from isal import isal_zlib
 
 from bundler.atomic import write_atomic
 from bundler.errors import BuildError, HashMismatchError
@@ -123,7 +124,7 @@ class _Writer:
         with member.source.open("rb") as src:  # type: ignore[union-attr]
             while chunk := src.read(CHUNK):
                 digest.update(chunk)
-                crc = zlib.crc32(chunk, crc)
+                crc = isal_zlib.crc32(chunk, crc)
                 written += len(chunk)
                 self.fh.write(chunk)
         if written != size or digest.hexdigest() != member.sha256:
@@ -293,7 +294,7 @@ def _add_member(writer: _Writer, name: str, member: Member, futures: dict[str, F
     if name in futures:
         writer.add_prepared(name, futures[name].result(), mode)
     elif member.data is not None:
-        writer.add_prepared(name, Prepared(method=STORED, crc=zlib.crc32(member.data), usize=len(member.data),
+        writer.add_prepared(name, Prepared(method=STORED, crc=isal_zlib.crc32(member.data), usize=len(member.data),
                                            csize=len(member.data), data=member.data), mode)
     else:
         writer.add_stored_file(name, member, mode)
