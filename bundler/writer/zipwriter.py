@@ -23,6 +23,7 @@ import glob
 import hashlib
 import os
 import struct
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -34,7 +35,7 @@ from isal import isal_zlib
 
 from bundler.atomic import write_atomic
 from bundler.errors import BuildError, HashMismatchError
-from bundler.hashing import CHUNK, file_sha256
+from bundler.hashing import CHUNK
 from bundler.writer.members import (
     DEFLATED,
     STORED,
@@ -260,17 +261,20 @@ def _write(by_name: dict[str, Member], dest: Path, *, epoch: int, member_cache: 
             futures = {name: pool.submit(_deflated, by_name[name], level, member_cache) for name in names
                        if methods[name] == DEFLATED}
             writer = _Writer(fh, epoch)
-            for name in entries:
-                if name.endswith("/"):
-                    writer.add_directory(name)
-                    continue
-                _add_member(writer, name, by_name[name], futures)
-                if progress:
-                    progress(by_name[name].size)
-            writer.finish()
-            fh.flush()
+            with _TrailingDigest(Path(tmp_name)) as trailing:
+                for name in entries:
+                    fh.flush()
+                    trailing.final_up_to(fh.tell())  # only the header of the member written next is patched
+                    if name.endswith("/"):
+                        writer.add_directory(name)
+                        continue
+                    _add_member(writer, name, by_name[name], futures)
+                    if progress:
+                        progress(by_name[name].size)
+                writer.finish()
+                fh.flush()
+                digest = trailing.finish(fh.tell())
             os.fsync(fh.fileno())
-            digest = file_sha256(Path(tmp_name))
             if os.name != "nt":
                 _publish(tmp_name, dest)  # while still locked, so no cleaner can take it first
         if os.name == "nt":
@@ -282,6 +286,62 @@ def _write(by_name: dict[str, Member], dest: Path, *, epoch: int, member_cache: 
     finally:
         pool.shutdown(wait=True)
     return digest
+
+
+class _TrailingDigest:
+    """The zip's sha256, taken on a thread of its own while the zip is written, so that it is ready with the
+    last byte instead of costing a second pass over the zip at the end (hashlib lets go of the GIL). The
+    thread reads the file behind the writer, only up to what will not change again: the writer patches
+    nothing but the header of the member it is writing. Leaving the block early stops the thread."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._final, self._end = 0, -1  # bytes that will not change; the zip's size once it is complete
+        self._stopped = False
+        self._changed = threading.Condition()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zip-digest")
+        self._digest = self._pool.submit(self._hash)
+
+    def __enter__(self) -> _TrailingDigest:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._changed:
+            self._stopped = True
+            self._changed.notify()
+        self._pool.shutdown(wait=True)
+
+    def final_up_to(self, position: int) -> None:
+        with self._changed:
+            self._final = position
+            self._changed.notify()
+
+    def finish(self, size: int) -> str:
+        """The sha256 of the zip, which is complete at `size` bytes (and flushed)."""
+        with self._changed:
+            self._final, self._end = size, size
+            self._changed.notify()
+        return self._digest.result()
+
+    def _hash(self) -> str:
+        digest, position = hashlib.sha256(), 0
+        with self._path.open("rb", buffering=0) as fh:  # unbuffered: a read-ahead would keep bytes later patched
+            while True:
+                with self._changed:
+                    while position == self._final and self._end < 0 and not self._stopped:
+                        self._changed.wait()
+                    final, end, stopped = self._final, self._end, self._stopped
+                if stopped and end < 0:
+                    return ""  # the zip was abandoned
+                while position < final:
+                    chunk = fh.read(min(CHUNK, final - position))
+                    if not chunk:
+                        msg = f"{self._path}: ends at {position} bytes while being written, expected {final}"
+                        raise BuildError(msg)
+                    digest.update(chunk)
+                    position += len(chunk)
+                if position == end:
+                    return digest.hexdigest()
 
 
 def _publish(tmp_name: str, dest: Path) -> None:
