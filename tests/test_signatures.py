@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pefile
@@ -12,7 +13,7 @@ from conftest import pip_download
 
 from bundler.errors import BuildError
 from bundler.hashing import file_sha256
-from bundler.readers.signatures import NOT_CHECKED, SIGNATURE_FACTS, signature_evidence
+from bundler.readers.signatures import NOT_CHECKED, SIGNATURE_FACTS, authenticode_sha256, signature_evidence
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +62,24 @@ def test_one_flipped_byte_in_the_signed_content_fails_verification(ort_dll, tmp_
     assert (evidence.signed, evidence.verified) == (True, False)
     assert evidence.signer == "Microsoft Corporation"
     assert "was modified after signing" in evidence.reason
+
+
+@pytest.mark.integration
+def test_the_digest_computed_ahead_on_another_thread_is_the_one_checked(ort_dll, tmp_path):
+    """The build hashes DLLs on a thread while it checks other files' certificates (`authenticode_sha256`):
+    the digest handed in decides, so the tampered copy's digest fails the original file, and each file's own
+    digest gives the answer the inline check gives."""
+    copy = tampered_copy(ort_dll, tmp_path / "onnxruntime.dll", offset=5_000_000)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        own, tampered = pool.submit(authenticode_sha256, ort_dll), pool.submit(authenticode_sha256, copy)
+        assert signature_evidence(ort_dll, ahead=own).verified is True
+        assert signature_evidence(copy, ahead=tampered).verified is False
+        crossed = signature_evidence(ort_dll, ahead=tampered)
+    assert (crossed.verified, crossed.signer) == (False, "Microsoft Corporation")
+    assert "was modified after signing" in (crossed.reason or "")
+    text = tmp_path / "readme.dll"
+    text.write_text("hello")
+    assert authenticode_sha256(text) is None  # signature_evidence names what is wrong with it
 
 
 @pytest.mark.integration

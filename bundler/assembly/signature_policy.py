@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -12,7 +13,7 @@ from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.closure import payload_binaries
 from bundler.errors import BuildError
 from bundler.manifest import Manifest
-from bundler.readers.signatures import SignatureEvidence, signature_evidence
+from bundler.readers.signatures import SignatureEvidence, authenticode_sha256, known_evidence, signature_evidence
 from bundler.writer.members import Member
 
 PE_SUFFIXES = (".dll", ".pyd", ".exe")
@@ -89,8 +90,13 @@ def check_signatures(assembly: Assembly, build: BuildInputs) -> None:
     installed = _install_paths(assembly)
     records, problems, failed = [], [], set()
     store = build.cache.work_dir("derived")
-    for pe in _pe_files(assembly, work=work, store=store):
-        evidence = signature_evidence(pe.file, label=pe.label, store=store)
+    files = list(_pe_files(assembly, work=work, store=store))
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="authenticode") as pool:
+        ahead = {pe.file: pool.submit(authenticode_sha256, pe.file) for pe in files
+                 if not known_evidence(pe.file, store)}
+        evidences = [signature_evidence(pe.file, label=pe.label, store=store, ahead=ahead.get(pe.file))
+                     for pe in files]
+    for pe, evidence in zip(files, evidences):
         rule = signing_rule(pe.label)
         problem = signature_problem(evidence, rule)
         relaxed = allowed_vc if rule is VC_REDIST_RULE else rule.relaxable and allowed_ort

@@ -24,6 +24,7 @@ import importlib.metadata
 import mmap
 import re
 import warnings
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +38,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from bundler.derived import code_digest, content_sha256, read_entry, write_entry
-from bundler.errors import BuildError
+from bundler.errors import BuildError, BundleError
 from bundler.readers.certificates import has_usage, is_ca, verify_signature
 from bundler.readers.pe import mapped
 
@@ -69,24 +70,51 @@ class _Unverified(Exception):
     """One check failed; the message becomes the evidence's reason."""
 
 
-def signature_evidence(path: Path, *, label: str | None = None, store: Path | None = None) -> SignatureEvidence:
+def signature_evidence(path: Path, *, label: str | None = None, store: Path | None = None,
+                       ahead: Future[bytes | None] | None = None) -> SignatureEvidence:
     """Check the embedded Authenticode signature of one PE file, without network access.
 
     The evidence follows from the file's bytes and the bundled trust anchors alone (no clock, no
     network), so with a `store` (the cache's derived folder) it is kept for later builds by the file's
-    sha256 and the versions of this module and of the libraries that decide it.
+    sha256 and the versions of this module and of the libraries that decide it. `ahead` is the file's
+    SHA-256 Authenticode digest being computed on another thread (`authenticode_sha256`).
     """
     name = label or str(path)
-    entry = store / SIGNATURE_FACTS / _evidence_code() / f"{content_sha256(path)}.json" if store else None
+    entry = _entry(path, store)
     found = read_entry(entry) if entry is not None else None
     if isinstance(found, dict) and set(found) == {"signed", "verified", "signer", "reason"}:
         return SignatureEvidence(path=name, **found)
     with mapped(path, name=name) as data:
-        evidence = _evidence(data, name=name)
+        evidence = _evidence(data, name=name, ahead=ahead)
     if entry is not None:
         write_entry(entry, {"signed": evidence.signed, "verified": evidence.verified, "signer": evidence.signer,
                             "reason": evidence.reason})
     return evidence
+
+
+def known_evidence(path: Path, store: Path | None) -> bool:
+    """Whether the store already holds the evidence for this file's bytes."""
+    entry = _entry(path, store)
+    return entry is not None and entry.is_file()
+
+
+def authenticode_sha256(path: Path) -> bytes | None:
+    """The SHA-256 Authenticode digest of a signed PE file, None for an unsigned or unreadable one (which
+    `signature_evidence` reports): hashing a DLL is most of checking its signature and lets go of the GIL,
+    so it is computed on a thread of its own while the certificates of other files are checked."""
+    try:
+        with mapped(path, name=str(path)) as data:
+            pe = pefile.PE(data=data, fast_load=True)
+            directory = pe.OPTIONAL_HEADER.DATA_DIRECTORY[_SECURITY]
+            if directory.VirtualAddress == 0 or directory.Size == 0:
+                return None
+            return authenticode_digest(data, pe, algorithm="sha256")
+    except (BundleError, pefile.PEFormatError):
+        return None
+
+
+def _entry(path: Path, store: Path | None) -> Path | None:
+    return store / SIGNATURE_FACTS / _evidence_code() / f"{content_sha256(path)}.json" if store else None
 
 
 @functools.cache
@@ -95,7 +123,7 @@ def _evidence_code() -> str:
     return hashlib.sha256(f"{code_digest(('bundler.readers.signatures',))} {versions}".encode()).hexdigest()[:16]
 
 
-def _evidence(data: mmap.mmap, *, name: str) -> SignatureEvidence:
+def _evidence(data: mmap.mmap, *, name: str, ahead: Future[bytes | None] | None = None) -> SignatureEvidence:
     try:
         pe = pefile.PE(data=data, fast_load=True)
     except pefile.PEFormatError as exc:
@@ -110,7 +138,7 @@ def _evidence(data: mmap.mmap, *, name: str) -> SignatureEvidence:
         signed_data = _signed_data(data, start=directory.VirtualAddress, size=directory.Size)
         signer_cert = _signer_certificate(signed_data)
         signer = _common_name(signer_cert)
-        _check_file_digest(data, pe, signed_data)
+        _check_file_digest(data, pe, signed_data, ahead=ahead)
         _check_signer(signed_data, signer_cert)
         _check_chain(signer_cert, signed_data)
     except _Unverified as exc:
@@ -154,13 +182,15 @@ def _signer_certificate(signed_data: cms.SignedData) -> x509.Certificate:
     raise _Unverified(msg)
 
 
-def _check_file_digest(data: mmap.mmap, pe: pefile.PE, signed_data: cms.SignedData) -> None:
+def _check_file_digest(data: mmap.mmap, pe: pefile.PE, signed_data: cms.SignedData, *,
+                       ahead: Future[bytes | None] | None) -> None:
     indirect = signed_data["encap_content_info"]["content"]["message_digest"]
     algorithm = indirect["digest_algorithm"]["algorithm"].native
     if algorithm not in _HASHES:
         msg = f"the signature uses the unsupported digest algorithm {algorithm}"
         raise _Unverified(msg)
-    if authenticode_digest(data, pe, algorithm=algorithm) != indirect["digest"].native:
+    computed = ahead.result() if ahead is not None and algorithm == "sha256" else None
+    if (computed or authenticode_digest(data, pe, algorithm=algorithm)) != indirect["digest"].native:
         msg = "the file's Authenticode digest does not match the signed digest: the file was modified after signing"
         raise _Unverified(msg)
 
