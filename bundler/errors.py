@@ -1,7 +1,8 @@
 """One exception root for everything ort-bundler reports to a user.
 
-Each class carries the process exit code for its failure class, so `cli.main` can catch
-`BundleError` once and exit with the documented code (README "Exit codes").
+Each class carries the process exit code for its failure class, so `cli.main` can catch `BundleError` once and
+exit with the documented code. docs/reference/exit-codes.md is generated from these classes: the first line of
+each docstring is what its code means there.
 """
 
 from __future__ import annotations
@@ -14,10 +15,14 @@ class BundleError(Exception):
 
 
 class UsageError(BundleError):
+    """A usage error: bad arguments (also: `sign` credentials that cannot be used)."""
+
     return_code = 2
 
 
 class ManifestError(BundleError):
+    """An invalid manifest or lock file."""
+
     return_code = 3
 
     def __init__(self, problems: list[str] | str) -> None:
@@ -26,26 +31,40 @@ class ManifestError(BundleError):
 
 
 class InputUnavailableError(BundleError):
+    """An input is unavailable: not in the cache, not found, a network failure; a tool such as osslsigncode missing."""
+
     return_code = 4
 
 
 class HashMismatchError(BundleError):
+    """A hash mismatch: a file's bytes are not the ones its sha256 pins."""
+
     return_code = 5
 
 
 class UnsafeArchiveError(BundleError):
+    """An unsafe or unreadable archive."""
+
     return_code = 6
 
 
 class BuildError(BundleError):
+    """A build failure: an inspection or check failed."""
+
     return_code = 7
 
 
 class VerificationError(BundleError):
+    """A verification failure: a bundle altered, missing or extra files; a signature that does not verify or is not
+    trusted."""
+
     return_code = 8
 
 
 class UnsupportedError(BundleError):
-    """Raised for a capability the tool does not have yet, instead of pretending to succeed."""
+    """Not supported: a capability ort-bundler does not have.
+
+    Raised instead of pretending to succeed.
+    """
 
     return_code = 9
