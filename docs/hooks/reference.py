@@ -128,15 +128,18 @@ def _command_section(name: str, parser: argparse.ArgumentParser, help_text: str,
     if description:
         lines += [_escape(_machine_neutral(description)), ""]
     lines += ["```text", _usage(parser), "```", ""]
-    own = [a for a in parser._actions
-           if not isinstance(a, argparse._SubParsersAction) and a.dest not in COMMON_DESTS]
+    # A command that takes the common options links to them; one that only has --help (a group such as `cache`)
+    # lists it.
+    takes_common = any(a.dest in COMMON_DESTS - {"help"} for a in parser._actions)
+    skipped = COMMON_DESTS if takes_common else frozenset()
+    own = [a for a in parser._actions if not isinstance(a, argparse._SubParsersAction) and a.dest not in skipped]
     positionals = [a for a in own if not a.option_strings]
     optionals = [a for a in own if a.option_strings]
     if positionals:
         lines += ["Arguments:", ""] + [_option_line(parser, a) for a in positionals] + [""]
     if optionals:
         lines += ["Options:", ""] + [_option_line(parser, a) for a in optionals] + [""]
-    if any(a.dest in COMMON_DESTS - {"help"} for a in parser._actions):
+    if takes_common:
         lines += ["And the [options every command takes](#common-options).", ""]
     if parser.epilog:
         lines += ["```text", parser.epilog.strip(), "```", ""]
