@@ -7,6 +7,7 @@ kept in test-artifacts/docs-site/ (ignored by git) for a person to look at.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Browser:
+def browser() -> Iterator[Browser]:
     chromium, driver = require_browser()
     with Browser(chromium=chromium, chromedriver=driver) as opened:
         yield opened
