@@ -2,10 +2,12 @@
 
 Debian's `chromium`, driven by Debian's `chromium-driver` through selenium with explicit paths (Selenium
 Manager, which would download a browser or driver, is never asked). The network is off in two ways that also
-make any attempt visible: every host name resolves to nothing (`--host-resolver-rules`) and every request that
-is not a local file goes to a proxy on a port where nothing listens, so a page that reaches for a font, a CDN
-or an analytics script records a failed request. Chromium's own background traffic (component updates, sync,
-first-run pages) is switched off so that what is recorded is the page's.
+make any attempt visible: every host name but 127.0.0.1 resolves to nothing (`--host-resolver-rules`) and every
+request that is not a local file or to loopback goes to a proxy on a port where nothing listens, so a page that
+reaches for a font, a CDN or an analytics script records a failed request. Loopback stays open for `serve`, a
+static server of a folder on 127.0.0.1, for what a page does only over http (a search index loaded by a Web
+Worker). Chromium's own background traffic (component updates, sync, first-run pages) is switched off so that
+what is recorded is the page's.
 
 `Browser.visit(url)` loads a page and returns a `PageReport`: the console's errors, the requests that failed
 (or answered 400 or more) and the page's visible text. The documentation site's test uses it; so can any page
@@ -14,9 +16,14 @@ the project writes (a release review, a report).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -39,9 +46,8 @@ CHROMIUM_ARGS = (
     "--disable-extensions",
     "--no-first-run",
     "--no-default-browser-check",
-    "--host-resolver-rules=MAP * ~NOTFOUND",
-    "--proxy-server=127.0.0.1:9",  # the discard port: nothing listens, every proxied request fails
-    "--proxy-bypass-list=<-loopback>",
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+    "--proxy-server=127.0.0.1:9",  # the discard port: nothing listens, every proxied request fails (loopback bypasses)
     "--window-size=1280,1000",
 )
 
@@ -135,3 +141,23 @@ class Browser:
             elif method == "Network.responseReceived" and params["response"].get("status", 0) >= 400:
                 failed.append(f"{params['response']['url']} (HTTP {params['response']['status']})")
         return tuple(urls.values()), tuple(failed)
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """No access log on stderr: the test's report says what failed."""
+
+
+@contextlib.contextmanager
+def serve(folder: Path) -> Iterator[str]:
+    """Serve `folder` on 127.0.0.1 (a free port) while the block runs; yields the base URL, ending in `/`."""
+    handler = functools.partial(_QuietHandler, directory=str(folder))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
