@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import json
 import os
 import threading
@@ -70,7 +71,9 @@ class PageReport:
 
 
 def require_browser() -> tuple[str, str]:
-    """Chromium and its driver, or skip locally / fail in CI (.ci/run installs both)."""
+    """Chromium, its driver and selenium, or skip locally / fail in CI (.ci/run installs all three)."""
+    require_tool("selenium" if importlib.util.find_spec("selenium") else None,
+                 "selenium (pip install -e '.[docs]')")
     chromium = require_tool(CHROMIUM if os.access(CHROMIUM, os.X_OK) else None, "chromium (Debian package chromium)")
     driver = require_tool(CHROMEDRIVER if os.access(CHROMEDRIVER, os.X_OK) else None,
                           "chromedriver (Debian package chromium-driver)")
