@@ -183,7 +183,7 @@ def exit_code_rows() -> list[tuple[int, str, str]]:
         if cls.__module__ != errors.__name__ or not issubclass(cls, errors.BundleError):
             continue
         if cls is errors.BundleError:
-            meaning = ("unexpected internal error: a bug (any failure that is not one of the classes below); please "
+            meaning = ("An unexpected internal error: a bug (any failure that is not one of the classes below); please "
                        "report it with the `--verbose` output")
         else:
             meaning = _doc_line(cls)
