@@ -47,9 +47,11 @@ def planned_files(plan: InstallPlan, bundle: Path, work: Path) -> InstallFiles:
     files = [(entry.target, bundle / entry.source) for entry in plan.copy if is_pe(bundle / entry.source)]
     files += [(f"{site}/{entry.target}", bundle / entry.source) for entry in plan.venv.site_packages_files
               if is_pe(bundle / entry.source)]
-    uncovered = [Uncovered(path=f"{plan.venv.dir}/{plan.venv.interpreter}",
-                           reason="the target's own Python, which the environment starts: allow that Python (it is "
-                                  "signed by the Python Software Foundation) in your base policy")]
+    interpreter = PurePosixPath(plan.venv.dir, plan.venv.interpreter)
+    uncovered = [Uncovered(path=str(path), reason="the target's own Python, which the environment starts: allow that "
+                                                  "Python (python.org's is signed by the Python Software Foundation) "
+                                                  "in your base policy")
+                 for path in (interpreter, interpreter.with_name("pythonw.exe"))]
     for number, wheel in enumerate(plan.venv.wheels):
         with zipfile.ZipFile(bundle / wheel) as archive:
             for member, target in _wheel_binaries(archive, plan, wheel=wheel):
