@@ -143,9 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     # A team's cache and releases on an OCI registry, and the Windows packages: each module configures its parser
     # and runs it.
     from bundler.commands import cache as cache_command
-    from bundler.commands import package, publish, pull
+    from bundler.commands import package, policy, publish, pull, report
 
-    for module in (cache_command, publish, pull, package):
+    for module in (cache_command, publish, pull, package, policy, report):
         p = sub.add_parser(module.NAME, parents=[] if module is cache_command else [common], help=module.HELP,
                            description=module.HELP, epilog=module.EXAMPLES,
                            formatter_class=argparse.RawDescriptionHelpFormatter)

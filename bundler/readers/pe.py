@@ -162,7 +162,7 @@ def _inspect(data: mmap.mmap, *, name: str) -> PeInfo:
         raise BuildError(msg) from None
     imports = _dll_names(getattr(pe, "DIRECTORY_ENTRY_IMPORT", ()))
     delay_imports = _dll_names(getattr(pe, "DIRECTORY_ENTRY_DELAY_IMPORT", ()))
-    strings = _version_strings(pe)
+    strings = version_strings(pe)
     # The file's own names (cudart64_110.dll calls itself CUDART64_118_89.DLL) are not dependencies;
     # the name it is stored under is left out by `inspect_pe`, which knows the caller's label.
     own_names = (strings.get("OriginalFilename", ""), strings.get("InternalName", ""))
@@ -220,7 +220,7 @@ def _dll_names(entries: Iterable[Any]) -> tuple[str, ...]:
     return tuple(entry.dll.decode("ascii", "replace") for entry in entries)
 
 
-def _version_strings(pe: pefile.PE) -> dict[str, str]:
+def version_strings(pe: pefile.PE) -> dict[str, str]:
     strings: dict[str, str] = {}
     for file_info in getattr(pe, "FileInfo", ()):
         for entry in file_info:

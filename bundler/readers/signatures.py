@@ -199,9 +199,11 @@ def _check_file_digest(data: mmap.mmap, pe: pefile.PE, signed_data: cms.SignedDa
         raise _Unverified(msg)
 
 
-def authenticode_digest(data: mmap.mmap | bytes, pe: pefile.PE, *, algorithm: str) -> bytes:
+def authenticode_digest(data: mmap.mmap | bytes, pe: pefile.PE, *, algorithm: str, padded: bool = False) -> bytes:
     """The PE image hash Authenticode signs: everything except the checksum, the certificate-table
-    directory entry and the certificate table itself."""
+    directory entry and the certificate table itself. `padded`: as Windows hashes a file for App Control and
+    AppLocker, the file zero-padded to a multiple of 8 bytes (what signing tools pad it to before they append
+    the signature; osslsigncode pads too, LIEF does not: winsiderss/systeminformer#3073, hfiref0x/AuthHashCalc#6)."""
     directory = pe.OPTIONAL_HEADER.DATA_DIRECTORY[_SECURITY]
     skips = sorted([
         (pe.OPTIONAL_HEADER.get_field_absolute_offset("CheckSum"), 4),
@@ -216,6 +218,8 @@ def authenticode_digest(data: mmap.mmap | bytes, pe: pefile.PE, *, algorithm: st
         position = start + length
     digest.update(view[position:])
     view.release()
+    if padded:
+        digest.update(bytes(-(directory.VirtualAddress or len(data)) % 8))
     return digest.digest()
 
 
@@ -312,3 +316,27 @@ def _load(der: bytes) -> x509.Certificate:
 def _common_name(cert: x509.Certificate) -> str:
     names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     return str(names[0].value) if names else cert.subject.rfc4514_string()
+
+
+def embedded_chain(data: mmap.mmap, pe: pefile.PE) -> tuple[x509.Certificate, ...]:
+    """The signer's certificate and the issuers above it that the signature itself carries, leaf first; empty
+    for an unsigned file or a signature that cannot be read. Nothing is verified here (`signature_evidence`
+    does that): App Control and AppLocker rules name these certificates, and are written only for verified files."""
+    directory = _certificate_table(pe)
+    if directory is None:
+        return ()
+    try:
+        signed_data = _signed_data(data, start=directory.VirtualAddress, size=directory.Size)
+        current = _signer_certificate(signed_data)
+        carried = [_load(choice.chosen.dump()) for choice in signed_data["certificates"]]
+    except _Unverified:
+        return ()
+    chain = [current]
+    while len(chain) < _MAX_CHAIN:
+        issuer = next((c for c in carried if c not in chain and c.subject == current.issuer and _issued_by(current, c)),
+                      None)
+        if issuer is None or issuer.subject == issuer.issuer:  # a self-signed root is the anchor, not the chain
+            break
+        chain.append(issuer)
+        current = issuer
+    return tuple(chain)
