@@ -15,14 +15,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from browser import Browser, PageReport
 
 
-def screenshot_pages(pages: list[Path], out: Path) -> list[tuple[PageReport, Path]]:
-    """Each page loaded and pictured whole; its report says what the console and the network saw."""
+def screenshot_pages(pages: list[Path], out: Path, *, max_height: int = 6000) -> list[tuple[PageReport, Path]]:
+    """Each page loaded and pictured whole (up to `max_height` pixels); its report says what the console and the
+    network saw."""
     shots = []
     with Browser() as browser:
         for page in pages:
             report = browser.visit(page.resolve().as_uri())
             height = browser.driver.execute_script("return document.documentElement.scrollHeight")
-            browser.driver.set_window_size(1280, min(int(height), 6000))
+            browser.driver.set_window_size(1280, min(int(height), max_height))
             shots.append((report, browser.screenshot(out / f"{page.stem}.png")))
     return shots
 
@@ -31,8 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("pages", nargs="+", type=Path)
     parser.add_argument("-o", "--output", type=Path, required=True)
+    parser.add_argument("--max-height", type=int, default=6000, help="cut the picture at this many pixels")
     args = parser.parse_args(argv)
-    for report, path in screenshot_pages(args.pages, args.output):
+    for report, path in screenshot_pages(args.pages, args.output, max_height=args.max_height):
         print(f"{path}: {'; '.join(report.problems()) or 'no console error, no request'}")
     return 0
 
