@@ -30,7 +30,8 @@ from bundler import __version__
 from bundler.errors import HashMismatchError, InputUnavailableError, UsageError
 from bundler.hashing import CHUNK
 from bundler.sources.download import DEFAULT_MAX_DOWNLOAD, RetryPolicy, download
-from bundler.sources.oci_auth import Credential, RegistryAuth, credential_for, default_config_path, is_loopback
+from bundler.sources.oci_auth import Credential, RegistryAuth, credential_for, default_config_path
+from bundler.sources.oci_origin import Guard, Origin, OriginPolicy, ReadLimits, guarded_adapter, is_loopback, origin_of
 
 if TYPE_CHECKING:
     import requests
@@ -117,6 +118,7 @@ class RegistryOptions:
     config: Path | None = None  # Docker's config.json (default: $DOCKER_CONFIG or ~/.docker)
     ca_file: Path | None = None  # also trusted, beside the system store
     insecure: bool = False  # plain http allowed for a host that is not loopback
+    limits: ReadLimits | None = None  # each read's deadline (default: ReadLimits.from_env())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,6 +140,7 @@ class Registry:
         self._local = threading.local()
         self._setup = threading.RLock()
         self._context: ssl.SSLContext | None = None
+        self._guard: Guard | None = None
 
     # -- transport ------------------------------------------------------------------------------
 
@@ -158,22 +161,35 @@ class Registry:
                 raise UsageError(msg) from None
         return context
 
-    def new_session(self, *, tls: bool = True) -> requests.Session:
-        """A session with our TLS trust (unless `tls` is False: a plain-http registry need not load the system
-        store), the proxy variables and a User-Agent; no auth (see `session`)."""
+    def guard(self) -> Guard:
+        """The one place every request of this client passes (`oci_origin`): origin, credentials, bounds."""
+        with self._setup:
+            if self._guard is None:
+                policy = OriginPolicy(name=self.name, registry=origin_of(self.base()), insecure=self.options.insecure)
+                self._guard = Guard(policy, self.options.limits or ReadLimits.from_env())
+            return self._guard
+
+    def new_session(self, credential_origin: Origin | None = None) -> requests.Session:
+        """A session whose every request, redirects included, goes through the guard, with credentials
+        scoped to `credential_origin` (the registry's by default); our TLS trust (loaded on the first https
+        request: a plain-http registry need not load the system store), the proxy variables and a
+        User-Agent; no auth hook (see `session`)."""
         import requests
-        from requests.adapters import HTTPAdapter
 
-        session = requests.Session()
-        if tls:
-            context = self._ssl_context()
+        guard = self.guard()
+        scope = credential_origin or guard.policy.registry
+        registry = self
 
-            class _Adapter(HTTPAdapter):
-                def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-                    kwargs["ssl_context"] = context
-                    super().init_poolmanager(*args, **kwargs)
+        class _Session(requests.Session):
+            def get_adapter(self, url: str) -> Any:
+                if url.lower().startswith("https://") and not getattr(self, "_ort_tls", False):
+                    self.mount("https://", guarded_adapter(guard, credential_origin=scope,
+                                                           ssl_context=registry._ssl_context()))
+                    self._ort_tls = True
+                return super().get_adapter(url)
 
-            session.mount("https://", _Adapter())
+        session = _Session()
+        session.mount("http://", guarded_adapter(guard, credential_origin=scope))
         session.headers["User-Agent"] = f"ort-bundler/{__version__}"
         return session
 
@@ -181,7 +197,7 @@ class Registry:
         """This thread's session, carrying the registry's auth."""
         session = getattr(self._local, "session", None)
         if session is None:
-            session = self._local.session = self.new_session(tls=self.base().startswith("https://"))
+            session = self._local.session = self.new_session()
             session.auth = self._get_auth()
         return session
 
@@ -189,8 +205,8 @@ class Registry:
         with self._setup:
             if self._auth is None:
                 self._credential = credential_for(self.ref.host, self.options.config)
-                self._auth = RegistryAuth(registry=self.name, credential=self._credential,
-                                          new_session=self.new_session, insecure=self.options.insecure)
+                self._auth = RegistryAuth(guard=self.guard(), credential=self._credential,
+                                          new_session=self.new_session)
             return self._auth
 
     def base(self) -> str:
@@ -240,6 +256,8 @@ class Registry:
 
         url = path if path.startswith(("http://", "https://")) else urljoin(self.base() + "/", path.lstrip("/"))
         attempts = 3 if retry else 1
+        # A body is never sent on to another origin: only reads follow redirects (to blob storage, say).
+        kwargs.setdefault("allow_redirects", method in ("GET", "HEAD"))
         for attempt in range(attempts):
             try:
                 response = self.session().request(method, url, timeout=TIMEOUT, **kwargs)
@@ -344,19 +362,23 @@ class Registry:
         if not location:
             msg = f"registry {self.name} started an upload without a Location header, against the distribution spec"
             raise InputUnavailableError(msg)
-        return urljoin(self.base() + "/", location)
+        return self.guard().policy.upload_target(urljoin(self.base() + "/", location))
 
     def fetch_blob(self, blob: Blob, partial: Path, *, label: str, progress: Callable[[int], None] | None = None,
-                   stop: threading.Event | None = None, policy: RetryPolicy | None = None) -> str:
+                   stop: threading.Event | None = None, policy: RetryPolicy | None = None,
+                   declared_by: str = "the registry declares for it") -> str:
         """Complete `partial` with the blob's bytes (resumed with Range) and return their sha256 (hex).
 
-        The bytes move through `download`, as every other input's do: hashed while streaming, bounded by
-        the size the registry stated, kept for a resume when interrupted.
+        The bytes move through `download`, as every other input's do: hashed while streaming, kept for a
+        resume when interrupted; the guard bounds them by the size `declared_by` states and by the deadline
+        for that size, naming the registry when either is passed.
         """
         bound = blob.size if blob.size >= 0 else DEFAULT_MAX_DOWNLOAD
+        what = f"blob {blob.digest} ({label})"
         try:
-            return download(self.blob_url(blob.digest), partial, label=label, session=self.session(),
-                            progress=progress, policy=policy or RetryPolicy(), stop=stop, max_size=bound)
+            with self.guard().reading(what, size=bound, limit_is=declared_by):
+                return download(self.blob_url(blob.digest), partial, label=label, session=self.session(),
+                                progress=progress, policy=policy or RetryPolicy(), stop=stop, max_size=bound)
         except InputUnavailableError as exc:
             if "HTTP 404" not in str(exc):
                 raise
@@ -367,12 +389,14 @@ class Registry:
 
     def get_manifest(self, reference: str) -> tuple[bytes, str] | None:
         """The manifest a tag or digest names (its bytes and digest), or None when the repository has none."""
-        response = self.request("GET", f"/v2/{self.ref.repository}/manifests/{reference}", ok=(200, 404),
-                                what=f"the manifest {reference}", headers={"Accept": OCI_MANIFEST}, stream=True)
-        with response:
-            if response.status_code == 404:
-                return None
-            data = response.raw.read(MAX_MANIFEST + 1, decode_content=True)
+        with self.guard().reading(f"the manifest {reference}", size=MAX_MANIFEST,
+                                  limit_is="a manifest may have (the distribution spec's limit)"):
+            response = self.request("GET", f"/v2/{self.ref.repository}/manifests/{reference}", ok=(200, 404),
+                                    what=f"the manifest {reference}", headers={"Accept": OCI_MANIFEST}, stream=True)
+            with response:
+                if response.status_code == 404:
+                    return None
+                data = response.raw.read(MAX_MANIFEST + 1, decode_content=True)
         if len(data) > MAX_MANIFEST:
             msg = f"registry {self.name}: the manifest {reference} is larger than {MAX_MANIFEST} bytes"
             raise InputUnavailableError(msg)
