@@ -300,7 +300,8 @@ class Registry:
         if not location:
             msg = f"registry {self.name} started an upload without a Location header, against the distribution spec"
             raise InputUnavailableError(msg)
-        return self.guard().policy.upload_target(urljoin(self.base() + "/", location))
+        # Relative to the URL that answered (RFC 9110), which for a PATCH may be storage elsewhere.
+        return self.guard().policy.upload_target(urljoin(response.url or self.base() + "/", location))
 
     def fetch_blob(self, blob: Blob, partial: Path, *, label: str, progress: Callable[[int], None] | None = None,
                    stop: threading.Event | None = None, policy: RetryPolicy | None = None,

@@ -264,11 +264,14 @@ def _declared_length(response: requests.Response) -> int | None:
 
 def _bound_body(response: requests.Response, guard: Guard, read: _Read, *, left: int, limit: int, url: str) -> None:
     """Wrap the body's reads (`read`, `read1`, `read_chunked`: every way requests and `download` take bytes)
-    so each checks the deadline and the count of bytes this body has brought."""
+    so each checks the deadline and the count of bytes this body has brought. `read(n)` waits for n bytes,
+    however slowly they come: it becomes a loop of `read1`, which returns what one receive brought, so the
+    deadline is checked between every two pieces."""
     raw = response.raw
     if raw is None or getattr(raw, "_ort_guarded", False):
         return
     seen = [0]
+    read1 = raw.read1
 
     def count(data: bytes) -> bytes:
         seen[0] += len(data or b"")
@@ -278,24 +281,32 @@ def _bound_body(response: requests.Response, guard: Guard, read: _Read, *, left:
             raise guard.late(read)
         return data
 
-    def plain(method: Callable[..., bytes]) -> Callable[..., bytes]:
-        def wrapped(*args: Any, **kwargs: Any) -> bytes:
-            if time.monotonic() > read.deadline:
-                raise guard.late(read)
-            return count(method(*args, **kwargs))
+    def bounded_read1(amt: int | None = None, decode_content: bool | None = None) -> bytes:
+        if time.monotonic() > read.deadline:
+            raise guard.late(read)
+        return count(read1(amt, decode_content=decode_content))
 
-        return wrapped
+    def bounded_read(amt: int | None = None, decode_content: bool | None = None, cache_content: bool = False) -> bytes:
+        pieces: list[bytes] = []
+        got = 0
+        while amt is None or got < amt:
+            piece = bounded_read1(None if amt is None else amt - got, decode_content)
+            if not piece:
+                break
+            pieces.append(piece)
+            got += len(piece)
+        return b"".join(pieces)
 
-    def chunked(method: Callable[..., Iterator[bytes]]) -> Callable[..., Iterator[bytes]]:
+    def bounded_chunks(method: Callable[..., Iterator[bytes]]) -> Callable[..., Iterator[bytes]]:
         def wrapped(*args: Any, **kwargs: Any) -> Iterator[bytes]:
             for piece in method(*args, **kwargs):
                 yield count(piece)
 
         return wrapped
 
-    for name, wrap in (("read", plain), ("read1", plain), ("read_chunked", chunked)):
-        setattr(raw, name, wrap(getattr(raw, name)))
-    setattr(raw, "_ort_guarded", True)  # noqa: B010 - an attribute urllib3's type does not declare
+    for name, value in (("read", bounded_read), ("read1", bounded_read1),
+                        ("read_chunked", bounded_chunks(raw.read_chunked)), ("_ort_guarded", True)):
+        setattr(raw, name, value)
 
 
 def guarded_adapter(guard: Guard, *, credential_origin: Origin, ssl_context: Any = None) -> requests.adapters.HTTPAdapter:
