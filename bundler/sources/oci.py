@@ -8,7 +8,9 @@ carry a credential — are ours to get right either way (README "A team cache an
 
 Transport: https, trusting the system store (plus `--registry-ca FILE`); plain http only for a loopback
 host or with `--insecure-registry`, and then only when the server does not speak TLS. The usual proxy
-variables (`HTTPS_PROXY`, `NO_PROXY`, …) apply, through `requests`.
+variables (`HTTPS_PROXY`, `NO_PROXY`, …) apply, through `requests`. Every request, redirects, upload
+Locations and token realms included, goes through one guard (`oci_origin`): where it may go, which
+origin our credentials are scoped to, and how many bytes and seconds its answer may take.
 """
 
 from __future__ import annotations
