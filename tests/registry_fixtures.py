@@ -412,7 +412,6 @@ class _FrontServer(ThreadingHTTPServer):
 @dataclass
 class Front:
     server: _FrontServer
-    stop_event: threading.Event
 
     @property
     def host(self) -> str:
@@ -429,7 +428,6 @@ class Front:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stop_event.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -440,7 +438,7 @@ def start_front(upstream: RunningRegistry, *, rule: Rule | None = None, login: b
     server.upstream, server.rule, server.seen = upstream.host, rule, []
     server.basic = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode() if login else None
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    return Front(server=server, stop_event=threading.Event())
+    return Front(server=server)
 
 
 def is_blob_get(method: str, path: str) -> bool:
