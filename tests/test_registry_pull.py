@@ -149,7 +149,7 @@ def test_an_endless_layer_is_cut_at_its_declared_size_naming_the_registry(releas
         proc = pull(front.url(REPO), tmp_path / "out")
     size = titles(release)[release.zip.name]["size"]
     assert proc.returncode == 4, proc.stderr
-    assert f"registry {front.host}" in proc.stderr and f"sent more than {size:,} bytes" in proc.stderr, proc.stderr
+    assert f"registry {front.host}" in proc.stderr and f"sent more than the {size:,} bytes" in proc.stderr, proc.stderr
     assert "the release's manifest declares" in proc.stderr and "manifest entry" not in proc.stderr
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == []
 

@@ -20,7 +20,9 @@ from types import SimpleNamespace
 import pytest
 from registry_fixtures import (
     PASSWORD,
+    FrontHandler,
     RunningRegistry,
+    is_blob_get,
     make_tls,
     redirect_blobs,
     relocate_uploads,
@@ -202,6 +204,49 @@ def test_a_manifest_sent_one_byte_at_a_time_is_cut_off_at_its_deadline(registry:
     assert "registry" in proc.stderr and "the manifest trusttest-1.0.0-inputs did not arrive within 5 s" in proc.stderr, \
         proc.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_a_blob_that_sends_headers_and_then_nothing_is_cut_off_at_its_deadline(
+        registry: RunningRegistry, small: SimpleNamespace, tmp_path: Path) -> None:
+    """No byte at all after the headers: the per-read timeout (60 s) is capped by what is left of the deadline."""
+
+    def stall(handler: FrontHandler, method: str, body: bytes) -> bool:
+        if not is_blob_get(method, handler.path):
+            return False
+        handler.send_response(200)
+        handler.send_header("Content-Length", "70000")
+        handler.end_headers()
+        handler.wfile.flush()
+        time.sleep(20)
+        handler.close_connection = True
+        return True
+
+    with start_front(registry, rule=stall, login=False) as front:
+        started = time.monotonic()
+        proc = cli("fetch", "--cache", tmp_path / "fresh", small.manifest, "--mirror", front.url("team/small"),
+                   env={DEADLINE_ENV: "2"}, timeout=90)
+        took = time.monotonic() - started
+    assert proc.returncode == 4 and "did not arrive within 2 s" in proc.stderr, proc.stderr
+    assert took < 15
+
+
+def test_a_blob_whose_headers_claim_more_than_the_registry_declared_is_refused_naming_the_registry(
+        registry: RunningRegistry, small: SimpleNamespace, tmp_path: Path) -> None:
+    def claims(handler: FrontHandler, method: str, body: bytes) -> bool:
+        if not is_blob_get(method, handler.path):
+            return False
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(10**12))
+        handler.end_headers()
+        handler.close_connection = True
+        return True
+
+    with start_front(registry, rule=claims, login=False) as front:
+        proc = cli("fetch", "--cache", tmp_path / "fresh", small.manifest, "--mirror", front.url("team/small"))
+    assert proc.returncode == 4, proc.stderr
+    assert f"registry {front.host}" in proc.stderr and "declares 1,000,000,000,000 bytes, more than the" in proc.stderr, \
+        proc.stderr
+    assert "manifest entry" not in proc.stderr
 
 
 def test_a_deadline_setting_that_is_not_a_number_is_refused(registry: RunningRegistry, small: SimpleNamespace,

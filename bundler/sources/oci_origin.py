@@ -204,10 +204,10 @@ class Guard:
             f"server this slow is cut off; set {DEADLINE_ENV}=FLOOR_SECONDS[:MIN_BYTES_PER_SECOND] to allow more")
 
     def too_much(self, read: _Read, *, url: str, found: int | None, limit: int) -> InputUnavailableError:
-        sent = f"declares {found:,} bytes" if found is not None else f"sent more than {limit:,} bytes"
+        sent = f"declares {found:,} bytes, more than" if found is not None else "sent more than"
         return InputUnavailableError(
-            f"registry {self.policy.name}: {read.what} from {origin_of(url)} {sent}, more than the {limit:,} bytes "
-            f"{read.limit_is}; refused, nothing of it kept")
+            f"registry {self.policy.name}: {read.what} from {origin_of(url)} {sent} the {limit:,} bytes "
+            f"{read.limit_is}; refused")
 
     # -- the checks the adapter runs on every request and response -------------------------------------
 
