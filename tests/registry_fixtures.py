@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import hashlib
+import http.client
 import json
 import os
 import secrets
@@ -22,6 +24,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -311,3 +314,313 @@ def make_tls(folder: Path) -> tuple[Path, Path, Path]:
     paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
                                            serialization.NoEncryption()))
     return paths
+
+
+# -- hostile fronts and other origins ----------------------------------------------------------------
+#
+# A front stands where the registry stands for the client (its host:port is the registry's origin, its
+# Basic login the registry's credentials) and forwards to a real registry, except where a rule answers
+# instead: a redirect elsewhere, an upload Location on another origin, a slow or endless body, a crafted
+# manifest. An "other origin" is a second server on another port, recording what reaches it.
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    authorization: str | None
+    body: int  # bytes of request body received
+
+
+Rule = Callable[["FrontHandler", str, bytes], bool]  # True when the rule answered the request itself
+
+
+class FrontHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _FrontServer
+
+    def _handle(self, method: str) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        self.server.seen.append(Seen(method, self.path, self.headers.get("Authorization"), len(body)))
+        if self.server.basic and self.headers.get("Authorization") != self.server.basic:
+            self.reply(401, {"WWW-Authenticate": 'Basic realm="front"'}, b"")
+            return
+        if self.server.rule is not None and self.server.rule(self, method, body):
+            return
+        self.reply(*self.forward(method, body))
+
+    def forward(self, method: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        """The real registry's answer; the Host header is kept so its Locations name the front."""
+        upstream = http.client.HTTPConnection(self.server.upstream, timeout=30)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("authorization", "connection")}
+        try:
+            upstream.request(method, self.path, body=body if method not in ("GET", "HEAD") else None, headers=headers)
+            response = upstream.getresponse()
+            data = response.read()
+            kept = {k: v for k, v in response.getheaders()
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection")}
+            if method == "HEAD":
+                kept["Content-Length"] = response.getheader("Content-Length") or "0"
+            return response.status, kept, data
+        finally:
+            upstream.close()
+
+    def reply(self, status: int, headers: dict[str, str], data: bytes) -> None:
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        if "Content-Length" not in headers:
+            self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_HEAD(self) -> None:
+        self._handle("HEAD")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class _FrontServer(ThreadingHTTPServer):
+    daemon_threads = True
+    upstream: str
+    basic: str | None
+    rule: Rule | None
+    seen: list[Seen]
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that hangs up on a slow or endless body is the point of those tests."""
+
+
+@dataclass
+class Front:
+    server: _FrontServer
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.server.server_address[1]}"
+
+    def url(self, repo: str) -> str:
+        return f"oci://{self.host}/{repo}"
+
+    @property
+    def seen(self) -> list[Seen]:
+        return self.server.seen
+
+    def __enter__(self) -> Front:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def start_front(upstream: RunningRegistry, *, rule: Rule | None = None, login: bool = True) -> Front:
+    """A front for `upstream` at its own port; with `login`, it asks for USER/PASSWORD (Basic) on every request."""
+    server = _FrontServer(("127.0.0.1", 0), FrontHandler)
+    server.upstream, server.rule, server.seen = upstream.host, rule, []
+    server.basic = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode() if login else None
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    return Front(server=server)
+
+
+def is_blob_get(method: str, path: str) -> bool:
+    return method == "GET" and "/blobs/sha256:" in path
+
+
+def redirect_blobs(to: str) -> Rule:
+    """Blob GETs answered with a 307 to the same path at `to` (another origin), as blob storage is."""
+
+    def rule(handler: FrontHandler, method: str, body: bytes) -> bool:
+        if not is_blob_get(method, handler.path):
+            return False
+        handler.reply(307, {"Location": f"{to}{handler.path}"}, b"")
+        return True
+
+    return rule
+
+
+def relocate_uploads(to: str) -> Rule:
+    """The registry's answer to the start of an upload, with its Location moved to `to` (another origin)."""
+
+    def rule(handler: FrontHandler, method: str, body: bytes) -> bool:
+        if method != "POST" or not handler.path.rstrip("/").endswith("/blobs/uploads"):
+            return False
+        status, headers, data = handler.forward(method, body)
+        path = urlparse(headers.get("Location", "/upload"))
+        headers["Location"] = f"{to}{path.path}?{path.query}"
+        handler.reply(status, headers, data)
+        return True
+
+    return rule
+
+
+def slow_bodies(delay: float, *, match: Callable[[str, str], bool] = is_blob_get) -> Rule:
+    """The real answer to matching requests, its true Content-Length first, then one byte every `delay` s."""
+
+    def rule(handler: FrontHandler, method: str, body: bytes) -> bool:
+        if not match(method, handler.path):
+            return False
+        status, headers, data = handler.forward(method, body)
+        handler.send_response(status)
+        for name, value in {**headers, "Content-Length": str(len(data))}.items():
+            handler.send_header(name, value)
+        handler.end_headers()
+        try:
+            for index in range(len(data)):
+                handler.wfile.write(data[index:index + 1])
+                handler.wfile.flush()
+                time.sleep(delay)
+        except OSError:
+            pass
+        handler.close_connection = True
+        return True
+
+    return rule
+
+
+def endless_body(match: Callable[[str, str], bool] = is_blob_get) -> Rule:
+    """200 without a Content-Length, then bytes until the client hangs up."""
+
+    def rule(handler: FrontHandler, method: str, body: bytes) -> bool:
+        if not match(method, handler.path):
+            return False
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/octet-stream")
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        handler.close_connection = True
+        block = b"\xab" * 65536
+        deadline = time.monotonic() + 60
+        try:
+            while time.monotonic() < deadline:
+                handler.wfile.write(block)
+        except OSError:
+            pass
+        return True
+
+    return rule
+
+
+def serve_manifest(tag: str, data: bytes) -> Rule:
+    """The given bytes as the manifest of `tag` (whatever the real registry would accept)."""
+
+    def rule(handler: FrontHandler, method: str, body: bytes) -> bool:
+        if method not in ("GET", "HEAD") or not handler.path.endswith(f"/manifests/{tag}"):
+            return False
+        handler.reply(200, {"Content-Type": "application/vnd.oci.image.manifest.v1+json",
+                            "Docker-Content-Digest": "sha256:" + hashlib.sha256(data).hexdigest()}, data)
+        return True
+
+    return rule
+
+
+class _OtherHandler(BaseHTTPRequestHandler):
+    """Another origin: records every request; `mode` "basic" or "bearer" asks for credentials, "storage"
+    serves `blobs` (by path) and takes uploads."""
+
+    protocol_version = "HTTP/1.1"
+    server: _OtherServer
+
+    def _handle(self, method: str) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        self.server.seen.append(Seen(method, self.path, self.headers.get("Authorization"), len(body)))
+        mode, path = self.server.mode, urlparse(self.path).path
+        if mode == "basic":
+            self._reply(401, {"WWW-Authenticate": 'Basic realm="elsewhere"'}, b"")
+        elif mode == "bearer":
+            self._reply(401, {"WWW-Authenticate": f'Bearer realm="{self.server.realm}",service="x",scope="y"'}, b"")
+        elif method in ("GET", "HEAD") and path in self.server.blobs:
+            self._reply(200, {}, self.server.blobs[path])
+        elif method == "PATCH":
+            self._reply(202, {"Location": path, "Range": f"0-{max(length - 1, 0)}"}, b"")
+        elif method == "PUT":
+            self._reply(201, {"Location": path}, b"")
+        else:
+            self._reply(404, {}, b"")
+
+    def _reply(self, status: int, headers: dict[str, str], data: bytes) -> None:
+        self.send_response(status)
+        for name, value in {**headers, "Content-Length": str(len(data))}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_HEAD(self) -> None:
+        self._handle("HEAD")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class _OtherServer(ThreadingHTTPServer):
+    daemon_threads = True
+    mode: str
+    realm: str
+    blobs: dict[str, bytes]
+    seen: list[Seen]
+
+
+@dataclass
+class Other:
+    server: _OtherServer
+    scheme: str
+
+    @property
+    def base(self) -> str:
+        return f"{self.scheme}://127.0.0.1:{self.server.server_address[1]}"
+
+    @property
+    def seen(self) -> list[Seen]:
+        return self.server.seen
+
+    def __enter__(self) -> Other:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def start_other(mode: str, *, blobs: dict[str, bytes] | None = None, realm: str = "",
+                tls: tuple[Path, Path] | None = None) -> Other:
+    """Another origin on 127.0.0.1 (its own port); `tls`: (certificate, key) to speak https."""
+    server = _OtherServer(("127.0.0.1", 0), _OtherHandler)
+    server.mode, server.realm, server.blobs, server.seen = mode, realm, dict(blobs or {}), []
+    if tls:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(tls[0]), str(tls[1]))
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    return Other(server=server, scheme="https" if tls else "http")

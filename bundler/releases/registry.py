@@ -1,4 +1,4 @@
-"""Released bundles on a registry: `publish` puts one under a tag, `pull` brings it back checked.
+"""Released bundles on a registry: `publish` puts one under a tag, `pull` (`releases.pull`) brings it back checked.
 
 A release is one image manifest (artifactType `application/vnd.ort-bundler.bundle.v1`) whose layers
 are the zip, its `.sha256`, the SBOM taken from the zip and, for a signed bundle, `SHA256SUMS.p7s`:
@@ -13,18 +13,14 @@ deterministic (`oci_artifact`), so publishing the same zip again is recognised a
 from __future__ import annotations
 
 import hashlib
-import os
-import secrets
-import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bundler.errors import HashMismatchError, InputUnavailableError, UsageError, VerificationError
+from bundler.errors import HashMismatchError, UsageError, VerificationError
 from bundler.hashing import file_sha256
 from bundler.readers.bundlezip import open_bundle
-from bundler.sources.oci import Blob, Reference, Registry, tag_for
-from bundler.sources.oci_artifact import BUNDLE_TYPE, VERSION, Artifact, Layer, read_artifact
+from bundler.sources.oci import Reference, Registry, tag_for
+from bundler.sources.oci_artifact import BUNDLE_TYPE, VERSION, Artifact, Layer
 
 ZIP_MEDIA = "application/zip"
 SHA256_MEDIA = "text/plain"
@@ -95,70 +91,3 @@ def _sidecar(zip_path: Path, sha256: str) -> bytes:
         msg = f"{path.name}: names another sha256 than {zip_path.name} has ({sha256}); rebuild or remove it"
         raise HashMismatchError(msg)
     return text
-
-
-@dataclass(frozen=True, kw_only=True)
-class PullReport:
-    reference: Reference
-    digest: str
-    zip_path: Path
-    files: tuple[Path, ...]
-
-    def to_json(self) -> dict[str, object]:
-        return {"reference": str(self.reference), "digest": self.digest, "zip": str(self.zip_path),
-                "files": [str(path) for path in self.files]}
-
-
-def pull_bundle(registry: Registry, out_dir: Path, *, check: Callable[[Path], None]) -> PullReport:
-    """Every layer into a private folder inside `out_dir`, each digest checked, `check(zip)` run, then moved.
-
-    Nothing reaches its final name unless every file matched and the check passed.
-    """
-    ref = registry.ref
-    wanted = ref.digest or ref.tag or "latest"
-    found = registry.get_manifest(wanted)
-    if found is None:
-        msg = f"{ref}: the registry {ref.host} has no tag or digest {wanted} in {ref.repository}"
-        raise InputUnavailableError(msg)
-    artifact = read_artifact(found[0], ref=ref, expected=BUNDLE_TYPE)
-    zips = [layer for layer in artifact.layers if layer.media_type == ZIP_MEDIA]
-    if len(zips) != 1:
-        msg = f"{ref}: holds {len(zips)} zip layers, expected exactly one bundle"
-        raise InputUnavailableError(msg)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        staging = out_dir / f".ort-bundler-pull-{secrets.token_hex(8)}"
-        staging.mkdir()
-    except OSError as exc:
-        msg = f"-o: {out_dir} cannot be written ({exc.strerror}); choose another folder"
-        raise UsageError(msg) from None
-    try:
-        for layer in artifact.layers:
-            _fetch_layer(registry, layer, staging)
-        _check_sidecar(staging, zips[0])
-        check(staging / zips[0].title)
-        finals = []
-        for layer in sorted(artifact.layers, key=lambda item: item.media_type != ZIP_MEDIA):  # the zip first
-            final = out_dir / layer.title
-            os.replace(staging / layer.title, final)
-            finals.append(final)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return PullReport(reference=ref, digest=found[1], zip_path=out_dir / zips[0].title, files=tuple(finals))
-
-
-def _fetch_layer(registry: Registry, layer: Layer, staging: Path) -> None:
-    target = staging / layer.title
-    actual = registry.fetch_blob(Blob(digest=layer.digest, size=layer.size), target, label=layer.title)
-    if f"sha256:{actual}" != layer.digest:
-        msg = (f"{layer.title}: hash mismatch for {registry.blob_url(layer.digest)}: expected {layer.digest}, "
-               f"got sha256:{actual}")
-        raise HashMismatchError(msg)
-
-
-def _check_sidecar(staging: Path, layer: Layer) -> None:
-    sidecar = staging / f"{layer.title}.sha256"
-    if sidecar.is_file() and sidecar.read_bytes().split(b" ", 1)[0].decode("ascii", "replace") != \
-            layer.digest.removeprefix("sha256:"):
-        msg = f"{sidecar.name}: names another sha256 than the zip layer {layer.digest}"
-        raise HashMismatchError(msg)

@@ -8,7 +8,9 @@ carry a credential — are ours to get right either way (README "A team cache an
 
 Transport: https, trusting the system store (plus `--registry-ca FILE`); plain http only for a loopback
 host or with `--insecure-registry`, and then only when the server does not speak TLS. The usual proxy
-variables (`HTTPS_PROXY`, `NO_PROXY`, …) apply, through `requests`.
+variables (`HTTPS_PROXY`, `NO_PROXY`, …) apply, through `requests`. Every request, redirects, upload
+Locations and token realms included, goes through one guard (`oci_origin`): where it may go, which
+origin our credentials are scoped to, and how many bytes and seconds its answer may take.
 """
 
 from __future__ import annotations
@@ -30,12 +32,17 @@ from bundler import __version__
 from bundler.errors import HashMismatchError, InputUnavailableError, UsageError
 from bundler.hashing import CHUNK
 from bundler.sources.download import DEFAULT_MAX_DOWNLOAD, RetryPolicy, download
-from bundler.sources.oci_auth import Credential, RegistryAuth, credential_for, default_config_path, is_loopback
+from bundler.sources.oci_auth import Credential, RegistryAuth, credential_for, default_config_path
+from bundler.sources.oci_origin import Guard, Origin, OriginPolicy, ReadLimits, guarded_adapter, is_loopback, origin_of
+from bundler.sources.oci_reference import DIGEST_RE as DIGEST_RE
+from bundler.sources.oci_reference import SCHEME as SCHEME
+from bundler.sources.oci_reference import Reference as Reference
+from bundler.sources.oci_reference import parse_reference as parse_reference
+from bundler.sources.oci_reference import tag_for as tag_for
 
 if TYPE_CHECKING:
     import requests
 
-SCHEME = "oci://"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 # The OCI 1.1 empty descriptor: an artifact's config when it has nothing to configure.
 EMPTY_CONFIG = "application/vnd.oci.empty.v1+json"
@@ -46,77 +53,12 @@ UPLOAD_CHUNK = 64 * 1024**2
 MAX_MANIFEST = 4 * 1024**2  # the distribution spec's recommended limit on manifests
 TIMEOUT = 60.0
 
-# distribution-spec: <name> is path components of lower-case alphanumerics and separators; tags are
-# [a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}; digests algorithm:hex.
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*"
-REPOSITORY_RE = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*$")
-TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-HOST_RE = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::[0-9]{1,5})?$")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Reference:
-    """`oci://HOST[:PORT]/REPO[:TAG|@sha256:…]`, checked against the distribution spec's grammar."""
-
-    host: str
-    repository: str
-    tag: str | None = None
-    digest: str | None = None
-
-    def __str__(self) -> str:
-        suffix = f"@{self.digest}" if self.digest else f":{self.tag}" if self.tag else ""
-        return f"{SCHEME}{self.host}/{self.repository}{suffix}"
-
-    def with_tag(self, tag: str) -> Reference:
-        return Reference(host=self.host, repository=self.repository, tag=tag)
-
-    @property
-    def hostname(self) -> str:
-        host = self.host.rsplit(":", 1)[0] if not self.host.endswith("]") else self.host
-        return host.strip("[]")
-
-
-def parse_reference(text: str, *, what: str, tag: bool) -> Reference:
-    """`what` names the argument in the message; `tag` says whether a :TAG or @digest may follow."""
-    form = f"{SCHEME}HOST[:PORT]/REPOSITORY" + ("[:TAG]" if tag else "")
-    if not text.startswith(SCHEME):
-        raise UsageError(f"{what}: found {text!r}, expected {form}")
-    rest = text[len(SCHEME):]
-    host, _, path = rest.partition("/")
-    digest = tag_part = None
-    if "@" in path:
-        path, _, digest = path.partition("@")
-    elif ":" in path.rsplit("/", 1)[-1]:
-        path, _, tag_part = path.rpartition(":")
-    problem = None
-    if not HOST_RE.match(host):
-        problem = f"the host {host!r} is not HOST or HOST:PORT"
-    elif not REPOSITORY_RE.match(path):
-        problem = f"the repository {path!r} is not lower-case path components (letters, digits, . _ -)"
-    elif (digest or tag_part) and not tag:
-        problem = "a tag or digest is not taken here"
-    elif digest is not None and not DIGEST_RE.match(digest):
-        problem = f"the digest {digest!r} is not sha256: and 64 hex digits"
-    elif tag_part is not None and not TAG_RE.match(tag_part):
-        problem = f"the tag {tag_part!r} is not 1-128 of letters, digits, . _ - (not starting with . or -)"
-    if problem:
-        raise UsageError(f"{what}: {text!r}: {problem}; expected {form}")
-    return Reference(host=host, repository=path, tag=tag_part, digest=digest)
-
-
-def tag_for(text: str) -> str:
-    """A tag from a version or name: the characters a tag may not hold become `_` (`1.0.0+cu118` → `1.0.0_cu118`)."""
-    tag = re.sub(r"[^A-Za-z0-9._-]", "_", text)
-    tag = "_" + tag if tag[:1] in (".", "-", "") else tag
-    return tag[:128]
-
-
 @dataclass(frozen=True, kw_only=True)
 class RegistryOptions:
     config: Path | None = None  # Docker's config.json (default: $DOCKER_CONFIG or ~/.docker)
     ca_file: Path | None = None  # also trusted, beside the system store
     insecure: bool = False  # plain http allowed for a host that is not loopback
+    limits: ReadLimits | None = None  # each read's deadline (default: ReadLimits.from_env())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,6 +80,7 @@ class Registry:
         self._local = threading.local()
         self._setup = threading.RLock()
         self._context: ssl.SSLContext | None = None
+        self._guard: Guard | None = None
 
     # -- transport ------------------------------------------------------------------------------
 
@@ -158,22 +101,35 @@ class Registry:
                 raise UsageError(msg) from None
         return context
 
-    def new_session(self, *, tls: bool = True) -> requests.Session:
-        """A session with our TLS trust (unless `tls` is False: a plain-http registry need not load the system
-        store), the proxy variables and a User-Agent; no auth (see `session`)."""
+    def guard(self) -> Guard:
+        """The one place every request of this client passes (`oci_origin`): origin, credentials, bounds."""
+        with self._setup:
+            if self._guard is None:
+                policy = OriginPolicy(name=self.name, registry=origin_of(self.base()), insecure=self.options.insecure)
+                self._guard = Guard(policy, self.options.limits or ReadLimits.from_env())
+            return self._guard
+
+    def new_session(self, credential_origin: Origin | None = None) -> requests.Session:
+        """A session whose every request, redirects included, goes through the guard, with credentials
+        scoped to `credential_origin` (the registry's by default); our TLS trust (loaded on the first https
+        request: a plain-http registry need not load the system store), the proxy variables and a
+        User-Agent; no auth hook (see `session`)."""
         import requests
-        from requests.adapters import HTTPAdapter
 
-        session = requests.Session()
-        if tls:
-            context = self._ssl_context()
+        guard = self.guard()
+        scope = credential_origin or guard.policy.registry
+        registry = self
 
-            class _Adapter(HTTPAdapter):
-                def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-                    kwargs["ssl_context"] = context
-                    super().init_poolmanager(*args, **kwargs)
+        class _Session(requests.Session):
+            def get_adapter(self, url: str) -> Any:
+                if url.lower().startswith("https://") and not getattr(self, "_ort_tls", False):
+                    self.mount("https://", guarded_adapter(guard, credential_origin=scope,
+                                                           ssl_context=registry._ssl_context()))
+                    self._ort_tls = True
+                return super().get_adapter(url)
 
-            session.mount("https://", _Adapter())
+        session = _Session()
+        session.mount("http://", guarded_adapter(guard, credential_origin=scope))
         session.headers["User-Agent"] = f"ort-bundler/{__version__}"
         return session
 
@@ -181,7 +137,7 @@ class Registry:
         """This thread's session, carrying the registry's auth."""
         session = getattr(self._local, "session", None)
         if session is None:
-            session = self._local.session = self.new_session(tls=self.base().startswith("https://"))
+            session = self._local.session = self.new_session()
             session.auth = self._get_auth()
         return session
 
@@ -189,8 +145,8 @@ class Registry:
         with self._setup:
             if self._auth is None:
                 self._credential = credential_for(self.ref.host, self.options.config)
-                self._auth = RegistryAuth(registry=self.name, credential=self._credential,
-                                          new_session=self.new_session, insecure=self.options.insecure)
+                self._auth = RegistryAuth(guard=self.guard(), credential=self._credential,
+                                          new_session=self.new_session)
             return self._auth
 
     def base(self) -> str:
@@ -240,6 +196,8 @@ class Registry:
 
         url = path if path.startswith(("http://", "https://")) else urljoin(self.base() + "/", path.lstrip("/"))
         attempts = 3 if retry else 1
+        # A body is never sent on to another origin: only reads follow redirects (to blob storage, say).
+        kwargs.setdefault("allow_redirects", method in ("GET", "HEAD"))
         for attempt in range(attempts):
             try:
                 response = self.session().request(method, url, timeout=TIMEOUT, **kwargs)
@@ -344,19 +302,24 @@ class Registry:
         if not location:
             msg = f"registry {self.name} started an upload without a Location header, against the distribution spec"
             raise InputUnavailableError(msg)
-        return urljoin(self.base() + "/", location)
+        # Relative to the URL that answered (RFC 9110), which for a PATCH may be storage elsewhere.
+        return self.guard().policy.upload_target(urljoin(response.url or self.base() + "/", location))
 
     def fetch_blob(self, blob: Blob, partial: Path, *, label: str, progress: Callable[[int], None] | None = None,
-                   stop: threading.Event | None = None, policy: RetryPolicy | None = None) -> str:
+                   stop: threading.Event | None = None, policy: RetryPolicy | None = None,
+                   declared_by: str = "the registry declares for it") -> str:
         """Complete `partial` with the blob's bytes (resumed with Range) and return their sha256 (hex).
 
-        The bytes move through `download`, as every other input's do: hashed while streaming, bounded by
-        the size the registry stated, kept for a resume when interrupted.
+        The bytes move through `download`, as every other input's do: hashed while streaming, kept for a
+        resume when interrupted; the guard bounds them by the size `declared_by` states and by the deadline
+        for that size, naming the registry when either is passed.
         """
         bound = blob.size if blob.size >= 0 else DEFAULT_MAX_DOWNLOAD
+        what = f"blob {blob.digest} ({label})"
         try:
-            return download(self.blob_url(blob.digest), partial, label=label, session=self.session(),
-                            progress=progress, policy=policy or RetryPolicy(), stop=stop, max_size=bound)
+            with self.guard().reading(what, size=bound, limit_is=declared_by):
+                return download(self.blob_url(blob.digest), partial, label=label, session=self.session(),
+                                progress=progress, policy=policy or RetryPolicy(), stop=stop, max_size=bound)
         except InputUnavailableError as exc:
             if "HTTP 404" not in str(exc):
                 raise
@@ -367,12 +330,14 @@ class Registry:
 
     def get_manifest(self, reference: str) -> tuple[bytes, str] | None:
         """The manifest a tag or digest names (its bytes and digest), or None when the repository has none."""
-        response = self.request("GET", f"/v2/{self.ref.repository}/manifests/{reference}", ok=(200, 404),
-                                what=f"the manifest {reference}", headers={"Accept": OCI_MANIFEST}, stream=True)
-        with response:
-            if response.status_code == 404:
-                return None
-            data = response.raw.read(MAX_MANIFEST + 1, decode_content=True)
+        with self.guard().reading(f"the manifest {reference}", size=MAX_MANIFEST,
+                                  limit_is="a manifest may have (the distribution spec's limit)"):
+            response = self.request("GET", f"/v2/{self.ref.repository}/manifests/{reference}", ok=(200, 404),
+                                    what=f"the manifest {reference}", headers={"Accept": OCI_MANIFEST}, stream=True)
+            with response:
+                if response.status_code == 404:
+                    return None
+                data = response.raw.read(MAX_MANIFEST + 1, decode_content=True)
         if len(data) > MAX_MANIFEST:
             msg = f"registry {self.name}: the manifest {reference} is larger than {MAX_MANIFEST} bytes"
             raise InputUnavailableError(msg)

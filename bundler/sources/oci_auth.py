@@ -9,7 +9,6 @@ carries them: errors name the registry, never the user or the secret.
 from __future__ import annotations
 
 import base64
-import ipaddress
 import json
 import logging
 import os
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from bundler.errors import InputUnavailableError, UsageError
+from bundler.sources.oci_origin import Guard, Origin, OriginPolicy
 
 if TYPE_CHECKING:
     import requests
@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 # The user name a credential helper returns for an identity (refresh) token instead of a password.
 IDENTITY_TOKEN_USER = "<token>"
 HELPER_TIMEOUT = 60.0
+TOKEN_ANSWER = 64 * 1024  # the most a token service's answer may bring
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,16 +165,6 @@ def _from_helper(name: str, host: str) -> Credential | None:
     return Credential(username=user, password=secret, source=program)
 
 
-def is_loopback(hostname: str) -> bool:
-    """127.0.0.0/8, ::1 and `localhost`: where plain http crosses no network."""
-    if hostname.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(hostname).is_loopback
-    except ValueError:
-        return False
-
-
 # -- the challenge/response flows -----------------------------------------------------------------
 
 
@@ -196,35 +187,42 @@ def parse_challenge(header: str) -> Challenge | None:
 
 
 class RegistryAuth:
-    """Answers a registry's 401 challenge, and remembers the answer for the next requests.
+    """Answers the registry's 401 challenge, and remembers the answer for the next requests to the registry.
 
-    Used as a `requests` auth hook: every request carries the last Authorization that worked; a 401
-    with `WWW-Authenticate: Bearer` fetches a token for the scope it names from the realm (with the
-    credential, if any, as Basic, or an identity token by the OAuth2 refresh-token grant) and sends the
-    request once more. Bodies are never streamed into a request that may be challenged: the client
-    makes a body-less request first (HEAD, POST), which earns the token.
+    Used as a `requests` auth hook: every request to the registry's own origin carries the last
+    Authorization that worked; a 401 from that origin with `WWW-Authenticate: Bearer` fetches a token for
+    the scope it names from the realm (with the credential, if any, as Basic, or an identity token by the
+    OAuth2 refresh-token grant) and sends the request once more. Requests to any other origin (a
+    redirect, an upload Location) get nothing from here, and their 401s are never answered: the guard
+    (`oci_origin`) turns them into errors and removes any Authorization not scoped to where it goes.
+    Bodies are never streamed into a request that may be challenged: the client makes a body-less
+    request first (HEAD, POST), which earns the token.
     """
 
-    def __init__(self, *, registry: str, credential: Credential | None,
-                 new_session: Callable[[], requests.Session], insecure: bool = False) -> None:
-        self.registry = registry
+    def __init__(self, *, guard: Guard, credential: Credential | None,
+                 new_session: Callable[[Origin], requests.Session]) -> None:
+        self.guard = guard
+        self.policy: OriginPolicy = guard.policy
+        self.registry = guard.policy.name
         self.credential = credential
-        self.new_session = new_session  # for the token service: the same TLS trust and proxies
-        self.insecure = insecure  # --insecure-registry: a plain-http token service may get the credential too
+        self.new_session = new_session  # for the token service: the same TLS trust and proxies, scoped to the realm
         self._header: str | None = None
         self._expires = 0.0
         self._lock = threading.Lock()
 
     def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
-        with self._lock:
-            if self._header and time.monotonic() < self._expires:
-                request.headers["Authorization"] = self._header
+        if self.policy.is_registry(request.url or ""):
+            with self._lock:
+                if self._header and time.monotonic() < self._expires:
+                    request.headers["Authorization"] = self._header
         request.hooks.setdefault("response", []).append(self._on_response)
         return request
 
     def _on_response(self, response: requests.Response, **kwargs: Any) -> requests.Response:
         if response.status_code != 401 or getattr(response.request, "_ort_retried", False):
             return response
+        if not self.policy.is_registry(response.url or ""):
+            return response  # the guard already refused it; never answered for another origin
         challenge = parse_challenge(response.headers.get("WWW-Authenticate", ""))
         if challenge is None or challenge.scheme not in ("basic", "bearer"):
             return response
@@ -257,21 +255,20 @@ class RegistryAuth:
         if parsed.scheme not in ("https", "http") or not parsed.netloc:
             msg = f"registry {self.registry}: its token challenge names no usable realm URL (found {realm!r})"
             raise InputUnavailableError(msg)
+        origin = self.policy.token_realm(realm, challenged_by=response.url or "")
         cred = self.credential
-        if cred and parsed.scheme == "http" and not (self.insecure or is_loopback(parsed.hostname or "")):
-            msg = (f"registry {self.registry}: its token service {realm} is plain http; the credential is not sent "
-                   f"there in clear unless --insecure-registry")
-            raise InputUnavailableError(msg)
         params = {k: v for k, v in challenge.params.items() if k in ("service", "scope")}
         try:
-            with self.new_session() as session:
+            with self.new_session(origin) as session, \
+                    self.guard.reading(f"a token from {origin}", size=TOKEN_ANSWER, limit_is="a token answer may bring"):
                 if cred and cred.identity_token:
-                    answer = session.post(realm, timeout=60, data={
+                    answer = session.post(realm, timeout=60, allow_redirects=False, data={
                         **params, "grant_type": "refresh_token", "client_id": "ort-bundler",
                         "refresh_token": cred.identity_token})
                 else:
                     headers = {"Authorization": basic} if cred and (basic := cred.basic()) else {}
-                    answer = session.get(realm, params=params, headers=headers, timeout=60)
+                    answer = session.get(realm, params=params, headers=headers, timeout=60, allow_redirects=False)
+                answer.content  # noqa: B018 - read within the token read's bounds
         except requests.RequestException as exc:
             msg = f"registry {self.registry}: its token service {parsed.netloc} cannot be reached ({type(exc).__name__})"
             raise InputUnavailableError(msg) from None
