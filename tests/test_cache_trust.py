@@ -207,6 +207,17 @@ def test_fetch_offline_refuses_an_input_another_user_replaced(bundler_cache: Pat
                 "user" in proc.stderr)
 
 
+@pytest.mark.integration
+def test_fetch_offline_names_a_cache_another_user_owns_once(bundler_cache: Path, public: Path) -> None:
+    """The cache itself theirs: one sentence, not one per input."""
+    cache = cache_with_inputs(bundler_cache, public / "cache")
+    os.chown(cache, OTHER, OTHER)
+    proc = run_cli("fetch", "--offline", "-q", "--cache", str(cache), str(MANIFEST), check=False)
+    assert proc.returncode == 4
+    assert proc.stderr.count("is owned by another user") == 1, proc.stderr
+    assert f"the cache folder {cache} (owner nobody, uid 65534, mode drwxr-xr-x) is owned by another user" in proc.stderr
+
+
 # -- the rule itself: owner, modes, the folders above ----------------------------------------------------------------
 
 def test_a_cache_folder_another_user_owns_is_refused(public: Path) -> None:
