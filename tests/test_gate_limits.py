@@ -22,7 +22,7 @@ import pytest
 from conftest import MANIFESTS, ORT_VERSION, make_identity_model
 from onnx import TensorProto, helper
 
-from bundler.assembly import modelgate
+from bundler.assembly import gate_limits
 from bundler.assembly.modelgate import ModelInput, ModelRecord, gate_models, gate_pinned
 from bundler.errors import BuildError, UsageError
 
@@ -69,7 +69,7 @@ def test_the_spinning_model_is_tiny(tmp_path: Path) -> None:
 def test_lock_s_gate_stops_a_model_that_runs_past_the_limit_and_names_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two models in one worker: the one that finishes passes its probe, the one on the clock is named alone."""
-    monkeypatch.setenv(modelgate.GATE_SECONDS_ENV, "3")
+    monkeypatch.setenv(gate_limits.GATE_SECONDS_ENV, "3")
     good = model_input(make_identity_model(tmp_path / "good.onnx"), "good")
     spin = model_input(spinning_model(tmp_path / "spin.onnx"), "spin")
     started = time.monotonic()
@@ -79,12 +79,12 @@ def test_lock_s_gate_stops_a_model_that_runs_past_the_limit_and_names_it(
     message = str(caught.value)
     assert message.startswith("model 'spin' (models/spin.onnx): the model check in ONNX Runtime ")
     assert "did not finish within 3 seconds and was stopped" in message
-    assert modelgate.GATE_SECONDS_ENV in message and "good" not in message and "\n" not in message
+    assert gate_limits.GATE_SECONDS_ENV in message and "good" not in message and "\n" not in message
 
 
 def test_build_s_gate_has_the_same_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`build` (and `reproduce`, which builds) checks the pinned record through the same worker."""
-    monkeypatch.setenv(modelgate.GATE_SECONDS_ENV, "2")
+    monkeypatch.setenv(gate_limits.GATE_SECONDS_ENV, "2")
     spin = model_input(spinning_model(tmp_path / "spin.onnx"), "spin")
     pinned = ModelRecord(name="spin", sha256=spin.sha256, opsets={"ai.onnx": 13}, inputs=[], outputs=[], shapes={},
                          reference={})
@@ -96,24 +96,24 @@ def test_build_s_gate_has_the_same_limit(tmp_path: Path, monkeypatch: pytest.Mon
 
 def test_the_limit_is_per_model_and_a_model_within_it_still_passes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(modelgate.GATE_SECONDS_ENV, "20")
+    monkeypatch.setenv(gate_limits.GATE_SECONDS_ENV, "20")
     models = [model_input(make_identity_model(tmp_path / f"m{index}.onnx"), f"m{index}") for index in range(3)]
     records = gate_models(models, ort_version=HOST_ORT_VERSION, work_dir=tmp_path / "work")
     assert [record.name for record in records] == ["m0", "m1", "m2"]
 
 
 def test_the_default_limit_is_ten_minutes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(modelgate.GATE_SECONDS_ENV, raising=False)
-    assert modelgate.gate_seconds() == 600
+    monkeypatch.delenv(gate_limits.GATE_SECONDS_ENV, raising=False)
+    assert gate_limits.gate_seconds() == 600
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "ten", "1.5"])
 def test_a_limit_that_is_not_a_whole_number_of_seconds_is_refused(monkeypatch: pytest.MonkeyPatch,
                                                                    value: str) -> None:
-    monkeypatch.setenv(modelgate.GATE_SECONDS_ENV, value)
+    monkeypatch.setenv(gate_limits.GATE_SECONDS_ENV, value)
     with pytest.raises(UsageError) as caught:
-        modelgate.gate_seconds()
-    assert str(caught.value) == (f"the environment variable {modelgate.GATE_SECONDS_ENV} is {value!r}; expected a "
+        gate_limits.gate_seconds()
+    assert str(caught.value) == (f"the environment variable {gate_limits.GATE_SECONDS_ENV} is {value!r}; expected a "
                                  "whole number of seconds above 0")
 
 
@@ -130,7 +130,7 @@ def test_lock_of_a_manifest_with_the_spinning_model_ends_with_one_sentence(bundl
     manifest.write_text(manifest.read_text(encoding="utf-8") + (
         f'\n[[models]]\nname = "spin"\npath = "models/spin.onnx"\nsha256 = "{digest}"\nshapes = {{ x = [1] }}\n'),
         encoding="utf-8")
-    env = {**os.environ, modelgate.GATE_SECONDS_ENV: "5"}
+    env = {**os.environ, gate_limits.GATE_SECONDS_ENV: "5"}
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "bundler", "lock", "-q", "--cache", str(bundler_cache), str(manifest)],
                           capture_output=True, text=True, env=env, timeout=300)

@@ -7,7 +7,7 @@ model's fingerprint, signature and a reference output computed on deterministic 
 reference within its tolerance, and ships the pinned record: the zip never carries this machine's
 floating-point results. The session runs in the very ORT version the bundle ships, always in a child
 process running the shipped self-check's `--reference` mode with a memory limit and a wall-clock limit
-per model (`limited`): with
+per model (`gate_limits.limited`): with
 this interpreter when it has that version, else in an isolated environment on the build host (`ortenv`). A model
 is untrusted input: one whose signature asks for gigabytes is refused before anything is allocated
 (`synth.size_problem`), and one that only asks for them while it runs fails in the child, not the host.
@@ -19,8 +19,6 @@ import contextlib
 import hashlib
 import json
 import math
-import os
-import re
 import secrets
 import shutil
 import sys
@@ -33,6 +31,7 @@ from filelock import FileLock, Timeout
 
 from bundler import __version__
 from bundler import runner as runners
+from bundler.assembly.gate_limits import gate_seconds, limited, worker_failure
 from bundler.assembly.ortenv import host_has_ort, isolated_python
 from bundler.assembly.selfcheck_script import selfcheck_script_bytes
 from bundler.atomic import link_or_copy, write_atomic
@@ -40,7 +39,6 @@ from bundler.errors import (
     BuildError,
     HashMismatchError,
     ManifestError,
-    UsageError,
 )
 from bundler.hashing import file_sha256, mismatch_message
 from bundler.readers.externaldata import external_refs, reference_problems, without_external_initializers
@@ -48,63 +46,8 @@ from bundler.runner import Runner
 
 # The model gate's private folders under the isolated environments' folder (cache/ort-envs/).
 GATE_PREFIX = "gate-"
-# What the reference worker may allocate beyond the model's own files (see `limited`).
+# What the reference worker may allocate beyond the model's own files (see `gate_limits.limited`).
 GATE_MEMORY_BYTES = 8 * 1024**3
-# How long one model may take to load and run in the worker (seconds), and the setting that changes it.
-GATE_SECONDS = 600
-GATE_SECONDS_ENV = "ORT_BUNDLER_GATE_TIMEOUT"
-# The line the worker writes to stderr before each model, so a worker stopped at its deadline names the model.
-_CHECKING = "ort-bundler-gate: checking "
-# How a worker stopped at its deadline ends: SIGALRM's default action (POSIX), or the watchdog's exit (Windows).
-_DEADLINE_EXITS = (-14, 124)
-# Run the self-check script with a memory limit (RLIMIT_DATA, where `resource` exists) and a wall-clock limit
-# per model: `signal.alarm`, whose default action ends the process even inside ORT's native code, or on Windows
-# a watchdog thread. The script is loaded as a module so that each model's probe re-arms the clock and says
-# which model it is on.
-_LIMIT_BOOTSTRAP = (
-    "import os, sys, types\n"
-    "memory, seconds, script, argv = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4:]\n"
-    "try:\n"
-    "    import resource\n"
-    "except ImportError:\n"
-    "    resource = None\n"
-    "if resource is not None:\n"
-    "    _, hard = resource.getrlimit(resource.RLIMIT_DATA)\n"
-    "    memory = memory if hard == resource.RLIM_INFINITY else min(memory, hard)\n"
-    "    resource.setrlimit(resource.RLIMIT_DATA, (memory, hard))\n"
-    "import signal\n"
-    "if hasattr(signal, 'alarm'):\n"
-    "    arm = signal.alarm\n"
-    "else:\n"
-    "    import threading\n"
-    "    clock = []\n"
-    "    def arm(after):\n"
-    "        while clock:\n"
-    "            clock.pop().cancel()\n"
-    "        if after:\n"
-    "            clock.append(threading.Timer(after, os._exit, (124,)))\n"
-    "            clock[0].daemon = True\n"
-    "            clock[0].start()\n"
-    "arm(seconds)\n"
-    "module = types.ModuleType('ort_bundler_gate')\n"
-    "module.__file__ = script\n"
-    "sys.modules[module.__name__] = module\n"
-    "sys.argv = [script, *argv]\n"
-    "with open(script, encoding='utf-8') as source:\n"
-    "    exec(compile(source.read(), script, 'exec'), module.__dict__)\n"
-    "probe = module.probe_model\n"
-    "def timed_probe(onnxruntime, path, shapes=None):\n"
-    f"    sys.stderr.write({_CHECKING!r} + path + '\\n')\n"
-    "    sys.stderr.flush()\n"
-    "    arm(seconds)\n"
-    "    try:\n"
-    "        return probe(onnxruntime, path, shapes)\n"
-    "    finally:\n"
-    "        arm(0)\n"
-    "module.probe_model = timed_probe\n"
-    "sys.exit(module.main(argv))\n"
-)
-
 Json = dict[str, Any]
 
 
@@ -449,8 +392,9 @@ def run_reference_worker(
         limit, seconds = GATE_MEMORY_BYTES + sum(model_bytes(model) for model in models), gate_seconds()
         try:
             stdout = runner([str(python), "-I", *limited(limit, seconds), str(script), "--reference", str(request)])
-        except BuildError as exc:  # killed, or aborted by an allocation ORT could not make (std::bad_alloc)
-            raise BuildError(worker_failure(str(exc), models, paths=paths, ort_version=ort_version, memory=limit,
+        except BuildError as exc:  # stopped at its deadline, killed, or aborted by an allocation (std::bad_alloc)
+            labels = {str(paths[model.name]): model.label for model in models}
+            raise BuildError(worker_failure(str(exc), labels, ort_version=ort_version, memory=limit,
                                             seconds=seconds)) from None
     try:
         report = json.loads(stdout)
@@ -467,41 +411,3 @@ def run_reference_worker(
 def model_bytes(model: ModelInput) -> int:
     """The model's file and external data: what the reference worker may map on top of its own needs."""
     return model.path.stat().st_size + sum(data.path.stat().st_size for data in model.data)
-
-
-def limited(memory: int, seconds: int) -> list[str]:
-    """`-c BOOTSTRAP MEMORY SECONDS` arguments that run the script after them with at most `memory` bytes of
-    data memory (RLIMIT_DATA: heap and private writable mappings, not the mapped model or libraries; a host
-    without `resource`, Windows, has none), so an allocation beyond it fails in the child instead of taking the
-    build host's memory, and stop it when one model takes more than `seconds` to load and run."""
-    return ["-c", _LIMIT_BOOTSTRAP, str(memory), str(seconds)]
-
-
-def gate_seconds() -> int:
-    """The wall-clock limit for one model in the gate: GATE_SECONDS, or the whole number of seconds the
-    ORT_BUNDLER_GATE_TIMEOUT environment variable sets (tests lower it to seconds)."""
-    text = os.environ.get(GATE_SECONDS_ENV, "").strip()
-    if not text:
-        return GATE_SECONDS
-    if not text.isdigit() or int(text) < 1:
-        msg = f"the environment variable {GATE_SECONDS_ENV} is {text!r}; expected a whole number of seconds above 0"
-        raise UsageError(msg)
-    return int(text)
-
-
-def worker_failure(output: str, models: Sequence[ModelInput], *, paths: Mapping[str, Path], ort_version: str,
-                   memory: int, seconds: int) -> str:
-    """The sentence for a reference worker that ended without a report: stopped at its deadline (naming the
-    model it was on, from the line it writes before each), or killed, or aborted by an allocation."""
-    lines = [line.strip() for line in output.strip().splitlines() if line.strip()] or ["(no output)"]
-    if re.search(rf"exited with code ({'|'.join(str(code) for code in _DEADLINE_EXITS)})\b", output):
-        checking = [line.removeprefix(_CHECKING) for line in lines if line.startswith(_CHECKING)]
-        by_path = {str(paths[model.name]): model for model in models}
-        named = [by_path[checking[-1]]] if checking and checking[-1] in by_path else list(models)
-        return (f"{', '.join(model.label for model in named)}: the model check in ONNX Runtime {ort_version} did not "
-                f"finish within {seconds} seconds and was stopped; a model that takes that long to load and run "
-                f"on synthesised inputs is not supported (set {GATE_SECONDS_ENV} to allow more seconds)")
-    labels = ", ".join(model.label for model in models)
-    last = next((line for line in reversed(lines) if not line.startswith(_CHECKING)), "(no output)")
-    return (f"{labels}: the model check in ONNX Runtime {ort_version}, limited to {memory} bytes of memory, "
-            f"ended without a report ({last}); a model that needs more memory to run is not supported")
