@@ -127,7 +127,7 @@ def isolated_python(ort_version: str, *, runner: Runner, work_dir: Path, wheels:
             runner([*install, "--no-index", "--no-deps", "--require-hashes", "-r", str(listed)])
         else:
             runner([*install, *requirements])
-        cache_trust.seal(env_dir)  # pip wrote under the user's umask: writable by this user alone from now on
         marker.write_text(ready, encoding="utf-8")
+        cache_trust.seal(env_dir)  # pip wrote under the user's umask: writable by this user alone from now on
         cache_trust.check(env_dir, tree=True)
     return python
