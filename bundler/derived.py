@@ -11,6 +11,7 @@ name. A hit is hashed again before use: a damaged entry is removed and rebuilt, 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -90,7 +91,7 @@ def read_entry(path: Path) -> Any:
 def write_entry(path: Path, data: object) -> None:
     """Write a JSON entry beside its final name and rename it into place. No fsync: an entry lost to a crash
     is only made again, and a first build writes dozens of them."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folders(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -99,6 +100,14 @@ def write_entry(path: Path, data: object) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def make_folders(path: Path) -> None:
+    """Make `path` and the folders missing above it with mode 0755, which no umask makes writable by group or
+    others: the cache holds only what its user alone can write (`bundler/sources/cache_trust.py`)."""
+    for folder in reversed([folder for folder in (path, *path.parents) if not folder.exists()]):
+        with contextlib.suppress(FileExistsError):  # another build made it first
+            folder.mkdir(mode=0o755)
 
 
 def derived_key(inputs: Mapping[str, object]) -> str:
@@ -131,13 +140,15 @@ class DerivedCache:
         rename wins and the second build uses the winner's entry.
         """
         parent = self.root / kind
-        parent.mkdir(parents=True, exist_ok=True)
+        make_folders(parent)
         staging = Path(tempfile.mkdtemp(dir=parent, prefix=".store-"))
         try:
             target = staging / artifact.name
             shutil.move(artifact, target)
+            os.chmod(target, 0o644)  # made under the user's umask: writable by the user alone, as the cache requires
             sha256 = file_sha256(target)
             (staging / DIGEST_FILE).write_text(f"{sha256}\n", encoding="ascii")
+            os.chmod(staging / DIGEST_FILE, 0o644)
             try:
                 os.replace(staging, parent / key)
                 return Derived(path=parent / key / artifact.name, sha256=sha256)  # hashed just now, in place

@@ -72,12 +72,13 @@ needs_mount = pytest.mark.skipif(not can_mount(), reason="needs permission to mo
 
 
 class Tmpfs:
-    """A real tmpfs of `size` mounted at `path` for one test; `read_only()` remounts it read-only."""
+    """A real tmpfs of `size` mounted at `path` for one test; `read_only()` remounts it read-only. Its root has
+    mode 0755, as a user's own folder has (tmpfs's default, 1777, is one no cache may be: cache_trust)."""
 
     def __init__(self, path: Path, size: str) -> None:
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)], check=True)
 
     def read_only(self) -> None:
         subprocess.run(["mount", "-o", "remount,ro", str(self.path)], check=True)

@@ -56,7 +56,7 @@ def add_scripts(assembly: Assembly, build: BuildInputs) -> None:
         runtime_python=facts.runtime.interpreter if facts.runtime else None,
         runtime_bundle_python=facts.runtime.bundle_interpreter if facts.runtime else None,
     )
-    for path, data in render_scripts(context, compiled=build.cache.root / "templates").items():
+    for path, data in render_scripts(context, compiled=build.cache.work_dir("templates")).items():
         executable = path.endswith(".sh")
         assembly.add_bytes(path, data, executable=executable)
         name = path.rsplit("/", 1)[-1]

@@ -6,7 +6,8 @@ model's fingerprint, signature and a reference output computed on deterministic 
 `target/synth.py`); `build` runs it again and checks that the pinned ORT reproduces the pinned
 reference within its tolerance, and ships the pinned record: the zip never carries this machine's
 floating-point results. The session runs in the very ORT version the bundle ships, always in a child
-process running the shipped self-check's `--reference` mode with a memory limit (`memory_limited`): with
+process running the shipped self-check's `--reference` mode with a memory limit and a wall-clock limit
+per model (`gate_limits.limited`): with
 this interpreter when it has that version, else in an isolated environment on the build host (`ortenv`). A model
 is untrusted input: one whose signature asks for gigabytes is refused before anything is allocated
 (`synth.size_problem`), and one that only asks for them while it runs fails in the child, not the host.
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.util
 import json
 import math
 import secrets
@@ -31,6 +31,7 @@ from filelock import FileLock, Timeout
 
 from bundler import __version__
 from bundler import runner as runners
+from bundler.assembly.gate_limits import gate_seconds, limited, worker_failure
 from bundler.assembly.ortenv import host_has_ort, isolated_python
 from bundler.assembly.selfcheck_script import selfcheck_script_bytes
 from bundler.atomic import link_or_copy, write_atomic
@@ -45,18 +46,8 @@ from bundler.runner import Runner
 
 # The model gate's private folders under the isolated environments' folder (cache/ort-envs/).
 GATE_PREFIX = "gate-"
-# What the reference worker may allocate beyond the model's own files (see `memory_limited`).
+# What the reference worker may allocate beyond the model's own files (see `gate_limits.limited`).
 GATE_MEMORY_BYTES = 8 * 1024**3
-_LIMIT_BOOTSTRAP = (
-    "import resource, runpy, sys\n"
-    "limit = int(sys.argv[1])\n"
-    "_, hard = resource.getrlimit(resource.RLIMIT_DATA)\n"
-    "limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)\n"
-    "resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))\n"
-    "sys.argv = sys.argv[2:]\n"
-    "runpy.run_path(sys.argv[0], run_name='__main__')\n"
-)
-
 Json = dict[str, Any]
 
 
@@ -357,7 +348,7 @@ def gate_scratch(work_dir: Path) -> Iterator[Path]:
     lock.acquire()
     folder = work_dir / token
     try:
-        folder.mkdir()
+        folder.mkdir(mode=0o700)
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -398,15 +389,13 @@ def run_reference_worker(
         request = Path(private) / "model-gate-request.json"
         request.write_text(json.dumps([{"name": model.name, "path": str(paths[model.name]), "shapes": dict(model.shapes)}
                                        for model in models]), encoding="utf-8")
-        limit = GATE_MEMORY_BYTES + sum(model_bytes(model) for model in models)
+        limit, seconds = GATE_MEMORY_BYTES + sum(model_bytes(model) for model in models), gate_seconds()
         try:
-            stdout = runner([str(python), "-I", *memory_limited(limit), str(script), "--reference", str(request)])
-        except BuildError as exc:  # killed, or aborted by an allocation ORT could not make (std::bad_alloc)
-            last = (str(exc).strip().splitlines() or ["(no output)"])[-1].strip()
-            labels = ", ".join(model.label for model in models)
-            msg = (f"{labels}: the model check in ONNX Runtime {ort_version}, limited to {limit} bytes of memory, "
-                   f"ended without a report ({last}); a model that needs more memory to run is not supported")
-            raise BuildError(msg) from None
+            stdout = runner([str(python), "-I", *limited(limit, seconds), str(script), "--reference", str(request)])
+        except BuildError as exc:  # stopped at its deadline, killed, or aborted by an allocation (std::bad_alloc)
+            labels = {str(paths[model.name]): model.label for model in models}
+            raise BuildError(worker_failure(str(exc), labels, ort_version=ort_version, memory=limit,
+                                            seconds=seconds)) from None
     try:
         report = json.loads(stdout)
     except json.JSONDecodeError:
@@ -422,15 +411,3 @@ def run_reference_worker(
 def model_bytes(model: ModelInput) -> int:
     """The model's file and external data: what the reference worker may map on top of its own needs."""
     return model.path.stat().st_size + sum(data.path.stat().st_size for data in model.data)
-
-
-def memory_limited(limit: int) -> list[str]:
-    """`-c BOOTSTRAP LIMIT` arguments that run the script after them with at most `limit` bytes of data
-    memory (RLIMIT_DATA: heap and private writable mappings, not the mapped model or libraries), so an
-    allocation beyond it fails in the child instead of taking the build host's memory; a host without
-    `resource` (Windows) runs the script without one."""
-    if importlib.util.find_spec("resource") is None:
-        return []
-    return ["-c", _LIMIT_BOOTSTRAP, str(limit)]
-
-

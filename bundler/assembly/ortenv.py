@@ -25,6 +25,7 @@ from packaging.version import InvalidVersion, Version
 
 from bundler.readers.capi import module_constants
 from bundler.runner import Runner
+from bundler.sources import cache_trust
 from bundler.sources.cache import cached_sha256
 from bundler.sources.gate import host_installable
 
@@ -77,6 +78,20 @@ def host_wheels(paths: Iterable[Path]) -> tuple[Path, ...]:
     return (chosen["onnxruntime"], chosen["numpy"]) if len(chosen) == 2 else ()
 
 
+def _requirements(ort_version: str, wheels: Sequence[Path]) -> list[str]:
+    """What the ready marker lists: each wheel's name and hash, or the requirements pip resolves."""
+    return [f"{path.name} {cached_sha256(path)}" for path in wheels] or isolated_requirements(ort_version)
+
+
+def environment_dir(ort_version: str, *, work_dir: Path, wheels: Sequence[Path] = ()) -> Path:
+    """The environment's folder: one per set of wheels, named by their names and hashes (not where the cache
+    is), so builds of bundles with another NumPy keep their own environments instead of remaking one in turn.
+    Anyone who reads the public lock can work the name out: what lies there is trusted for its owner alone."""
+    ready = "\n".join(_requirements(ort_version, wheels)) + "\n"
+    suffix = f"-{hashlib.sha256(ready.encode()).hexdigest()[:12]}" if wheels else ""
+    return work_dir / f"ort-{ort_version}-py{sys.version_info.major}{sys.version_info.minor}{suffix}"
+
+
 def isolated_python(ort_version: str, *, runner: Runner, work_dir: Path, wheels: Sequence[Path] = ()) -> Path:
     """A virtual environment on the build host with exactly the pinned ORT, made once per work_dir.
 
@@ -85,19 +100,19 @@ def isolated_python(ort_version: str, *, runner: Runner, work_dir: Path, wheels:
     folder of its own for that set. Without them, pip brings `isolated_requirements` from the index through
     the user's configuration, wheels only (`--only-binary :all:`: no sdist's setup.py runs on the build host).
     It is made again when it is dead (the ready marker there, the interpreter gone, e.g. its base Python
-    removed) or was made with other requirements.
+    removed) or was made with other requirements. Its interpreter runs as the builder, so the environment
+    is held whole to `cache_trust` (owned by this user or root, writable by no one else) before its marker
+    is read and again before its interpreter is handed out: one another user planted is refused, not run.
     """
     pinned = [f"{path} --hash=sha256:{cached_sha256(path)}" for path in wheels]
-    requirements = [f"{path.name} {cached_sha256(path)}" for path in wheels] or isolated_requirements(ort_version)
+    requirements = _requirements(ort_version, wheels)
     ready = "\n".join(requirements) + "\n"
-    # One folder per set of wheels, named by their names and hashes (not where the cache is): builds of
-    # bundles with another NumPy keep their own environments instead of remaking one in turn.
-    suffix = f"-{hashlib.sha256(ready.encode()).hexdigest()[:12]}" if pinned else ""
-    env_dir = work_dir / f"ort-{ort_version}-py{sys.version_info.major}{sys.version_info.minor}{suffix}"
+    env_dir = environment_dir(ort_version, work_dir=work_dir, wheels=wheels)
     python = env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     marker = env_dir / READY_MARKER
-    work_dir.mkdir(parents=True, exist_ok=True)
+    cache_trust.make_folder(work_dir)
     with FileLock(work_dir / f"{env_dir.name}.lock"):  # builds sharing a cache make the environment once
+        cache_trust.check(env_dir, tree=True)
         # An environment made before the marker listed its requirements holds the ORT version only.
         accepted = {ready, ort_version} if requirements[-1] == "numpy" else {ready}
         if marker.is_file() and marker.read_text(encoding="utf-8") in accepted and python.exists():
@@ -113,4 +128,6 @@ def isolated_python(ort_version: str, *, runner: Runner, work_dir: Path, wheels:
         else:
             runner([*install, *requirements])
         marker.write_text(ready, encoding="utf-8")
+        cache_trust.seal(env_dir)  # pip wrote under the user's umask: writable by this user alone from now on
+        cache_trust.check(env_dir, tree=True)
     return python

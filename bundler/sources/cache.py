@@ -6,6 +6,11 @@ leaves a wrong or partial file under a final name. Two processes that store the 
 identical bytes onto the same name, which is atomic and harmless; downloads of one hash are serialised by
 a lock file so the second process waits and then finds the first one's file.
 
+Nothing another local user could have written is used, let alone run: every folder the cache opens or
+makes and every file it finds is held to `cache_trust.check` (owned by this user or root, writable by no
+one else; the folders above it too, unless sticky), and a store whose entries are used by name is checked
+whole when it is opened (`work_dir`).
+
 Scratch space lives in `tmp/<token>/` folders, each guarded by `tmp/<token>.lock`, held for as long as the
 folder is in use. The lock is taken before the folder exists and released after it is gone, so a folder
 whose lock is free (or missing) belongs to a process that died (SIGKILL, power loss): the next process
@@ -29,6 +34,7 @@ from filelock import FileLock, Timeout
 
 from bundler.atomic import link_or_copy
 from bundler.errors import BundleError, InputUnavailableError
+from bundler.sources import cache_trust
 
 # The OS errors that mean "this disk cannot take more" rather than a bug: translated into one sentence.
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
@@ -39,6 +45,10 @@ CACHE_ENV = "ORT_BUNDLER_CACHE"
 # A scratch folder's name (`build-` + 16 hex digits), and the build folders of versions without a lock.
 _SCRATCH_RE = re.compile(r"^[a-z]+-[0-9a-f]{16}$")
 _LEGACY_BUILD_RE = re.compile(r"^build-[a-z0-9_]{8}$")
+# The working areas whose entries are this process's own (scratch, partial downloads checked by hash when
+# done, lock files) or checked one by one before use (each model-gate environment, whole, before it runs):
+# `work_dir` checks the folder, not all it holds. Every other area is used by name and checked whole.
+_CHECKED_PER_ENTRY = frozenset({"tmp", "partial", "locks", "ort-envs"})
 
 
 def default_cache_dir() -> Path:
@@ -71,13 +81,14 @@ class Cache:
         except FileNotFoundError:
             return None
         if not names or filename is None:
-            return names[0] if names else None
+            return self.checked(names[0]) if names else None
         wanted = folder / filename
-        if wanted not in names:
-            with self.temporary() as tmp:
-                tmp.unlink()
-                link_or_copy(names[0], tmp)
-                self.adopt(tmp, sha256=sha256, filename=filename)
+        if wanted in names:
+            return self.checked(wanted)
+        with self.temporary() as tmp:
+            tmp.unlink()
+            link_or_copy(self.checked(names[0]), tmp)
+            self.adopt(tmp, sha256=sha256, filename=filename)
         return wanted
 
     def find_any(self, hashes: tuple[str, ...], filename: str | None = None) -> Path | None:
@@ -92,7 +103,7 @@ class Cache:
         folder = self._dir(sha256)
         final = folder / filename
         with _writable(folder):
-            folder.mkdir(parents=True, exist_ok=True)
+            cache_trust.make_folder(folder, root=self.root)
             os.chmod(tmp, 0o644)
             os.replace(tmp, final)
         return final
@@ -118,7 +129,7 @@ class Cache:
         folder = tmp / token
         try:
             with _writable(tmp):
-                folder.mkdir()
+                folder.mkdir(mode=0o700)  # this process's alone, whatever the umask
             yield folder
         finally:
             shutil.rmtree(folder, ignore_errors=True)
@@ -165,10 +176,20 @@ class Cache:
         return FileLock(folder / f"{key}.lock")
 
     def work_dir(self, name: str) -> Path:
-        """A persistent working area (e.g. compressed members, isolated environments)."""
+        """A persistent working area (e.g. compressed members, isolated environments), made or opened only when
+        no one else could have written it (`cache_trust`): checked whole unless its entries are checked one by
+        one (`_CHECKED_PER_ENTRY`)."""
         path = self.root / name
         with _writable(path):
-            path.mkdir(parents=True, exist_ok=True)
+            cache_trust.make_folder(path, root=self.root)
+        if name not in _CHECKED_PER_ENTRY:
+            cache_trust.check(path, root=self.root, tree=True)
+        return path
+
+    def checked(self, path: Path, *, tree: bool = False) -> Path:
+        """`path`, a file or folder in this cache, once `cache_trust` found that no one else could have written
+        it nor any folder on the way to it (with `tree`, nor anything below it)."""
+        cache_trust.check(path, root=self.root, tree=tree)
         return path
 
 

@@ -50,6 +50,7 @@ def cached_inputs(inputs: Sequence[Input], cache: Cache) -> dict[str, Path]:
     found: dict[str, Path] = {}
     missing: list[str] = []
     seen_wrong: list[str] = []
+    cache.checked(cache.root)
     for item in inputs:
         path = cache.find_any(item.sha256, item.filename)
         note = mismatches.recalled(cache, item) if path is None else None
@@ -77,6 +78,7 @@ def fetch_inputs(inputs: Sequence[Input], *, cache: Cache, target: Target, optio
     are the build machine's: `bundler/sources/gate.py`)."""
     from tqdm import tqdm
 
+    cache.checked(cache.root)  # a cache another user could write is refused once, not once per input
     fetcher = _Fetcher(cache=cache, target=target, options=options, runner=runner, targets=targets or {})
     overall = tqdm(total=len(inputs), desc="inputs", unit="file", disable=options.quiet, position=0, leave=False)
     try:
@@ -100,7 +102,7 @@ def fetch_inputs(inputs: Sequence[Input], *, cache: Cache, target: Target, optio
             kind = type(errors[0])
         else:
             kind = InputUnavailableError
-        raise kind("\n".join(str(e) for e in errors))
+        raise kind("\n".join(dict.fromkeys(str(e) for e in errors)))  # a folder all inputs share is named once
     return {item.key: path for item, path in zip(inputs, outcomes) if isinstance(path, Path)}
 
 

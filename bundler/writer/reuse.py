@@ -35,6 +35,7 @@ from pathlib import Path
 
 from bundler import __version__
 from bundler.atomic import write_atomic
+from bundler.derived import make_folders
 from bundler.errors import BuildError
 from bundler.hashing import CHUNK
 from bundler.manifest import Manifest
@@ -93,8 +94,9 @@ def _library_versions() -> dict[str, str]:
 
 
 def reuse(cache: Cache, key: str, dest: Path, sidecar: Path) -> str | None:
-    """Publish the kept zip for `key` at `dest` (and its sidecar) and return its sha256, or None to build."""
-    folder = cache.root / STORE / key[:2] / key
+    """Publish the kept zip for `key` at `dest` (and its sidecar) and return its sha256, or None to build.
+    The store is checked whole first (`Cache.checked`): one another user could write is refused, not read."""
+    folder = cache.checked(cache.root / STORE, tree=True) / key[:2] / key
     try:
         sha256, name, mac = (folder / RECORD).read_text(encoding="ascii").strip().split("  ")
     except (OSError, UnicodeDecodeError, ValueError):  # absent, or not a record this version wrote
@@ -148,10 +150,11 @@ def keep(cache: Cache, key: str, zip_path: Path, sha256: str) -> None:
         secret = _secret(cache, create=True)
         if secret is None:
             return
-        folder.mkdir(parents=True, exist_ok=True)
+        make_folders(folder)
         tmp = folder / f".{zip_path.name}.{os.getpid()}.tmp"
         tmp.unlink(missing_ok=True)
         shutil.copyfile(zip_path, tmp)
+        os.chmod(tmp, 0o644)  # made under the user's umask: writable by the user alone, as the cache requires
         os.replace(tmp, folder / zip_path.name)
         record = f"{sha256}  {zip_path.name}  {_mac(secret, key, sha256, zip_path.name)}\n"
         write_atomic(folder / RECORD, record.encode("ascii"))
@@ -166,7 +169,7 @@ def _secret(cache: Cache, *, create: bool) -> bytes | None:
     written or read it: a regular file, not a link, owned by this user, with no permission for others."""
     path = cache.root / STORE / SECRET
     if create and not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_folders(path.parent)
         with contextlib.suppress(FileExistsError):  # another build made it first: read theirs
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
             with os.fdopen(fd, "wb") as out:
