@@ -20,7 +20,7 @@ FOLDER = "mismatches"
 
 def _note(cache: Cache, item: Input) -> Path:
     key = hashlib.sha256(f"{item.kind}\0{item.location}\0{' '.join(item.sha256)}".encode()).hexdigest()
-    return cache.root / FOLDER / f"{key}.txt"
+    return cache.work_dir(FOLDER) / f"{key}.txt"  # checked as every store is: its text reaches the user
 
 
 def remember(cache: Cache, item: Input, message: str) -> None:

@@ -119,7 +119,7 @@ class MemberCache:
         """Yield a temporary file; the caller appends the result, which is then renamed into place."""
         folder = self._folder(level)
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            folder.mkdir(mode=0o755, parents=True, exist_ok=True)  # never group-writable, whatever the umask
         except FileExistsError:
             msg = f"{folder}: the member cache needs a folder here but found a file; remove it"
             raise BuildError(msg) from None
