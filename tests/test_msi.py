@@ -386,8 +386,8 @@ def tampered(source: Path, dest: Path, *queries: str) -> Path:
 
 #: Each change an attacker makes with msitools alone, and the difference verify names for it.
 TAMPERING = (
-    ("UPDATE `CustomAction` SET `Target` = '-I -c \"import os; os.system(''net user x /add'')\"' "
-     "WHERE `Action` = 'OrtFinish'", "CustomAction row OrtFinish: Target is '-I -c"),
+    ("UPDATE `CustomAction` SET `Target` = '-I -B \"C:\\Users\\Public\\run.py\"' WHERE `Action` = 'OrtFinish'",
+     "CustomAction row OrtFinish: Target is '-I -B \"C:"),
     ("INSERT INTO `Registry` (`Registry`, `Root`, `Key`, `Name`, `Value`, `Component_`) VALUES ('RunEvil', 2, "
      "'SOFTWARE\\Microsoft\\Windows\\CurrentVersion\\Run', 'evil', 'C:\\evil.exe', 'Detection')",
      "Registry row RunEvil: a row package does not write"),

@@ -108,10 +108,10 @@ def verify_msi(msi: Path, *, trust: Path | None) -> MsiReport:
 def table_differences(msi: Path, root: Path, receipt: Receipt, *, work: Path) -> list[str]:
     """Every way `msi`'s tables, summary and streams differ from those `package` writes for the image in `root`."""
     info, plan = _records(msi, root)
-    product = msi_product(info, plan, bundle_sha256=receipt.bundle_sha256, source=f"{msi.name}: {BUNDLE_FILE}")
     work.mkdir()
     rebuilt = work / "rebuilt.msi"
     try:
+        product = msi_product(info, plan, bundle_sha256=receipt.bundle_sha256, source=f"{msi.name}: {BUNDLE_FILE}")
         write_database(product, image_files(receipt), image=root, output=rebuilt, work=work,
                        purpose="verifying an MSI")
     except BundleError as exc:
