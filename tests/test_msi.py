@@ -147,6 +147,7 @@ def test_verify_checks_an_msi_s_files_against_its_receipt_and_its_signature(pack
     report = json.loads(run_cli("verify", "--json", "--trust", str(packages.root_ca), str(first)).stdout)
     assert report["ok"] and report["signature"] == f"verified against {packages.root_ca.name}"
     assert report["files"] == packages.first["msi"]["files"] - 1 and not report["changed"] + report["missing"]
+    assert report["tables"] == []  # every table as package writes it, the signature's streams aside
     other = Pki.make(tmp_path / "other", "other")
     refused = run_cli("verify", "--trust", str(other.root), str(first), check=False)
     assert refused.returncode == 8 and "does not verify against other-root.pem" in refused.stderr
@@ -350,3 +351,186 @@ def test_noselfcheck_then_an_upgrade_whose_self_check_fails_leaves_nothing_of_th
     receipt = root / "receipt.json"
     assert not receipt.exists() or json.loads(receipt.read_text())["version"] == "1.0.1"
     msiexec(windows, "/x", packages.second["msi"]["product_code"])  # whatever Wine left of 1.0.1
+
+
+# -- issue 34: the install folder's lock, every table verified, free space, the publisher's text ------------------
+
+
+def test_the_install_folder_is_locked_as_the_zip_route_locks_it(packages: Packages) -> None:
+    """Severe 7: INSTALLDIR is a created folder with one MsiLockPermissionsEx row (the zip route's icacls line
+    in SDDL, tests/test_msi_folder_trust.py), and no LockPermissions table (both tables fail with error 1941)."""
+    from bundler.packaging.msi_source import INSTALLDIR_SDDL
+
+    for msi in (Path(packages.first["msi"]["path"]), Path(packages.second["msi"]["path"])):
+        [lock] = table(msi, "MsiLockPermissionsEx")
+        assert lock == {"MsiLockPermissionsEx": "LockInstallDir", "LockObject": "INSTALLDIR", "Table": "CreateFolder",
+                        "SDDLText": INSTALLDIR_SDDL, "Condition": ""}
+        assert INSTALLDIR_SDDL == "D:P(A;OICI;FA;;;BA)(A;OICI;FA;;;SY)(A;OICI;0x1200a9;;;BU)"
+        assert table(msi, "CreateFolder") == [{"Directory_": "INSTALLDIR", "Component_": "Detection"}]
+        tables = subprocess.run(["msiinfo", "tables", str(msi)], capture_output=True, text=True, check=True).stdout
+        assert "LockPermissions" not in tables.split()
+        forced = subprocess.run(["msiinfo", "export", str(msi), "_ForceCodepage"], capture_output=True, text=True,
+                                check=True).stdout
+        assert "1252\t_ForceCodepage" in forced
+    sequence = {row["Action"]: int(row["Sequence"]) for row in table(msi, "InstallExecuteSequence")}
+    assert sequence["CreateFolders"] < sequence["InstallFiles"] < sequence["OrtFinish"]  # locked before any file
+
+
+def tampered(source: Path, dest: Path, *queries: str) -> Path:
+    """A copy of `source` changed by msitools' msibuild, as an attacker without ort-bundler would change it."""
+    shutil.copyfile(source, dest)
+    for query in queries:
+        subprocess.run(["msibuild", str(dest), "-q", query], check=True, capture_output=True)
+    return dest
+
+
+#: Each change an attacker makes with msitools alone, and the difference verify names for it.
+TAMPERING = (
+    ("UPDATE `CustomAction` SET `Target` = '-I -B \"C:\\Users\\Public\\run.py\"' WHERE `Action` = 'OrtFinish'",
+     "CustomAction row OrtFinish: Target is '-I -B \"C:"),
+    ("INSERT INTO `Registry` (`Registry`, `Root`, `Key`, `Name`, `Value`, `Component_`) VALUES ('RunEvil', 2, "
+     "'SOFTWARE\\Microsoft\\Windows\\CurrentVersion\\Run', 'evil', 'C:\\evil.exe', 'Detection')",
+     "Registry row RunEvil: a row package does not write"),
+    ("DROP TABLE `MsiLockPermissionsEx`", "MsiLockPermissionsEx: the table is missing"),
+    ("UPDATE `InstallExecuteSequence` SET `Condition` = 'NOSELFCHECK' WHERE `Action` = 'OrtFinish'",
+     "InstallExecuteSequence row OrtFinish: Condition is 'NOSELFCHECK'"),
+)
+
+
+def test_verify_refuses_an_msi_whose_tables_are_not_the_ones_package_writes(packages: Packages,
+                                                                            tmp_path: Path) -> None:
+    """Moderate: an unsigned MSI whose deferred SYSTEM action was rewritten, or which gained a Run-key Registry
+    row, kept every file, so the files alone said OK. Every table is now compared with the one package writes
+    (one MSI carries every change: each verify rebuilds the MSI's tables, which takes a while)."""
+    msi = tampered(Path(packages.second["msi"]["path"]), tmp_path / "winmsi-1.0.1-win_amd64.msi",
+                   *(query for query, _ in TAMPERING))
+    refused = run_cli("verify", "--json", str(msi), check=False)
+    assert refused.returncode == 8, refused.stdout + refused.stderr
+    report = json.loads(refused.stdout)
+    assert not report["ok"] and not report["changed"] + report["missing"] + report["extra"]  # the files are intact
+    for _, named in TAMPERING:
+        assert sum(named in line for line in report["tables"]) == 1, (named, report["tables"])
+    assert len(report["tables"]) == len(TAMPERING), report["tables"]
+
+
+def rewritten(bundle: Path, dest_folder: Path, changes: dict[str, bytes]) -> Path:
+    """A copy of the unsigned `bundle` with members replaced or added and its SHA256SUMS written again: a crafted
+    bundle that still verifies (an unsigned bundle proves only that it is intact)."""
+    dest_folder.mkdir(parents=True, exist_ok=True)
+    dest = dest_folder / bundle.name
+    with zipfile.ZipFile(bundle) as source, zipfile.ZipFile(dest, "w") as out:
+        top = source.namelist()[0].split("/")[0]
+        infos = {info.filename: info for info in source.infolist()}
+        data = {name: source.read(info) for name, info in infos.items() if not info.is_dir()}
+        for name, content in changes.items():
+            full = f"{top}/{name}"
+            data[full] = content
+            infos.setdefault(full, zipfile.ZipInfo(full, date_time=infos[f"{top}/bundle.json"].date_time))
+            infos[full].compress_type = zipfile.ZIP_DEFLATED
+        sums = "".join(f"{hashlib.sha256(content).hexdigest()}  {name[len(top) + 1:]}\n"
+                       for name, content in sorted(data.items()) if name != f"{top}/SHA256SUMS")
+        data[f"{top}/SHA256SUMS"] = sums.encode()
+        for name, info in sorted(infos.items()):
+            if info.is_dir():
+                out.writestr(info, b"")
+            else:
+                out.writestr(info, data[name], compresslevel=9)
+    return dest
+
+
+def test_a_publisher_wixl_cannot_store_is_refused_in_one_sentence(packages: Packages, bundler_cache: Path,
+                                                                   tmp_path: Path) -> None:
+    """Minor: Latin-1 and CJK in one publisher made wixl crash (exit -11) with no reason given; Latin-1 alone is
+    stored, in the database's code page 1252 (shown by the tables test: 'Example Corp' and this test's import)."""
+    with zipfile.ZipFile(packages.first_zip) as archive:
+        top = archive.namelist()[0].split("/")[0]
+        info = json.loads(archive.read(f"{top}/bundle.json"))
+    info["manifest"]["bundle"]["publisher"] = "Müller 株式会社"
+    bundle = rewritten(packages.first_zip, tmp_path / "crafted", {"bundle.json": json.dumps(info, indent=2).encode()})
+    assert run_cli("verify", str(bundle)).returncode == 0  # a bundle that verifies
+    out = tmp_path / "out"
+    refused = run_cli("package", "--msi", "--cache", str(bundler_cache), "-o", str(out), str(bundle), check=False)
+    assert refused.returncode == 9, refused.stderr
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and "[bundle] publisher 'Müller 株式会社' holds '株', '式', '会', '社'" in lines[0], lines
+    assert "Windows-1252" in lines[0] and not out.exists()
+
+
+def test_latin_1_text_goes_through_real_wixl_in_code_page_1252(tmp_path: Path) -> None:
+    """The same check's other side, with real wixl and msibuild: a publisher in Windows-1252 is stored and read
+    back as written, in a database whose code page says 1252."""
+    from bundler.packaging.msi import write_database
+    from bundler.packaging.msi_source import MsiProduct, guid
+
+    image = tmp_path / "image"
+    (image / "python").mkdir(parents=True)
+    (image / "python" / "python.exe").write_bytes(b"MZ stand-in")  # never run: only the tables are read
+    (image / "receipt.json").write_text("{}")
+    product = MsiProduct(name="app", version="1.0.0", product_version="1.0.0", publisher="Müller & Söhne GmbH",
+                         product_code=guid("app", "product", "1.0.0"), upgrade_code=guid("app", "upgrade"),
+                         bundle_sha256="ab" * 32, interpreter="python/python.exe", vc_runtime_min=None)
+    work = tmp_path / "work"
+    work.mkdir()
+    write_database(product, ["python/python.exe", "receipt.json"], image=image, output=tmp_path / "app.msi", work=work)
+    properties = {row["Property"]: row["Value"] for row in table(tmp_path / "app.msi", "Property")}
+    assert properties["Manufacturer"] == "Müller & Söhne GmbH"
+
+
+# -- free space (moderate): a bundle that verifies but inflates 1000:1 -------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A real 256 MiB file system (tmpfs; mounting needs root, so elsewhere the test is skipped)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(mount)], capture_output=True,
+                          text=True, check=False)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({made.stderr.strip()}); this test needs root")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+def bomb_wheel(source: bytes, size: int) -> bytes:
+    """`source` (a wheel) with one more member of `size` zero bytes: deflated about 1000:1."""
+    import io
+
+    buffer = io.BytesIO(source)
+    with zipfile.ZipFile(buffer, "a", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as wheel, \
+            wheel.open("humanfriendly/zeros.bin", "w", force_zip64=True) as member:
+        chunk = bytes(1 << 20)
+        for _ in range(size >> 20):
+            member.write(chunk)
+    return buffer.getvalue()
+
+
+def test_packaging_checks_free_space_before_it_fills_the_disk(packages: Packages, bundler_cache: Path,
+                                                             small_disk: Path, tmp_path: Path) -> None:
+    """Moderate: a bundle that verifies but holds a 1000:1 member ended "internal error: OSError 28" after filling
+    the disk. The check is made first, against what the bundle's members (and the MSI's wheels) inflate to."""
+    big = 400 << 20  # 400 MiB of zeros, about 400 KiB deflated
+    with zipfile.ZipFile(packages.first_zip) as archive:
+        top = archive.namelist()[0].split("/")[0]
+        [wheel] = [n for n in archive.namelist() if "/humanfriendly-" in n and n.endswith(".whl")]
+        wheel_bytes = archive.read(wheel)
+    zeros = rewritten(packages.first_zip, tmp_path / "zeros", {"payload/app/zeros.bin": bytes(big)})
+    inflating = rewritten(packages.first_zip, tmp_path / "wheel", {wheel[len(top) + 1:]: bomb_wheel(wheel_bytes, 1 << 30)})
+    for bundle in (zeros, inflating):
+        assert bundle.stat().st_size < packages.first_zip.stat().st_size + (8 << 20)  # small: it inflates 1000:1
+        assert run_cli("verify", str(bundle)).returncode == 0
+    # What worked still works on this file system: the bundle as built, as an .intunewin.
+    fits = run_cli("package", "--intunewin", "--cache", str(bundler_cache), "-o", str(small_disk / "fits"),
+                   str(packages.first_zip))
+    assert fits.returncode == 0
+    for bundle, flags, stage in ((zeros, ("--intunewin",), "unpacking the bundle needs"),
+                                 (zeros, ("--msi",), "unpacking the bundle needs"),
+                                 (inflating, ("--msi",), "making the MSI's install image needs")):
+        out = small_disk / "out"
+        refused = run_cli("package", *flags, "--cache", str(bundler_cache), "-o", str(out), str(bundle), check=False)
+        lines = refused.stderr.strip().splitlines()
+        assert refused.returncode == 7 and len(lines) == 1, refused.stderr
+        assert f"{bundle.name} cannot be packaged in {out}: only " in lines[0] and stage in lines[0], lines[0]
+        assert "OSError" not in lines[0] and not out.exists()  # nothing left behind

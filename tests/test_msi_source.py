@@ -101,3 +101,33 @@ def test_a_missing_tool_or_python_is_named_with_what_to_install(monkeypatch: pyt
         tool("wixl")
     with pytest.raises(UnsupportedError, match="the bundle's bytecode needs Python 3.99 .* put python3.99 on PATH"):
         compiler_python("3.99")
+
+
+# -- issue 34: the install folder's CreateFolder row, and text wixl cannot store -------------------------------
+
+
+def test_installdir_is_a_created_folder_of_the_detection_component() -> None:
+    """The MsiLockPermissionsEx row (added by msibuild) names INSTALLDIR's CreateFolder row, made here."""
+    root = parsed(["python/python.exe", "receipt.json"])
+    detection = root.find(".//w:Directory[@Id='INSTALLDIR']/w:Component[@Id='Detection']", NS)
+    assert detection is not None and detection.find("w:CreateFolder", NS) is not None
+
+
+@pytest.mark.parametrize(("changes", "files", "named"), [
+    ({"publisher": "Müller 株式会社"}, [], "bundle.json: [bundle] publisher 'Müller 株式会社' holds '株', '式', '会', '社'"),
+    ({"publisher": "Łódź Software"}, [], "holds 'Ł', 'ź'"),
+    ({"name": "appΩ"}, [], "bundle.json: name 'appΩ' holds 'Ω'"),
+    ({}, ["models/模型.onnx"], "the install image's file 'models/模型.onnx' holds '模', '型'"),
+])
+def test_text_outside_windows_1252_is_refused_before_wixl(changes: dict[str, str], files: list[str],
+                                                          named: str) -> None:
+    with pytest.raises(UnsupportedError) as refused:
+        wxs(product(**changes), ["python/python.exe", "receipt.json", *files])
+    assert named in str(refused.value) and "Windows-1252" in str(refused.value)
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("publisher", ["Example Corp", "Müller & Söhne GmbH", "Œuvre € ‘quoted’", "Zoë"])
+def test_windows_1252_text_is_accepted(publisher: str) -> None:
+    root = parsed(["python/python.exe", "receipt.json"], publisher=publisher)
+    assert root.find("w:Product", NS).get("Manufacturer") == publisher  # type: ignore[union-attr]

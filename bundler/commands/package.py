@@ -12,7 +12,10 @@ The bundle is verified exactly as `ort-bundler verify` verifies it (one that fai
 
 each with its `.sha256`, and the Win32 app settings of each (commands, return codes, detection rules,
 requirements, dependencies) in `--json`. Everything is made in a hidden folder inside DIR and moved into place
-only once every output is complete, so a run that fails leaves DIR as it was.
+only once every output is complete, so a run that fails leaves DIR as it was. Free space on DIR's file system is
+checked before each stage that writes much (unpacking, the MSI's image and package, the .intunewin), against
+what the bundle's own member and wheel sizes say the stage writes: a bundle whose members inflate 1000:1 is
+refused with exit 7 before it fills the disk.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bundler.commands.sign import add_signing_options, signing_options
-from bundler.errors import UnsupportedError, UsageError, VerificationError
+from bundler.errors import BuildError, UnsupportedError, UsageError, VerificationError
 
 if TYPE_CHECKING:
     from bundler.packaging.intunewin import Intunewin
@@ -131,11 +134,36 @@ def package_bundle(bundle: Path, out: Path, *, cache: Cache, msi: bool = False, 
         top = archive.namelist()[0].split("/", 1)[0]
         wanted = frozenset(name for name, asked in (("msi", msi), ("intunewin", intunewin)) if asked)
         info = _packageable(bundle, archive, top, formats=wanted)
+        inflated = sum(member.file_size for member in archive.infolist() if not member.is_dir())
+        _check_room(bundle.name, out, [Stage("unpacking the bundle", inflated)]
+                    + ([Stage("writing the .intunewin packages", 2 * inflated + MARGIN)] if intunewin and not msi else []))
         unpacked = unpack(archive, top, staging / "bundle" / top)
-        built = _msi(info, unpacked, staging, signing) if msi else None
+        built = _msi(info, unpacked, staging, signing, intunewin=intunewin) if msi else None
         packages = _intunewins(info, unpacked, staging, member_cache=member_cache, msi=built) if intunewin else []
         return Packaged(bundle=bundle, msi=_publish_msi(built, out) if built else None,
                         packages=tuple(_publish(p, out) for p in packages))
+
+
+#: What a stage may write beyond its estimate (zip headers, Detection.xml, the receipt, wixl's tables).
+MARGIN = 16 << 20
+
+
+@dataclass(frozen=True)
+class Stage:
+    what: str  # as the message names it
+    size: int  # the bytes it may write into the output folder's file system
+
+
+def _check_room(bundle: str, out: Path, stages: list[Stage]) -> None:
+    """Refuse, in one line, before a stage writes, when the output folder's file system cannot hold it: the rule
+    and the wording are the install engine's (bundler/target/disk_space.py)."""
+    from bundler.target.disk_space import Need, shortfalls
+
+    problems = shortfalls([Need(out, stage.size, stage.what) for stage in stages])
+    if problems:
+        msg = (f"{bundle} cannot be packaged in {out}: {'; '.join(problems)}; free space there or choose "
+               f"another -o folder (nothing was written)")
+        raise BuildError(msg)
 
 
 def _check_output(out: Path) -> None:
@@ -165,13 +193,23 @@ def _packageable(bundle: Path, archive: zipfile.ZipFile, top: str, *, formats: f
     return info
 
 
-def _msi(info: BundleInfo, unpacked: Unpacked, staging: Path, signing: SignOptions | None) -> Msi:
+def _msi(info: BundleInfo, unpacked: Unpacked, staging: Path, signing: SignOptions | None, *,
+         intunewin: bool) -> Msi:
     """The MSI of the bundle unpacked in `staging/bundle` (signed when `signing` says how), with its `.sha256`, in
     `staging/out`."""
     from bundler.atomic import write_atomic
-    from bundler.packaging.msi import build_msi, signed
+    from bundler.packaging.msi import build_msi, image_bytes, signed
     from bundler.signing.bundle import sign_msi
+    from bundler.target.records import PLAN_FILE, InstallPlan
 
+    folder = staging / "bundle" / unpacked.top
+    plan = InstallPlan.loads((folder / PLAN_FILE).read_text(encoding="utf-8"), source=f"{unpacked.top}/{PLAN_FILE}")
+    image = image_bytes(folder, plan)
+    # The image, the MSI (its cabinet holds no more than the image) and, with --intunewin, its package (the inner
+    # zip and its encrypted copy): all on the output folder's file system.
+    _check_room(f"{unpacked.top}.zip", staging.parent, [Stage("making the MSI's install image", image),
+                                                        Stage("writing the MSI", image + MARGIN)]
+                + ([Stage("writing its .intunewin package", 2 * image + MARGIN)] if intunewin else []))
     work, out = staging / "msi-work", staging / "out"
     work.mkdir()
     out.mkdir(exist_ok=True)

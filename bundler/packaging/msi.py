@@ -8,7 +8,8 @@ Steps, each a tool that is not ours where one exists:
    matches, else `pythonX.Y` on PATH, else exit 9 naming it. It runs our own engine, not the bundle's copy.
 2. The source: bundler/packaging/msi_source.py, from the image's receipt (every file, and the receipt).
 3. `wixl -a x64` (Debian package `wixl`), in the image folder, every file dated the bundle's time, in UTC; `msibuild` (package `msitools`) marks the
-   public properties secure, so a managed install passes CACHEDIR and NOSELFCHECK to the server side.
+   public properties secure, so a managed install passes CACHEDIR and NOSELFCHECK to the server side, adds
+   the MsiLockPermissionsEx row wixl cannot author and sets the strings' code page (msi_source's docstring).
 4. The summary information: wixl writes a random PackageCode and the build's clock into it (docs/facts.md §9),
    so both are rewritten in place with `olefile`: the PackageCode from the image's receipt digest and the
    two FILETIMEs from the bundle's SOURCE_DATE_EPOCH. Two runs then give the same bytes.
@@ -27,7 +28,15 @@ from pathlib import Path
 
 from bundler.errors import BuildError, InputUnavailableError, UnsupportedError
 from bundler.hashing import file_sha256
-from bundler.packaging.msi_source import MsiProduct, guid, product_version, wxs
+from bundler.packaging.msi_source import (
+    CODEPAGE_TABLE,
+    LOCK_TABLE,
+    MsiProduct,
+    check_text,
+    guid,
+    product_version,
+    wxs,
+)
 from bundler.target.bundle_info import BundleInfo
 from bundler.target.records import PLAN_FILE, RECEIPT_FILE, InstallPlan, Receipt
 
@@ -78,17 +87,47 @@ def build_msi(bundle: Path, info: BundleInfo, work: Path, output: Path, *, epoch
         msg = (f"{info.name} {info.version} runs on the target's own Python, so its installed tree depends on that "
                f"machine; an MSI needs a bundle that carries its interpreter: add [python] runtime to the manifest")
         raise UnsupportedError(msg)
-    version = product_version(info.version, source=f"{bundle.name}/bundle.json")
-    wixl, msibuild = tool("wixl"), tool("msibuild")
+    product = msi_product(info, plan, bundle_sha256="0" * 64, source=f"{bundle.name}/bundle.json")
+    check_text(product, [])  # before the image is made: the publisher or name alone refuses at once
+    tool("wixl"), tool("msibuild")  # and a missing tool
     image = work / "image"
     receipt = make_image(bundle, image, plan, epoch=epoch, work=work)
-    product = MsiProduct(name=info.name, version=info.version, product_version=version,
-                         publisher=str((info.manifest.get("bundle") or {}).get("publisher") or "ort-bundler"),
-                         product_code=guid(info.name, "product", info.version), upgrade_code=guid(info.name, "upgrade"),
-                         bundle_sha256=receipt.bundle_sha256, interpreter=f"{plan.venv.dir}/{plan.venv.interpreter}",
-                         vc_runtime_min=_vc_minimum(info.vc_runtime_min))
-    files = [entry.path for entry in receipt.files] + [RECEIPT_FILE]
+    product = replace(product, bundle_sha256=receipt.bundle_sha256)
+    files = image_files(receipt)
     _date_files(image, files, epoch)
+    write_database(product, files, image=image, output=output, work=work)
+    code = package_code(product, (image / RECEIPT_FILE).read_bytes())
+    fix_summary(output, package_code=code, epoch=epoch)
+    return Msi(path=output, size=output.stat().st_size, sha256=file_sha256(output), product=product,
+               package_code=code, files=len(files))
+
+
+def msi_product(info: BundleInfo, plan: InstallPlan, *, bundle_sha256: str, source: str) -> MsiProduct:
+    """What the MSI says about the product: from the bundle's own records (package reads them in the bundle,
+    verify in the image the MSI installs)."""
+    return MsiProduct(name=info.name, version=info.version, product_version=product_version(info.version, source=source),
+                      publisher=str((info.manifest.get("bundle") or {}).get("publisher") or "ort-bundler"),
+                      product_code=guid(info.name, "product", info.version), upgrade_code=guid(info.name, "upgrade"),
+                      bundle_sha256=bundle_sha256, interpreter=f"{plan.venv.dir}/{plan.venv.interpreter}",
+                      vc_runtime_min=_vc_minimum(info.vc_runtime_min))
+
+
+def image_files(receipt: Receipt) -> list[str]:
+    """The files the MSI installs: every file of the image's receipt, and the receipt."""
+    return [entry.path for entry in receipt.files] + [RECEIPT_FILE]
+
+
+def package_code(product: MsiProduct, receipt: bytes) -> str:
+    """The summary's PackageCode: one per distinct package, from the image's receipt (so from every file)."""
+    return guid(product.name, "package", product.version, hashlib.sha256(receipt).hexdigest())
+
+
+def write_database(product: MsiProduct, files: list[str], *, image: Path, output: Path, work: Path,
+                   purpose: str = "package --msi") -> None:
+    """Every table of the MSI at `output`, with the cabinet of `files` from `image`: the .wxs, wixl, then msibuild
+    for what wixl cannot author. `package` writes an MSI with this and `verify` rebuilds one with it to compare
+    every table, so there is one description of what an MSI of ours holds."""
+    wixl, msibuild = tool("wixl", purpose=purpose), tool("msibuild", purpose=purpose)
     source = work / "product.wxs"
     source.write_text(wxs(product, files), encoding="utf-8")
     _run([wixl, "-a", "x64", "-o", str(output), str(source)], cwd=image, what="wixl")
@@ -96,10 +135,27 @@ def build_msi(bundle: Path, info: BundleInfo, work: Path, output: Path, *, epoch
     _run([msibuild, str(output), "-q",
           f"UPDATE `Property` SET `Value` = '{secure}' WHERE `Property` = 'SecureCustomProperties'"],
          cwd=work, what="msibuild")
-    package_code = guid(info.name, "package", info.version, hashlib.sha256((image / RECEIPT_FILE).read_bytes()).hexdigest())
-    fix_summary(output, package_code=package_code, epoch=epoch)
-    return Msi(path=output, size=output.stat().st_size, sha256=file_sha256(output), product=product,
-               package_code=package_code, files=len(files))
+    tables = work / "tables"
+    tables.mkdir(exist_ok=True)
+    for name, text in (("MsiLockPermissionsEx", LOCK_TABLE), ("_ForceCodepage", CODEPAGE_TABLE)):
+        with open(tables / f"{name}.idt", "w", encoding="ascii", newline="") as idt:
+            idt.write(text)
+        _run([msibuild, str(output), "-i", str(tables / f"{name}.idt")], cwd=work, what="msibuild")
+
+
+def image_bytes(bundle: Path, plan: InstallPlan) -> int:
+    """An upper bound of the install image's size, read before it is made: the wheels as their own central
+    directories say they inflate (a member of 1000:1 counts at its full size), half as much again for the bytecode,
+    and the files copied as they are."""
+    import zipfile
+
+    inflated = 0
+    for wheel in plan.venv.wheels:
+        with zipfile.ZipFile(bundle / wheel) as archive:
+            inflated += sum(info.file_size for info in archive.infolist())
+    copied = sum((bundle / entry.source).stat().st_size for entry in (*plan.copy, *plan.venv.runtime,
+                                                                       *plan.venv.site_packages_files))
+    return inflated + inflated // 2 + copied
 
 
 def signed(msi: Msi, *, signer: str) -> Msi:

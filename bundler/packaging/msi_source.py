@@ -19,6 +19,16 @@ GUID is given). Choices:
   the MSI's.
 - Prerequisite. VC_redist is a Burn bundle that cannot run inside an MSI transaction (1618), so the
   VC++ runtime is a launch condition on the registry values install.cmd reads, not a nested install.
+- Permissions. INSTALLDIR is a created folder (a CreateFolder row of the detection component) locked by one
+  MsiLockPermissionsEx row with the zip route's ACL (`icacls /inheritance:r`, Administrators and SYSTEM full,
+  Users read and run): a protected SDDL, so a folder on a data volume does not inherit "Authenticated Users:
+  Modify". CreateFolders runs before InstallFiles, so every file is written under it. wixl 0.101 has no
+  PermissionEx, so the row is added by msibuild (bundler/packaging/msi.py); only MsiLockPermissionsEx is
+  written, as a package with both it and LockPermissions fails (Windows Installer error 1941), and only it
+  can drop inheritance.
+- Text. libmsi (under wixl) stores table strings in one ANSI code page: a character outside Windows-1252 is
+  stored as nothing or crashes wixl (exit -11), so such text is refused up front, and the database's code
+  page is set to 1252 so that Latin-1 text reads the same on every machine.
 """
 
 from __future__ import annotations
@@ -41,6 +51,20 @@ DETECTION_KEY = "SOFTWARE\\ort-bundler\\{name}"
 #: (a custom action "Before InstallFinalize" lands at 1, ahead of the files). The standard actions' numbers:
 #: AppSearch 50, InstallInitialize 1500, RemoveFiles 3500, InstallFiles 4000, InstallFinalize 6600.
 SEQUENCE = {"app_search": 50, "remove_existing": 1510, "forget": 3490, "finish": 6500}
+#: The install folder's ACL, as the zip route's `icacls /inheritance:r /grant:r *S-1-5-32-544:(OI)(CI)F
+#: *S-1-5-18:(OI)(CI)F *S-1-5-32-545:(OI)(CI)RX`: "P" protects it from inheritance; FA is full control and
+#: 0x1200a9 read and execute (FILE_GENERIC_READ | FILE_GENERIC_EXECUTE), each inherited by files and folders.
+INSTALLDIR_SDDL = "D:P(A;OICI;FA;;;BA)(A;OICI;FA;;;SY)(A;OICI;0x1200a9;;;BU)"
+#: The MsiLockPermissionsEx table (Windows Installer 5.0; the Package's InstallerVersion is 500), as an .idt
+#: file for `msibuild -i`: column names, their types, the table and its key, then the one row locking INSTALLDIR.
+LOCK_TABLE = ("MsiLockPermissionsEx\tLockObject\tTable\tSDDLText\tCondition\r\n"
+              "s72\ts72\ts32\tl0\tS255\r\n"
+              "MsiLockPermissionsEx\tMsiLockPermissionsEx\r\n"
+              f"LockInstallDir\tINSTALLDIR\tCreateFolder\t{INSTALLDIR_SDDL}\t\r\n")
+#: The code page of the database's strings (libmsi writes Windows-1252 bytes but records code page 0, "the
+#: installing machine's", which misreads them on a machine whose ANSI code page is not 1252).
+CODEPAGE = 1252
+CODEPAGE_TABLE = f"\r\n\r\n{CODEPAGE}\t_ForceCodepage\r\n"
 #: MSI's ProductVersion limits: major.minor.build (Windows Installer ignores a fourth field).
 VERSION_LIMITS = (255, 255, 65535)
 
@@ -90,6 +114,28 @@ def identifier(prefix: str, path: str) -> str:
     return prefix + uuid.uuid5(NAMESPACE, path).hex
 
 
+def check_text(product: MsiProduct, files: Sequence[str]) -> None:
+    """Refuse, in one sentence, text the MSI's tables cannot hold: wixl crashes (exit -11, no reason given) or
+    stores an empty string for characters outside Windows-1252 (see Text in the module docstring)."""
+    fields = [("bundle.json: [bundle] publisher", product.publisher), ("bundle.json: name", product.name),
+              ("bundle.json: version", product.version), *(("the install image's file", path) for path in files)]
+    for where, text in fields:
+        bad = list(dict.fromkeys(char for char in text if not _in_codepage(char)))
+        if bad:
+            msg = (f"{where} {text!r} holds {', '.join(repr(c) for c in bad)}, which an MSI cannot store (wixl keeps "
+                   f"table text in Windows-1252 and crashes or drops other characters): write it with Latin letters, "
+                   f"or package without --msi")
+            raise UnsupportedError(msg)
+
+
+def _in_codepage(char: str) -> bool:
+    try:
+        char.encode(f"cp{CODEPAGE}")
+    except UnicodeEncodeError:
+        return False
+    return ord(char) >= 0x20
+
+
 def _vc_condition(minimum: tuple[int, int, int]) -> str:
     """Windows Installer compares the "#N" strings a DWORD RegistrySearch yields as text: equal widths make that
     numeric (the runtime's minor has two digits and its build five since VS 2017; the major is always 14)."""
@@ -104,6 +150,7 @@ def wxs(product: MsiProduct, files: Sequence[str]) -> str:
     if product.interpreter not in files:
         msg = f"the install image has no {product.interpreter}, which the MSI's self-check action runs"
         raise UnsupportedError(msg)
+    check_text(product, files)
     root = ET.Element("Wix", xmlns="http://schemas.microsoft.com/wix/2006/wi")
     node = ET.SubElement(root, "Product", Id=product.product_code, Name=product.name, Language="1033",
                          Version=product.product_version, Manufacturer=product.publisher,
@@ -171,6 +218,7 @@ def _tree(node: ET.Element, product: MsiProduct, files: Sequence[str]) -> list[s
                       Source=path)
         components.append(component)
     registry = ET.SubElement(folders[""], "Component", Id="Detection", Guid=guid(product.name, "detection"), Win64="yes")
+    ET.SubElement(registry, "CreateFolder")  # INSTALLDIR's CreateFolder row, which its MsiLockPermissionsEx row names
     key = DETECTION_KEY.format(name=product.name)
     for name, value in (("Version", product.version), ("InstallDir", "[INSTALLDIR]"), ("Route", "msi"),
                         ("InstallId", f"{product.name}-{product.version}"), ("BundleSha256", product.bundle_sha256),

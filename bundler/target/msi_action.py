@@ -10,6 +10,15 @@ removed (wixl 0.101 has no RemoveFile). Its log goes where the zip route's goes:
 and, as the zip route's install does, the receipt records where (its `install_log`: the support bundle takes
 this install's log, not another's of the same name): the image's receipt was made on the build machine,
 which knew no log.
+
+Before it starts anything else from the folder (the self-check imports the bundle's packages and loads its
+DLLs), it refuses, and so rolls the install back, when INSTALLDIR's parent or INSTALLDIR itself could be
+written by anyone but Administrators, SYSTEM, TrustedInstaller or the installing account: the rule and the
+descriptor parsing are the zip route's (folder_trust.py, as windows_setup.check_parent applies them). The
+MSI's MsiLockPermissionsEx row has locked INSTALLDIR by then (CreateFolders runs before InstallFiles), so
+INSTALLDIR failing the rule means that lock did not happen. What this cannot stop: python.exe itself has
+already loaded whatever DLL sat beside it when the folder was made under an unsafe parent before the
+install; the refusal makes sure such an install never stays.
 Standard library only, Python 3.8+.
 """
 
@@ -17,21 +26,53 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from .engine_env import run_selfcheck
 from .engine_fs import EngineError, Log, read_receipt, write_receipt
+from .folder_trust import DescriptorError, parse_descriptor, windows_problem
 from .records import PLAN_FILE, RECEIPT_FILE, InstallPlan, RecordError
 
 #: The file the launchers read the model cache folder from (the zip route writes it at install).
 CACHE_DIR_FILE = "cache_dir.txt"
 
 
-def finish(root: Path, *, cache_dir: Optional[str], self_check: bool, remove: bool, log: Log) -> int:
-    """Self-check the installed tree in `root`, then record CACHEDIR; the exit code msiexec acts on. With
-    `remove` (the MSI is being removed) only cache_dir.txt goes, the one file the MSI's tables do not list."""
+@dataclass(frozen=True)
+class FolderSecurity:
+    """Who may write a folder, as the action reads it: Windows' GetFileSecurityW and the process token by
+    default (windows_host); a test hands in crafted descriptors, since Wine keeps no ACLs."""
+
+    descriptor: Callable[[Path], bytes]  # the folder's self-relative security descriptor
+    current_user: Callable[[], Optional[str]]  # the SID of the installing account (SYSTEM under msiexec)
+
+
+def windows_security() -> FolderSecurity:
+    from .windows_host import current_user_sid, folder_security
+
+    return FolderSecurity(descriptor=folder_security, current_user=current_user_sid)
+
+
+def check_folders(root: Path, security: FolderSecurity) -> None:
+    """Refuse an INSTALLDIR whose parent, or which itself, others could write (see the module docstring)."""
+    user = security.current_user()
+    for folder, what in ((root.parent, "INSTALLDIR's parent"), (root, "INSTALLDIR")):
+        try:
+            problem = windows_problem(parse_descriptor(security.descriptor(folder)), current_user=user)
+        except DescriptorError as exc:
+            problem = f"its security descriptor cannot be read ({exc})"
+        if problem:
+            raise EngineError("usage", f"{what} {folder} is not safe to run the installed code from as SYSTEM: "
+                                       f"{problem}; install into a folder only administrators can write, such as "
+                                       f"one under %ProgramFiles% (Windows Installer rolls the installation back)")
+
+
+def finish(root: Path, *, cache_dir: Optional[str], self_check: bool, remove: bool, log: Log,
+           security: Optional[FolderSecurity] = None) -> int:
+    """Check who may write the folder, self-check the installed tree in `root`, then record CACHEDIR; the exit
+    code msiexec acts on. With `remove` (the MSI is being removed) only cache_dir.txt goes, the one file the
+    MSI's tables do not list; removal is never refused, as it only deletes."""
     if log.path is not None:
         with contextlib.suppress(OSError):
             log.path.parent.mkdir(parents=True, exist_ok=True)
@@ -39,6 +80,8 @@ def finish(root: Path, *, cache_dir: Optional[str], self_check: bool, remove: bo
         with contextlib.suppress(FileNotFoundError):
             (root / CACHE_DIR_FILE).unlink()
         return 0
+    check_folders(root, security or windows_security())
+    log(f"{root} and its parent are writable only by administrators, SYSTEM and the installing account")
     try:
         plan = InstallPlan.loads((root / PLAN_FILE).read_text(encoding="utf-8"), source=str(root / PLAN_FILE))
     except (OSError, RecordError) as exc:
