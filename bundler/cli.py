@@ -142,10 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     # A team's cache and releases on an OCI registry, and the Windows packages: each module configures its parser
     # and runs it.
+    from bundler.commands import apply, delta, package, publish, pull
     from bundler.commands import cache as cache_command
-    from bundler.commands import package, publish, pull
 
-    for module in (cache_command, publish, pull, package):
+    for module in (cache_command, publish, pull, package, delta, apply):
         p = sub.add_parser(module.NAME, parents=[] if module is cache_command else [common], help=module.HELP,
                            description=module.HELP, epilog=module.EXAMPLES,
                            formatter_class=argparse.RawDescriptionHelpFormatter)

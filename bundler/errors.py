@@ -49,3 +49,25 @@ class UnsupportedError(BundleError):
     """Raised for a capability the tool does not have yet, instead of pretending to succeed."""
 
     return_code = 9
+
+
+# `ort-bundler apply` (and the applier every bundle ships, bundler/target/delta_apply.py EXIT_CODES): one code
+# per refusal, so a script can tell a wrong OLD from a delta damaged in transit.
+class DeltaDamagedError(BundleError):
+    return_code = 20
+
+
+class DeltaOversizeError(BundleError):
+    return_code = 21
+
+
+class DeltaOtherBundleError(BundleError):
+    return_code = 22
+
+
+class DeltaWrongOldError(BundleError):
+    return_code = 23
+
+
+class DeltaOutsideOldError(BundleError):
+    return_code = 24
