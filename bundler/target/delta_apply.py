@@ -384,13 +384,13 @@ def apply_delta(old_path: str, delta_path: str, out_dir: str) -> Tuple[Header, s
         reader = HashingReader(handle)
         header = read_header(reader)
         check_old(old_path, header.old)
+        check_room(out_dir, header.new.size)
         old_hash = OldHash(old_path)
         old_hash.start()
         try:
             raw = _decompress(header.ops_method, reader.exactly(header.ops_stored, "its ops"), header.ops_size, "ops")
             ops = parse_ops(raw, header)
             del raw
-            check_room(out_dir, header.new.size)
             return header, _rebuild(old_path, reader, header, ops, out_dir, old_hash)
         except DeltaError:
             old_hash.check(header.old)  # a wrong OLD is the cause to name, whatever else went wrong after it
