@@ -1,25 +1,21 @@
 """Apply a delta bundle: rebuild a release zip from the previous release's zip and a `.delta` file.
 
-    python3 -I delta_apply.py OLD.zip DELTA -o DIR      (or: run.sh --apply OLD.zip DELTA -o DIR,
-                                                             python -m ort_bundle.delta_apply …,
-                                                             ort-bundler apply OLD.zip DELTA -o DIR)
+    python3 -I delta_apply.py OLD.zip DELTA -o DIR    (or run.sh --apply …, ort-bundler apply …)
 
 A release moves into an air-gapped site as a few megabytes instead of gigabytes: the delta says which byte
 ranges of OLD to copy and carries the bytes OLD does not have, and this file, which every bundle ships as
 `ort_bundle/delta_apply.py`, puts them together. It runs on the far side with the interpreter the old
 release installed (or any Python 3.8+), with the standard library only. The delta is data, never code.
 
-Nothing is ever compressed here: the zip's members are written as the compressed bytes they were published
-with (copied from OLD or carried by the delta, whose own literal bytes are only decompressed), so the result
-does not depend on this machine's zlib. The result is written to a temporary file beside its final name,
-hashed while it is written, and renamed into place only when its sha256 is the one the delta records;
-every refusal is one sentence and its own exit code (EXIT_CODES), and leaves nothing behind.
-
-The format (version 1) is documented in the docs' reference ("Delta bundles") and below, once:
+Nothing is compressed here: members are written as the stored bytes they were published with (copied from OLD
+or carried by the delta, whose own bytes are only decompressed), so the result does not depend on this zlib.
+The result is hashed while written beside its final name and renamed into place only when its sha256 is the
+one the delta records; a refusal is one sentence, its own exit code (EXIT_CODES), and leaves nothing behind.
+The format (version 1), documented in the docs' reference ("Delta bundles"):
 
     MAGIC (8 bytes) VERSION (1 byte) HEADER_LEN (4 bytes, big-endian) HEADER (UTF-8 JSON)
     OPS_STORED (header "ops"."stored_size" bytes: the ops, compressed by "ops"."method")
-    LITERAL CHUNK x header "literals"."chunks": METHOD (1 byte) STORED_SIZE RAW_SIZE (varints) STORED bytes
+    LITERAL CHUNK x header "literals"."chunks": METHOD (1 byte) STORED_SIZE RAW_SIZE (4 bytes each) STORED
     TRAILER (32 bytes): the sha256 of every byte before it
 
 An op is a varint TAG (kind = TAG & 1, length = TAG >> 1, at least 1): kind 0 copies `length` bytes of OLD
@@ -46,6 +42,7 @@ from typing import BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple
 MAGIC = b"ORTDELTA"
 VERSION = 1
 PREAMBLE = struct.Struct(">8sBI")  # magic, version, header length
+CHUNK_HEAD = struct.Struct(">BII")  # a literal chunk's method, stored size, raw size
 TRAILER_SIZE = 32
 METHODS = {0: "raw", 1: "xz", 2: "zlib"}  # a literal chunk's (and the ops') compression, by its byte
 COPY, INSERT = 0, 1
@@ -65,11 +62,7 @@ class DeltaError(Exception):
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
-        self.kind = kind
-
-    @property
-    def code(self) -> int:
-        return EXIT_CODES[self.kind]
+        self.kind, self.code = kind, EXIT_CODES[kind]
 
 
 @dataclass(frozen=True)
@@ -137,16 +130,6 @@ class HashingReader:
             raise DeltaError("damaged", f"the delta ends inside {what} (truncated)")
         self.digest.update(data)
         return data
-
-    def varint(self, what: str) -> int:
-        value, shift = 0, 0
-        while shift < 64:
-            byte = self.exactly(1, what)[0]
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-        raise DeltaError("damaged", f"the delta has an over-long number in {what}")
 
 
 def read_header(reader: HashingReader) -> Header:
@@ -276,8 +259,7 @@ class Literals:
         if not self.left:
             raise DeltaError("damaged", "the delta's inserts need more bytes than its literal chunks hold")
         self.left -= 1
-        method = self.reader.exactly(1, "a literal chunk")[0]
-        stored, size = self.reader.varint("a literal chunk"), self.reader.varint("a literal chunk")
+        method, stored, size = CHUNK_HEAD.unpack(self.reader.exactly(CHUNK_HEAD.size, "a literal chunk's head"))
         if method not in METHODS:
             raise DeltaError("damaged", f"a literal chunk of the delta has the unknown method {method}")
         if stored > MAX_CHUNK + 4096 or size > MAX_CHUNK or size == 0:
@@ -322,6 +304,7 @@ class OldHash(threading.Thread):
     def __init__(self, path: str) -> None:
         super().__init__(daemon=True)
         self.path, self.hexdigest = path, ""
+        self.start()
 
     def run(self) -> None:
         try:
@@ -385,8 +368,7 @@ def apply_delta(old_path: str, delta_path: str, out_dir: str) -> Tuple[Header, s
         header = read_header(reader)
         check_old(old_path, header.old)
         check_room(out_dir, header.new.size)
-        old_hash = OldHash(old_path)
-        old_hash.start()
+        old_hash = OldHash(old_path)  # started at once
         try:
             raw = _decompress(header.ops_method, reader.exactly(header.ops_stored, "its ops"), header.ops_size, "ops")
             ops = parse_ops(raw, header)

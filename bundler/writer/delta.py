@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bundler.atomic import write_atomic
-from bundler.target.delta_apply import COPY, INSERT, MAGIC, MAX_CHUNK, PREAMBLE, VERSION, Release
+from bundler.target.delta_apply import CHUNK_HEAD, COPY, INSERT, MAGIC, MAX_CHUNK, PREAMBLE, VERSION, Release
 from bundler.writer.delta_match import (
     AnchorIndex,
     Copy,
@@ -246,7 +246,7 @@ def _write_body(handle: Any, digest: Any, head: list[bytes], new_path: Path, pla
     with new_path.open("rb") as new_file, _mapped(new_file) as new_map:
         for chunk in literal_chunks(new_map, plan):
             chunk_method, stored = compress(chunk)
-            piece = bytes([chunk_method]) + _varint(len(stored)) + _varint(len(chunk)) + stored
+            piece = CHUNK_HEAD.pack(chunk_method, len(stored), len(chunk)) + stored
             digest.update(piece)
             handle.write(piece)
     handle.write(digest.digest())
