@@ -206,3 +206,11 @@ def test_the_ops_are_varints_as_the_format_says(pair) -> None:
     assert head["old"]["size"] == old.stat().st_size and head["new_sha256_line"].endswith(f"  {new.name}\n")
     assert struct.unpack(">8s", data[:8])[0] == b"ORTDELTA"
     assert data[-32:] == hashlib.sha256(data[:-32]).digest()
+
+
+def test_every_bundle_ships_the_applier_the_launcher_starts_with_apply() -> None:
+    from bundler.assembly.runtime_package import package_files
+    from bundler.target import launcher
+
+    assert package_files()["ort_bundle/delta_apply.py"] == APPLIER.read_bytes()
+    assert launcher.SWITCHES["--apply"] == "apply" and launcher.WINDOWS_ALIASES["-apply"] == "apply"
