@@ -14,9 +14,10 @@ import json
 import lzma
 import mmap
 import os
+import re
 import tempfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -27,11 +28,14 @@ from bundler.writer.delta_match import (
     AnchorIndex,
     Copy,
     Layout,
+    Span,
     aligned_runs,
+    inner_layout,
     layout,
     small_diff,
 )
 
+VERSIONS = re.compile(r"\d+(?:\.\d+)*")  # what a member's name changes from one release of its project to the next
 PROBE = 64 << 10  # what of a chunk is tried with zlib first: bytes that do not shrink by 3 % are stored as they are
 
 
@@ -96,9 +100,26 @@ def _mapped(handle: Any) -> mmap.mmap:
 def _plan(old: mmap.mmap, new: mmap.mmap, before: Layout, after: Layout) -> Plan:
     copies: list[Copy] = []
     leftovers: list[tuple[int, int]] = []
+    changed = _pair(old, new, before, after, copies, leftovers, nested=True)
+    index = AnchorIndex(old) if any(end - start >= 64 for start, end in leftovers) else None
+    for start, end in leftovers:
+        if index is not None and end - start >= 64:
+            copies += index.matches(new, start, end)
+    added = set(after.members) - set(before.members)
+    members = MemberChanges(added=tuple(sorted(added)), removed=tuple(sorted(set(before.members) - set(after.members))),
+                            changed=tuple(sorted(changed)), unchanged=len(after.members) - len(changed) - len(added))
+    return Plan(copies=tuple(_merged(copies)), new_size=len(new), members=members)
+
+
+def _pair(old: mmap.mmap, new: mmap.mmap, before: Layout, after: Layout, copies: list[Copy],
+          leftovers: list[tuple[int, int]], *, nested: bool) -> list[str]:
+    """Copies for the members both zips have, their central directory entries and end records; the members
+    whose stored bytes changed. A changed wheel (`nested`: a zip stored in the bundle) is paired the same way,
+    member by member: a wheel one release on keeps most of its files' deflated bytes."""
     changed = []
+    renamed = _renamed(before, after)
     for name, span in after.members.items():
-        was = before.members.get(name)
+        was = before.members.get(name) or before.members.get(renamed.get(name, ""))
         if was is None:
             leftovers.append((span.header[0], span.tail[1]))
             continue
@@ -106,24 +127,42 @@ def _plan(old: mmap.mmap, new: mmap.mmap, before: Layout, after: Layout) -> Plan
         if old[was.data[0]:was.data[1]] == new[span.data[0]:span.data[1]]:
             copies.append(Copy(span.data[0], span.data[1] - span.data[0], was.data[0]))
         else:
-            changed.append(name)
-            copies += _region(old, new, was.data, span.data, leftovers)
+            changed += [name] if name in before.members else []
+            inner = _inner(old, new, was, span) if nested and was.stored and span.stored else None
+            if inner is None:
+                copies += _region(old, new, was.data, span.data, leftovers)
+            else:
+                _pair(old, new, *inner, copies, leftovers, nested=False)
         copies += _region(old, new, was.tail, span.tail, leftovers)
     for name, (start, end) in after.central.items():
-        if name in before.central:
-            copies += _region(old, new, before.central[name], (start, end), leftovers)
+        entry = before.central.get(name) or before.central.get(renamed.get(name, ""))
+        if entry is not None:
+            copies += _region(old, new, entry, (start, end), leftovers)
         else:
             leftovers.append((start, end))
     copies += _region(old, new, before.end, after.end, leftovers)
-    index = AnchorIndex(old) if any(end - start >= 64 for start, end in leftovers) else None
-    for start, end in leftovers:
-        if index is not None and end - start >= 64:
-            copies += index.matches(new, start, end)
-    members = MemberChanges(added=tuple(sorted(set(after.members) - set(before.members))),
-                            removed=tuple(sorted(set(before.members) - set(after.members))),
-                            changed=tuple(sorted(changed)), unchanged=len(after.members) - len(changed) -
-                            len(set(after.members) - set(before.members)))
-    return Plan(copies=tuple(_merged(copies)), new_size=len(new), members=members)
+    return changed
+
+
+def _renamed(before: Layout, after: Layout) -> dict[str, str]:
+    """New name -> old name of the members that only their version numbers tell apart (`numpy-2.4.5-….whl` and
+    `numpy-2.4.6-….whl`, `x-1.0.dist-info/RECORD`), where that pairing is unambiguous on both sides."""
+    gone = _by_shape(name for name in before.members if name not in after.members)
+    came = _by_shape(name for name in after.members if name not in before.members)
+    return {came[shape]: gone[shape] for shape in came.keys() & gone.keys()}
+
+
+def _by_shape(names: Iterable[str]) -> dict[str, str]:
+    found: dict[str, list[str]] = {}
+    for name in names:
+        found.setdefault(VERSIONS.sub("#", name), []).append(name)
+    return {shape: group[0] for shape, group in found.items() if len(group) == 1}
+
+
+def _inner(old: mmap.mmap, new: mmap.mmap, was: Span, span: Span) -> tuple[Layout, Layout] | None:
+    before = inner_layout(old[was.data[0]:was.data[1]], was.data[0])
+    after = inner_layout(new[span.data[0]:span.data[1]], span.data[0])
+    return None if before is None or after is None else (before, after)
 
 
 def _region(old: mmap.mmap, new: mmap.mmap, was: tuple[int, int], now: tuple[int, int],

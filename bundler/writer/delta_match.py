@@ -47,6 +47,7 @@ class Span:
     header: tuple[int, int]
     data: tuple[int, int]
     tail: tuple[int, int]
+    stored: bool  # kept as it is (a wheel in a bundle), not deflated
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,8 +69,9 @@ class Copy:
     old: int
 
 
-def layout(data: mmap.mmap | bytes, path: Path) -> Layout:
-    """Read a zip's structure from its own records (zip64 too), refusing what does not add up."""
+def layout(data: mmap.mmap | bytes, path: Path, *, strip_top: bool = True) -> Layout:
+    """Read a zip's structure from its own records (zip64 too), refusing what does not add up. Names are
+    below the top folder (`strip_top`, a bundle) or whole (a wheel)."""
     try:
         cd_start, cd_end = _central_directory(data)
         entries = list(_central_entries(data, cd_start, cd_end))
@@ -83,7 +85,7 @@ def layout(data: mmap.mmap | bytes, path: Path) -> Layout:
     members: dict[str, Span] = {}
     central: dict[str, tuple[int, int]] = {}
     for name, offset, (start, end) in entries:
-        relative = name.split("/", 1)[1] if "/" in name else name
+        relative = name.split("/", 1)[1] if strip_top and "/" in name else name
         members[relative] = _span(data, relative, offset, following[offset], path)
         central[relative] = (start, end)
     return Layout(top=top, members=members, central=central, end=(cd_end, len(data)))
@@ -139,7 +141,27 @@ def _span(data: mmap.mmap | bytes, name: str, offset: int, following: int, path:
     if size == 0xFFFFFFFF:  # zip64: the sizes are in the extra field
         size = struct.unpack_from("<Q", data, offset + LOCAL.size + fields[9] + 4 + 8)[0]
     data_end = min(data_start + size, following)
-    return Span(name=name, header=(offset, data_start), data=(data_start, data_end), tail=(data_end, following))
+    return Span(name=name, header=(offset, data_start), data=(data_start, data_end), tail=(data_end, following),
+                stored=fields[3] == 0)
+
+
+def inner_layout(data: bytes, base: int) -> Layout | None:
+    """The layout of a zip stored inside another (a wheel in a bundle), its offsets those of the outer zip; None
+    when the bytes are not a readable zip (they are then matched as bytes)."""
+    if not data.startswith(b"PK\x03\x04"):
+        return None
+    try:
+        inner = layout(data, Path("(stored member)"), strip_top=False)
+    except (UnsafeArchiveError, struct.error, IndexError, ValueError, KeyError):
+        return None
+
+    def move(pair: tuple[int, int]) -> tuple[int, int]:
+        return pair[0] + base, pair[1] + base
+
+    members = {name: Span(name=name, header=move(span.header), data=move(span.data), tail=move(span.tail),
+                          stored=span.stored) for name, span in inner.members.items()}
+    return Layout(top=inner.top, members=members, central={k: move(v) for k, v in inner.central.items()},
+                  end=move(inner.end))
 
 
 # -- matching -------------------------------------------------------------------------------------------------
