@@ -52,7 +52,7 @@ def run(args: argparse.Namespace, *, cache: Cache) -> int:
     dest = args.output / f"{new.name}-{old.version}-to-{new.version}-{new.platform}.delta"
     members = steps.members.to_json()
     written = write_delta(steps, new_path=args.new, old=old, new=new, new_line=sha256_line(args.new, new),
-                          dest=dest, extra={"members": members})
+                          dest=dest, extra={})
     report: dict[str, Any] = {
         "delta": str(written.path), "sha256": written.sha256, "size": written.size, "old": old.__dict__,
         "new": new.__dict__, "ratio": round(written.size / max(new.size, 1), 6), "ops": written.ops,

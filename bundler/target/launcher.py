@@ -1,7 +1,7 @@
 """The launcher of an installation: run.sh, run.cmd and run.ps1 start this module and hand it every argument.
 
     <interpreter> -I -B -m ort_bundle.launcher <install root> [--self-check | --verify | --tune |
-                                                               --support-bundle | --profile] [ARGS...]
+                                                               --support-bundle | --profile | --apply] [ARGS...]
 
 The scripts only find the installation's interpreter (the venv's, or the bundled one); the rest is here,
 once for every platform: the cache folder (ORT_BUNDLE_CACHE_DIR, else the install's cache_dir.txt, else the
