@@ -36,7 +36,7 @@ from bundler.writer.delta_match import (
 )
 
 VERSIONS = re.compile(r"\d+(?:\.\d+)*")  # what a member's name changes from one release of its project to the next
-PROBE = 64 << 10  # what of a chunk is tried with zlib first: bytes that do not shrink by 3 % are stored as they are
+PROBE = 64 << 10  # bytes up to this size are always tried with xz too
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -227,12 +227,13 @@ def _varint(value: int) -> bytes:
 
 
 def compress(raw: bytes) -> tuple[int, bytes]:
-    """(method, stored bytes): the smallest of xz, zlib and the bytes as they are."""
-    if len(raw) > PROBE and len(zlib.compress(raw[:PROBE], 1)) > PROBE * 0.97:
-        return 0, raw
+    """(method, stored bytes): the smallest of xz, zlib and the bytes as they are. Deflated members (a changed
+    model, a rebuilt binary) still shrink by a percent or so with zlib, which costs little; xz, slow on
+    megabytes, is tried only where zlib found the bytes compressible (a text, the zips' structure)."""
     candidates = [(0, raw), (2, zlib.compress(raw, 9))]
-    preset = 9 | lzma.PRESET_EXTREME if len(raw) <= 4 << 20 else 9
-    candidates.append((1, lzma.compress(raw, format=lzma.FORMAT_XZ, check=lzma.CHECK_NONE, preset=preset)))
+    if len(raw) <= PROBE or len(candidates[1][1]) < 0.9 * len(raw):
+        preset = 9 | lzma.PRESET_EXTREME if len(raw) <= 4 << 20 else 9
+        candidates.append((1, lzma.compress(raw, format=lzma.FORMAT_XZ, check=lzma.CHECK_NONE, preset=preset)))
     return min(candidates, key=lambda c: (len(c[1]), c[0]))
 
 

@@ -35,7 +35,9 @@ EOCD = struct.Struct("<IHHHHIIH")
 ZIP64_LOCATOR = struct.Struct("<IIQI")
 ZIP64_EOCD = struct.Struct("<IQHHIIQQQQ")
 MIN_RUN = 8  # the shortest aligned run worth an op (an op costs 2-4 bytes before the ops are compressed)
-KEY = 24  # the bytes an anchor's key spans
+KEY = 12  # the bytes an anchor's key spans
+ANCHOR_BYTES = bytes([0x8A, 0x5B, 0x11, 0xC3, 0x2E, 0xE7, 0x74, 0x99, 0x05, 0xF0, 0x3A, 0xB6, 0x67, 0xD2, 0x48, 0xA1])
+MAX_ANCHORS = 4 << 20
 CHUNK = 1 << 20
 
 
@@ -242,14 +244,15 @@ class AnchorIndex:
 
 
 def anchor_pattern(size: int) -> re.Pattern[bytes]:
-    """Denser anchors for a smaller zip: one in 128 bytes up to 256 MiB, one in 256 up to 1 GiB, then 1 in 1024,
-    so the index stays within a few million keys; a run shared by both zips is found once it is a few anchor
-    spacings long."""
-    if size <= 256 << 20:
-        return re.compile(b"[\x8a\x5b]")
-    if size <= 1 << 30:
-        return re.compile(b"\x8a")
-    return re.compile(b"\x8a[\x00-\x3f]")
+    """Anchors as dense as the index can afford: one position in 16 (16 byte values) for a zip up to 64 MiB,
+    then fewer byte values, so the old zip's index holds about `MAX_ANCHORS` keys; past 1 GiB a byte value
+    followed by a quarter of the others (one in 1024). A run both zips share is found once it spans a few
+    anchors: about 50 bytes for the quickstarts, where a changed binary's deflated bytes still hold short runs
+    of the old one's."""
+    values = min(len(ANCHOR_BYTES), max(1, MAX_ANCHORS * 256 // max(size, 1)))
+    if size > 1 << 30:
+        return re.compile(b"\x8a[\x00-\x3f]")
+    return re.compile(b"[" + b"".join(re.escape(bytes([v])) for v in ANCHOR_BYTES[:values]) + b"]")
 
 
 def common_forward(a: mmap.mmap | bytes, ai: int, b: mmap.mmap | bytes, bi: int, limit: int) -> int:
