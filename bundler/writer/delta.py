@@ -3,8 +3,8 @@
 The format is the applier's (bundler/target/delta_apply.py, which every bundle ships); this module only
 writes it. The matching is delta_match.py's. Inserted bytes are compressed here, on the build side, in
 chunks of at most `MAX_CHUNK` bytes, each with xz or zlib or stored as it is, whichever is smallest (a
-changed model's deflated bytes do not compress again, and xz would only add its framing). The ops are
-compressed the same way. The file is written beside its final name and renamed into place.
+changed model's deflated bytes barely compress again). The ops are compressed the same way. The file is
+written beside its final name, hashed as it is written, and renamed into place.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from bundler.atomic import write_atomic
 from bundler.target.delta_apply import CHUNK_HEAD, COPY, INSERT, MAGIC, MAX_CHUNK, PREAMBLE, VERSION, Release
@@ -278,7 +278,7 @@ def write_delta(plan: Plan, *, new_path: Path, old: Release, new: Release, new_l
     return DeltaFile(path=dest, sha256=sha, size=size, ops=count, copied=plan.copied, inserted=inserted)
 
 
-def _write_body(handle: Any, digest: Any, head: list[bytes], new_path: Path, plan: Plan) -> int:
+def _write_body(handle: BinaryIO, digest: Any, head: list[bytes], new_path: Path, plan: Plan) -> int:
     """The preamble, header and ops, then each literal chunk compressed, then the trailer; returns the size."""
     for piece in head:
         digest.update(piece)
