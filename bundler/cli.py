@@ -37,7 +37,8 @@ EXIT_CODES = """exit codes:
   6  unsafe or unreadable archive
   7  build failure (an inspection or check failed)
   8  verification failure (bundle altered, missing or extra files)
-  9  not supported (a capability ort-bundler does not have)"""
+  9  not supported (a capability ort-bundler does not have)
+  20-24  apply: a delta refused (damaged, oversize, another bundle, wrong OLD, outside OLD)"""
 
 EXAMPLES = {
     "init": "examples:\n  ort-bundler init\n  ort-bundler init --from onnxruntime-1.23.1-cp311-cp311-win_amd64.whl model.onnx -o app.toml",
