@@ -214,3 +214,13 @@ def test_every_bundle_ships_the_applier_the_launcher_starts_with_apply() -> None
 
     assert package_files()["ort_bundle/delta_apply.py"] == APPLIER.read_bytes()
     assert launcher.SWITCHES["--apply"] == "apply" and launcher.WINDOWS_ALIASES["-apply"] == "apply"
+
+
+@FRONT_ENDS
+def test_a_result_that_cannot_be_put_in_place_is_one_sentence_and_leaves_no_temporary_file(pair, tmp_path, front):
+    old, new, delta = pair
+    (tmp_path / "out" / new.name).mkdir(parents=True)  # a folder where the zip goes: the rename fails
+    proc = front(old, delta, tmp_path / "out")
+    assert proc.returncode == EXIT_CODES["unavailable"] and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and new.name in proc.stderr
+    assert [p.name for p in (tmp_path / "out").iterdir()] == [new.name]

@@ -398,12 +398,14 @@ def _rebuild(old_path: str, reader: HashingReader, header: Header, ops: List[Tup
             sidecar.write(header.new_sha256_line)
         os.replace(temp, final)
         os.replace(sidecar_temp, final + ".sha256")
-    except BaseException:
+    except BaseException as exc:
         for path in (temp, sidecar_temp):
             if os.path.exists(path):
                 os.remove(path)
         if created and not os.listdir(out_dir):
             os.rmdir(out_dir)
+        if isinstance(exc, OSError):  # a full disk, a result another program holds open (Windows)
+            raise DeltaError("unavailable", f"cannot write {final} ({exc.strerror or exc})") from None
         raise
     return final
 
