@@ -186,3 +186,28 @@ def test_a_delta_between_signed_releases_gives_the_signed_zip_that_verify_trust_
     # An unsigned old release is not the signed one the delta was made from.
     wrong = run_cli("apply", str(old), str(delta), "-o", str(tmp_path / "again"), check=False)
     assert wrong.returncode == 23 and "sha256" in wrong.stderr
+
+
+def test_delta_refuses_what_is_not_two_releases_of_one_bundle(releases, tmp_path) -> None:
+    old, new = releases
+    out = tmp_path / "out"
+
+    def refused(code: int, first: Path, second: Path, words: str) -> None:
+        proc = run_cli("delta", str(first), str(second), "-o", str(out), check=False)
+        assert proc.returncode == code and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists()
+
+    with zipfile.ZipFile(tmp_path / "plain.zip", "w") as plain:
+        plain.writestr("folder/file.txt", "not a bundle")
+    refused(8, tmp_path / "plain.zip", new, "expected a bundle made by `ort-bundler build`")
+    other = tmp_path / old.name
+    with zipfile.ZipFile(old) as source, zipfile.ZipFile(other, "w", zipfile.ZIP_DEFLATED) as dest:
+        for info in source.infolist():
+            data = source.read(info)
+            dest.writestr(info, data.replace(b'"name": "quickstart-linux"', b'"name": "another-app"')
+                          if info.filename.endswith("/bundle.json") else data)
+    refused(2, other, new, "a delta is between two releases of one bundle")
+    (tmp_path / "copy").mkdir()
+    shutil.copy2(new, tmp_path / "copy" / new.name)
+    (tmp_path / "copy" / f"{new.name}.sha256").write_text(f"{'0' * 64}  {new.name}\n")
+    refused(8, old, tmp_path / "copy" / new.name, ".sha256")
