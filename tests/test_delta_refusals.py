@@ -179,8 +179,9 @@ def test_oversize_declarations_are_refused_before_anything_is_written(pair, tmp_
     refused(front(old, huge, tmp_path / "a"), "oversize", tmp_path / "a", "result", str(MAX_RESULT + 1))
     header = rewritten(delta, tmp_path / "header.delta", preamble_length=1 << 30)
     refused(front(old, header, tmp_path / "b"), "oversize", tmp_path / "b", "header")
-    room = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
-    more = rewritten(delta, tmp_path / "more.delta", header=lambda head: head["new"].update(size=room + (1 << 30)))
+    disk = os.statvfs(tmp_path).f_blocks * os.statvfs(tmp_path).f_frsize  # the whole disk: never free, however
+    assert disk + (1 << 30) <= MAX_RESULT  # much others delete meanwhile, and under the absolute bound
+    more = rewritten(delta, tmp_path / "more.delta", header=lambda head: head["new"].update(size=disk + (1 << 30)))
     refused(front(old, more, tmp_path / "c"), "oversize", tmp_path / "c", "bytes free")
 
 
@@ -224,3 +225,30 @@ def test_a_result_that_cannot_be_put_in_place_is_one_sentence_and_leaves_no_temp
     assert proc.returncode == EXIT_CODES["unavailable"] and "Traceback" not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and new.name in proc.stderr
     assert [p.name for p in (tmp_path / "out").iterdir()] == [new.name]
+
+
+HALF_THEN_FAIL = """
+import errno, os, runpy, sys
+real, calls = os.copy_file_range, []
+def flaky(src, dst, count, offset_src=None, *rest):
+    calls.append(count)
+    if len(calls) > 1:  # the first call copies half, the next fails as across file systems
+        raise OSError(errno.EXDEV, "cross-device")
+    return real(src, dst, count // 2, offset_src, *rest)
+os.copy_file_range = flaky
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    print("calls", len(calls))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "copy_file_range"), reason="copy_file_range is Linux's")
+def test_a_kernel_copy_that_stops_halfway_is_finished_from_the_mapped_old_zip(pair, tmp_path) -> None:
+    old, new, delta = pair
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", HALF_THEN_FAIL, str(APPLIER), str(old), str(delta),
+                           "-o", str(tmp_path / "out")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "calls 2" in proc.stdout  # the wheel-like member (1 MiB) went to the kernel, then the fallback took over
+    assert (tmp_path / "out" / new.name).read_bytes() == new.read_bytes()

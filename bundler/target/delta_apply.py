@@ -29,6 +29,7 @@ import argparse
 import hashlib
 import json
 import lzma
+import mmap
 import os
 import shutil
 import struct
@@ -115,9 +116,6 @@ def _is_size(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-# -- reading ----------------------------------------------------------------------------------------------
-
-
 class HashingReader:
     """The delta, read once, front to back: every byte read goes into its sha256."""
 
@@ -179,24 +177,16 @@ def _decompress(method: int, data: bytes, size: int, what: str) -> bytes:
     try:
         if method == 0:
             raw = data
-        elif method == 1:
-            decoder = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
-            raw = decoder.decompress(data, max_length=size + 1)
-            if not decoder.eof or decoder.unused_data:
-                raise DeltaError("damaged", f"the delta's {what} is not one whole xz stream")
         else:
-            inflater = zlib.decompressobj()
-            raw = inflater.decompress(data, size + 1)
-            if not inflater.eof or inflater.unused_data:
-                raise DeltaError("damaged", f"the delta's {what} is not one whole zlib stream")
+            decoder = lzma.LZMADecompressor(format=lzma.FORMAT_XZ) if method == 1 else zlib.decompressobj()
+            raw = decoder.decompress(data, size + 1)
+            if not decoder.eof or decoder.unused_data:
+                raise DeltaError("damaged", f"the delta's {what} is not one whole {METHODS[method]} stream")
     except (lzma.LZMAError, zlib.error) as exc:
         raise DeltaError("damaged", f"the delta's {what} does not decompress ({exc})") from None
     if len(raw) != size:
         raise DeltaError("damaged", f"the delta's {what} holds {len(raw)} bytes, its header declares {size}")
     return raw
-
-
-# -- the ops -----------------------------------------------------------------------------------------------
 
 
 def parse_ops(raw: bytes, header: Header) -> List[Tuple[int, int, int]]:
@@ -269,9 +259,6 @@ class Literals:
         self.buffer, self.pos = _decompress(method, data, size, "literal chunk"), 0
 
 
-# -- OLD, the result, the whole ------------------------------------------------------------------------------
-
-
 def check_old(path: str, release: Release) -> None:
     """OLD must be the zip the delta was made from: another bundle and another release are told apart here,
     by its top folder and size; its sha256 is `OldHash`'s, computed while the result is written."""
@@ -336,25 +323,37 @@ def check_room(folder: str, size: int) -> None:
 
 
 def write_result(old: BinaryIO, out: BinaryIO, ops: List[Tuple[int, int, int]], literals: Literals) -> str:
-    """Write the ops' bytes to `out`, hashing them as they go; returns the result's sha256. Copies go through
-    one reused buffer: OLD's bytes are read into it, hashed and written, never copied in between."""
-    digest = hashlib.sha256()
-    buffer = memoryview(bytearray(BUFFER))
+    """Write the ops' bytes to `out`, hashing them as they go; returns the result's sha256. OLD is mapped: its
+    bytes are hashed where they lie and copied by the kernel (copy_file_range, Linux) or written from the map."""
+    digest, view = hashlib.sha256(), memoryview(mmap.mmap(old.fileno(), 0, access=mmap.ACCESS_READ))
+    kernel = hasattr(os, "copy_file_range")
     for kind, length, offset in ops:
         if kind == INSERT:
             for piece in literals.take(length):
                 digest.update(piece)
                 out.write(piece)
             continue
-        old.seek(offset)
-        while length:
-            got = old.readinto(buffer[:min(length, BUFFER)])  # type: ignore[attr-defined]
-            if not got:
-                raise DeltaError("wrong_old", "OLD ended before the bytes the delta copies from it (changed while read)")
-            digest.update(buffer[:got])
-            out.write(buffer[:got])
-            length -= got
+        digest.update(view[offset:offset + length])
+        done = _kernel_copy(old, out, offset, length) if kernel and length >= BUFFER else 0
+        kernel = kernel and done == (length if length >= BUFFER else 0)
+        out.write(view[offset + done:offset + length])
     return digest.hexdigest()
+
+
+def _kernel_copy(old: BinaryIO, out: BinaryIO, offset: int, length: int) -> int:
+    """How many bytes of OLD the kernel copied to the end of `out` (0 where it cannot: another file system)."""
+    out.flush()
+    done = 0
+    try:
+        while done < length:
+            step = os.copy_file_range(old.fileno(), out.fileno(), length - done, offset + done)
+            if step <= 0:
+                break
+            done += step
+    except OSError:
+        pass
+    out.seek(0, os.SEEK_END)
+    return done
 
 
 def apply_delta(old_path: str, delta_path: str, out_dir: str) -> Tuple[Header, str]:
