@@ -37,7 +37,8 @@ EXIT_CODES = """exit codes:
   6  unsafe or unreadable archive
   7  build failure (an inspection or check failed)
   8  verification failure (bundle altered, missing or extra files)
-  9  not supported (a capability ort-bundler does not have)"""
+  9  not supported (a capability ort-bundler does not have)
+  20-24  apply: a delta refused (damaged, oversize, another bundle, wrong OLD, outside OLD)"""
 
 EXAMPLES = {
     "init": "examples:\n  ort-bundler init\n  ort-bundler init --from onnxruntime-1.23.1-cp311-cp311-win_amd64.whl model.onnx -o app.toml",
@@ -142,10 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     # A team's cache and releases on an OCI registry, and the Windows packages: each module configures its parser
     # and runs it.
+    from bundler.commands import apply, delta, package, policy, publish, pull, report
     from bundler.commands import cache as cache_command
-    from bundler.commands import package, policy, publish, pull, report
 
-    for module in (cache_command, publish, pull, package, policy, report):
+    for module in (cache_command, publish, pull, package, policy, report, delta, apply):
         p = sub.add_parser(module.NAME, parents=[] if module is cache_command else [common], help=module.HELP,
                            description=module.HELP, epilog=module.EXAMPLES,
                            formatter_class=argparse.RawDescriptionHelpFormatter)

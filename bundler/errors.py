@@ -68,3 +68,35 @@ class UnsupportedError(BundleError):
     """
 
     return_code = 9
+
+
+# `ort-bundler apply` (and the applier every bundle ships, bundler/target/delta_apply.py EXIT_CODES): one code
+# per refusal, so a script can tell a wrong OLD from a delta damaged in transit.
+class DeltaDamagedError(BundleError):
+    """A delta refused by `apply` as damaged or truncated (its trailer, its records, its rebuilt zip's sha256)."""
+
+    return_code = 20
+
+
+class DeltaOversizeError(BundleError):
+    """A delta refused by `apply` for declaring a size over the limits or over the free space."""
+
+    return_code = 21
+
+
+class DeltaOtherBundleError(BundleError):
+    """A delta refused by `apply` because it is for another bundle than OLD."""
+
+    return_code = 22
+
+
+class DeltaWrongOldError(BundleError):
+    """A delta refused by `apply` because OLD is not the zip it was made from."""
+
+    return_code = 23
+
+
+class DeltaOutsideOldError(BundleError):
+    """A delta refused by `apply` because it copies bytes from outside OLD."""
+
+    return_code = 24

@@ -32,6 +32,7 @@ MODULES = {
     "infer.py": "infer.py",
     "launcher.py": "launcher.py",
     "launch_config.py": "launch_config.py",
+    "delta_apply.py": "delta_apply.py",  # `run.sh --apply`: a delta bundle applied by the release it updates
 }
 
 

@@ -1,7 +1,7 @@
 """The launcher of an installation: run.sh, run.cmd and run.ps1 start this module and hand it every argument.
 
     <interpreter> -I -B -m ort_bundle.launcher <install root> [--self-check | --verify | --tune |
-                                                               --support-bundle | --profile] [ARGS...]
+                                                               --support-bundle | --profile | --apply] [ARGS...]
 
 The scripts only find the installation's interpreter (the venv's, or the bundled one); the rest is here,
 once for every platform: the cache folder (ORT_BUNDLE_CACHE_DIR, else the install's cache_dir.txt, else the
@@ -32,9 +32,9 @@ from .launch_config import LAUNCH_FILE, PREREQUISITE_FALLBACK, EntryPointSpec, L
 WINDOWS = os.name == "nt"
 #: The switches, and the PowerShell-style names run.cmd and run.ps1 have always taken for them (Windows only).
 SWITCHES = {"--self-check": "self-check", "--verify": "verify", "--tune": "tune", "--support-bundle": "support",
-            "--profile": "profile"}
+            "--profile": "profile", "--apply": "apply"}
 WINDOWS_ALIASES = {"-selfcheck": "self-check", "-verify": "verify", "-tune": "tune", "-supportbundle": "support",
-                   "-profile": "profile"}
+                   "-profile": "profile", "-apply": "apply"}
 CACHE_FOLDERS = ("tmp", "cuda", "tensorrt", "profiles")
 #: --self-check of an installation without the self-check script: does onnxruntime import, and from where.
 IMPORT_CHECK = "import onnxruntime; print('onnxruntime', onnxruntime.__version__, 'from', onnxruntime.__file__)"
@@ -158,6 +158,8 @@ def command(root: str, config: LaunchConfig, args: Sequence[str], env: Dict[str,
         script = os.path.join(root, "selfcheck", "selfcheck.py")
         check = [script] if os.path.isfile(script) else ["-c", IMPORT_CHECK]
         return Command(python, (*entry_python, *check, *rest), env)
+    if action == "apply":  # a delta bundle, applied by this installation's own applier (ort_bundle/delta_apply.py)
+        return Command(python, (*own, "-m", "ort_bundle.delta_apply", *rest), env)
     if action in ("tune", "support"):
         module = "ort_bundle.tuning" if action == "tune" else "ort_bundle.support"
         return Command(python, (*own, "-m", module, "--root", root, *rest), env)
