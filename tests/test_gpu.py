@@ -420,10 +420,12 @@ def test_cuda118_quickstart_builds_from_a_fresh_clone(tmp_path, quickstart_files
     proc = run_cli("build", "-q", "--cache", str(cache), "-o", str(out), str(QUICKSTART), check=False)
     assert proc.returncode == 0, proc.stderr
     (bundle,) = out.glob("*.zip")
+    root = bundle.name.removesuffix(".zip")
     with zipfile.ZipFile(bundle) as archive:
-        record = json.loads(archive.read("bundle.json"))
+        record = json.loads(archive.read(f"{root}/bundle.json"))
         shipped = set(archive.namelist())
-    assert {f"payload/{d}" for d in record["gpu"]["dlls"]} <= shipped
+    assert len(record["gpu"]["dlls"]) == 13
+    assert {f"{root}/payload/{d}" for d in record["gpu"]["dlls"]} <= shipped
     allowed = {PurePosixPath(s["path"]).name for s in record["signatures"]
                if s["signer"] == "Code Sign Test (DO NOT TRUST)" and s["allowed_by_manifest"]}
     assert allowed == {"onnxruntime_providers_cuda.dll", "onnxruntime_providers_shared.dll",
