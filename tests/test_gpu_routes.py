@@ -84,3 +84,57 @@ def test_cuda12_without_nvjitlink_is_refused_naming_cufft(tmp_path, cuda12_files
     message = str(caught.value)
     assert "gpu/cufft64_11.dll loads at run time nvJitLink_120_0.dll, which the bundle does not provide" in message
     assert "nvJitLink_120_0.dll: NVIDIA's nvidia-nvjitlink-cu12 wheel" in message
+
+
+# ---- [gpu] providers -----------------------------------------------------------------------------------------
+
+def gpu_table(extra: str) -> str:
+    return f"""
+[bundle]
+name = "gpu"
+version = "1.0.0"
+platform = "win_amd64"
+python = "3.11"
+
+[ort]
+version = "1.23.2"
+archive = {{ path = "ort.zip", sha256 = "{'a' * 64}" }}
+
+[gpu]
+cuda = "12.8"
+cudnn = "9.10"
+{extra}
+[[gpu.sources]]
+path = "cuda.zip"
+sha256 = "{'b' * 64}"
+"""
+
+
+def parsed_gpu(extra: str, tmp_path: Path):
+    import tomllib
+
+    from bundler.manifest import parse
+
+    return parse(tomllib.loads(gpu_table(extra)), path=tmp_path / "gpu.toml").gpu
+
+
+def test_the_gpu_providers_default_to_cuda_and_are_read(tmp_path):
+    assert parsed_gpu("", tmp_path).providers == ("CUDAExecutionProvider",)
+    assert parsed_gpu('providers = ["CUDAExecutionProvider"]\n', tmp_path).providers == ("CUDAExecutionProvider",)
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ('["DmlExecutionProvider"]', "gpu.toml: gpu.providers: found 'DmlExecutionProvider', expected a list of "
+                                 "execution providers from 'CUDAExecutionProvider'; the DmlExecutionProvider route "
+                                 "is not implemented yet"),
+    ('["CUDAExecutionProvider", "TensorrtExecutionProvider"]', "the TensorrtExecutionProvider route is not "
+                                                                "implemented yet"),
+    ('["CUDA"]', "gpu.toml: gpu.providers: found 'CUDA', expected a list of execution providers"),
+    ("[]", "gpu.toml: gpu.providers: found [], expected"),
+])
+def test_a_provider_without_a_route_is_named(tmp_path, value, expected):
+    from bundler.errors import ManifestError
+
+    with pytest.raises(ManifestError) as caught:
+        parsed_gpu(f"providers = {value}\n", tmp_path)
+    assert expected in str(caught.value)

@@ -65,7 +65,7 @@ KEYS = {
     "ort": {"version", "archive", "wheel", "capi", "dependencies", "allow_unsigned", "allow_test_signed"},
     "python": {"lock", "requirements", "runtime"},
     "vc_redist": INPUT_KEYS | {"min_version", "allow_unsigned"},
-    "gpu": {"cuda", "cudnn", "sources"},
+    "gpu": {"cuda", "cudnn", "sources", "providers"},
     "gpu.sources": INPUT_KEYS | {"include"},
     "launch": {"module", "script", "program", "cache_dir", "env", "apply_tuning"},
 }
@@ -323,9 +323,30 @@ def _gpu(data: Mapping[str, Any], base: Path, problems: Problems) -> Gpu | None:
             include = []
         if source:
             sources.append(GpuSource(source=source, include=tuple(include)))
+    providers = _gpu_providers(table.get("providers", list(GPU_PROVIDERS)), problems)
     if cuda is None or cudnn is None:
         return None
-    return Gpu(cuda=cuda, cudnn=cudnn, sources=tuple(sources))
+    return Gpu(cuda=cuda, cudnn=cudnn, sources=tuple(sources), providers=providers)
+
+
+# The execution providers a [gpu] component can be proved for; the others ONNX Runtime ships are named so that
+# asking for one says it is not implemented rather than "unknown" (issue 36: TensorRT, DirectML to come).
+GPU_PROVIDERS = ("CUDAExecutionProvider",)
+NOT_YET = ("TensorrtExecutionProvider", "DmlExecutionProvider")
+
+
+def _gpu_providers(value: Any, problems: Problems) -> tuple[str, ...]:
+    """`[gpu] providers`: the providers the bundle's self-check must find running (default: CUDA)."""
+    expected = f"a list of execution providers from {', '.join(repr(p) for p in GPU_PROVIDERS)}"
+    if not isinstance(value, list) or not value or not all(isinstance(p, str) for p in value):
+        problems.found("gpu.providers", value, expected)
+        return GPU_PROVIDERS
+    for name in value:
+        if name in NOT_YET:
+            problems.found("gpu.providers", name, f"{expected}; the {name} route is not implemented yet")
+        elif name not in GPU_PROVIDERS:
+            problems.found("gpu.providers", name, expected)
+    return tuple(dict.fromkeys(p for p in value if p in GPU_PROVIDERS)) or GPU_PROVIDERS
 
 
 def _launch(table: Mapping[str, Any] | None, base: Path, problems: Problems) -> Launch:

@@ -117,6 +117,8 @@ class Gpu:
     cuda: str
     cudnn: str
     sources: tuple[GpuSource, ...]
+    # The execution providers the self-check must find running (`[gpu] providers`, default CUDA alone).
+    providers: tuple[str, ...] = ("CUDAExecutionProvider",)
 
 
 @dataclass(frozen=True, kw_only=True)
