@@ -50,10 +50,11 @@ FAKE_DLLS = {
     "cublas64_11.dll": ("int cublaslt(void);\n__declspec(dllexport) int cublas(void) { return cublaslt(); }",
                         ("cublasLt64_11.dll",)),
     "zlibwapi.dll": ("__declspec(dllexport) int zlib(void) { return 3; }", ()),
-    # Names it loads with LoadLibrary, as cuDNN 8 does, plus zlibwapi.dll, which cuDNN 8.9.5 names only for a
-    # diagnostic, and a generic name that is not a load.
+    # Names it loads with LoadLibrary, as cuDNN 8 does, plus what cuDNN 8.9.5 names without loading it:
+    # zlibwapi.dll (a diagnostic), a system name glued to the byte before it, a profiling-injection hook.
     "cudnn64_8.dll": ('__declspec(dllexport) const char *loads[] = {"cudnn_ops_infer64_8.dll", "zlibwapi.dll", '
-                      '"cudnn.dll"};\n__declspec(dllexport) int cudnn(void) { return 4; }', ()),
+                      '"Akernel32.dll", "cask_profile_interface.dll"};\n'
+                      '__declspec(dllexport) int cudnn(void) { return 4; }', ()),
     "cudnn_ops_infer64_8.dll": ("int cudnn(void);\n__declspec(dllexport) int ops(void) { return cudnn(); }",
                                 ("cudnn64_8.dll",)),
     "onnxruntime_providers_shared.dll": ("__declspec(dllexport) int shared(void) { return 5; }", ()),
@@ -177,7 +178,7 @@ def test_missing_dlls_are_all_named_with_their_importer(tmp_path, ort_wheel, com
     assert "cublas64_11.dll: NVIDIA's nvidia-cublas-cu11 wheel" in message
     # cuDNN 8.9.5 names zlibwapi.dll only for its load-failure diagnostic: not a load (tests/test_gpu_zlibwapi.py)
     assert "zlibwapi.dll" not in message
-    assert "run time cudnn.dll" not in message  # a generic name inside cudnn64_8.dll is not a load
+    assert "in its strings" not in message  # the names cudnn64_8.dll holds without loading them are known
     assert "cudart64_110.dll, which" not in message  # shipped
 
 

@@ -138,3 +138,28 @@ def test_a_provider_without_a_route_is_named(tmp_path, value, expected):
     with pytest.raises(ManifestError) as caught:
         parsed_gpu(f"providers = {value}\n", tmp_path)
     assert expected in str(caught.value)
+
+
+# ---- the strings cross-check ---------------------------------------------------------------------------------
+
+def test_an_unknown_library_name_in_a_gpu_librarys_strings_fails_the_build(tmp_path, ort_wheel, complete_sources,
+                                                                          mingw_gcc):
+    source = tmp_path / "cufft.c"
+    source.write_text('__declspec(dllexport) const char *plugin = "cufft_plugin64_11.dll";\n', encoding="utf-8")
+    out = tmp_path / "cufft64_11.dll"
+    subprocess.run([mingw_gcc, "-shared", "-O2", "-o", str(out), str(source)], check=True, capture_output=True)
+    with pytest.raises(BuildError) as caught:
+        run_gpu(tmp_path, ort_wheel, [*complete_sources, (out, None)])
+    assert ("gpu/cufft64_11.dll names cufft_plugin64_11.dll in its strings, which is neither in the bundle nor a "
+            "Windows library: add it to [gpu], or, if it is not loaded, say why in NOT_LOADS") in str(caught.value)
+
+
+def test_cudnns_nvrtc_template_needs_a_shipped_nvrtc():
+    from bundler.assembly.gpu_strings import unexplained_names
+
+    names = ["d_0.dll", "zlibwapi.dll", "mntdll.dll", "combase.dll", "cask_profile_interface.dll"]
+    assert unexplained_names("gpu/cudnn_graph64_9.dll", names, shipped={"nvrtc64_120_0.dll"},
+                             target_python="3.11") == []
+    assert unexplained_names("gpu/cudnn_graph64_9.dll", names, shipped=set(), target_python="3.11") == [
+        "gpu/cudnn_graph64_9.dll loads nvrtc64_%d_0.dll at run time, and the bundle ships no such DLL: add NVIDIA's "
+        "NVRTC to [gpu]."]

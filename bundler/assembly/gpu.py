@@ -19,6 +19,7 @@ from pathlib import Path, PurePosixPath
 
 from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.facts import GpuFact, Published
+from bundler.assembly.gpu_strings import unexplained_names
 from bundler.errors import BuildError, UnsupportedError
 from bundler.hashing import file_sha256
 from bundler.manifest import Gpu, GpuSource, Input, Manifest
@@ -253,7 +254,10 @@ def closure_problems(provider: Mapping[str, PeInfo], dlls: Sequence[GpuDll], *,
     shipped = {PurePosixPath(label).name.lower() for label in binaries}
     missing = {d.dll.lower(): d.dll for d in report.dependencies
                if d.kind is DepKind.GPU_RUNTIME and d.dll.lower() not in shipped}
-    return list(report.problems), [missing[name] for name in sorted(missing)]
+    unexplained = [problem for dll in dlls for problem in unexplained_names(
+        dll.install_path, [n for n in dll.info.runtime_names if not RUNTIME_LOADED.match(n.lower())],
+        shipped=shipped, target_python=target_python)]
+    return [*report.problems, *unexplained], [missing[name] for name in sorted(missing)]
 
 
 def where_from(missing: Sequence[str], *, cuda: str) -> str:
