@@ -14,14 +14,16 @@ from collections.abc import Collection, Iterable
 from bundler.readers.dllclosure import DepKind, classify
 
 # Names found in the strings of NVIDIA's libraries that no bundle needs, each with the reason (measured on the
-# Windows wheels of cuDNN 8.9.5 and 9.10.2.21, cuBLAS 11.11 and 12.8, cuFFT 10.9 and 11.3, NVRTC 11.8 and 12.8;
-# 2026-12-06).
+# Windows wheels of cuDNN 8.9.5 and 9.10.2.21, cuBLAS 11.11 and 12.8, cuFFT 10.9 and 11.3, NVRTC 11.8 and 12.8,
+# nvJitLink 12.8; 2026-12-06).
 NOT_LOADS = {
     "zlibwapi.dll": "cuDNN 8.9.5 and 9.10 name it only in the list their load-failure diagnostic probes "
                     "('Successfully loaded zlib independently. Unknown dll missing.'); zlib is linked into cuDNN",
     "cask_profile_interface.dll": "a profiling-injection library cuDNN names beside CASK_INJECTION64_PATH and "
                                   "InitializeInjectionCask; no NVIDIA wheel ships it",
     "nvrtc-builtins.dll": "NVRTC's unversioned name in its own strings; NVRTC loads nvrtc-builtins64_NNN.dll",
+    "cuda.dll": "nvJitLink 12.8 names it beside cuInit, probing for a driver ('no cuInit so no …'): a driver "
+                "library, never bundled (Windows' is nvcuda.dll)",
 }
 # A printf template read only up to its `%d`: cuDNN loads NVRTC as "nvrtc64_%d_0.dll"; the scan sees "d_0.dll".
 TEMPLATES = {"d_0.dll": ("nvrtc64_%d_0.dll", re.compile(r"^nvrtc64_\d+_0\.dll$"))}
