@@ -1,7 +1,8 @@
 """The GPU component: real PE files throughout.
 
 Fast tests use tiny DLLs cross-compiled with mingw whose import tables and embedded names mimic the CUDA
-stack (a provider importing cudart/cublas/cudnn, a cudnn64_8.dll naming its sub-library and zlibwapi.dll);
+stack (a provider importing cudart/cublas/cudnn, a cudnn64_8.dll naming its sub-library and zlibwapi.dll, as
+cuDNN 8.9.5 does for a diagnostic);
 the integration tests use the real CUDA providers of onnxruntime-gpu 1.17.1 (CUDA 11.8 / cuDNN 8) and
 1.23.2 (CUDA 12 / cuDNN 9) and NVIDIA's CUDA 11.8 runtime wheel; the big test uses the whole CUDA 11.8
 quickstart (about 1.5 GB of inputs) and runs only with ORT_BUNDLER_BIG=1.
@@ -9,12 +10,13 @@ quickstart (about 1.5 GB of inputs) and runs only with ORT_BUNDLER_BIG=1.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import tarfile
 import zipfile
-from dataclasses import replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 from conftest import MANIFESTS, cache_root, part_inputs, pip_download, run_cli
@@ -32,7 +34,7 @@ from bundler.assembly.gpu import (
 from bundler.errors import BuildError, UnsupportedError
 from bundler.hashing import file_sha256
 from bundler.manifest import Gpu, load, parse
-from bundler.readers.pe import PeInfo
+from bundler.readers.pe import PeInfo, inspect_pe
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import cached_inputs
 
@@ -48,9 +50,11 @@ FAKE_DLLS = {
     "cublas64_11.dll": ("int cublaslt(void);\n__declspec(dllexport) int cublas(void) { return cublaslt(); }",
                         ("cublasLt64_11.dll",)),
     "zlibwapi.dll": ("__declspec(dllexport) int zlib(void) { return 3; }", ()),
-    # Names it loads with LoadLibrary, as cuDNN 8 does, plus a generic name that is not a load.
+    # Names it loads with LoadLibrary, as cuDNN 8 does, plus what cuDNN 8.9.5 names without loading it:
+    # zlibwapi.dll (a diagnostic), a system name glued to the byte before it, a profiling-injection hook.
     "cudnn64_8.dll": ('__declspec(dllexport) const char *loads[] = {"cudnn_ops_infer64_8.dll", "zlibwapi.dll", '
-                      '"cudnn.dll"};\n__declspec(dllexport) int cudnn(void) { return 4; }', ()),
+                      '"Akernel32.dll", "cask_profile_interface.dll"};\n'
+                      '__declspec(dllexport) int cudnn(void) { return 4; }', ()),
     "cudnn_ops_infer64_8.dll": ("int cudnn(void);\n__declspec(dllexport) int ops(void) { return cudnn(); }",
                                 ("cudnn64_8.dll",)),
     "onnxruntime_providers_shared.dll": ("__declspec(dllexport) int shared(void) { return 5; }", ()),
@@ -171,10 +175,10 @@ def test_missing_dlls_are_all_named_with_their_importer(tmp_path, ort_wheel, com
         run_gpu(tmp_path, ort_wheel, [(cuda_zip, ["cuda/bin/cudart64_110.dll"]), complete_sources[1]])
     message = str(caught.value)
     assert "onnxruntime/capi/onnxruntime_providers_cuda.dll imports cublas64_11.dll, which the bundle does not provide" in message
-    assert "gpu/cudnn64_8.dll loads at run time zlibwapi.dll, which the bundle does not provide" in message
     assert "cublas64_11.dll: NVIDIA's nvidia-cublas-cu11 wheel" in message
-    assert "zlibwapi.dll: no NVIDIA wheel" in message
-    assert "run time cudnn.dll" not in message  # a generic name inside cudnn64_8.dll is not a load
+    # cuDNN 8.9.5 names zlibwapi.dll only for its load-failure diagnostic: not a load (tests/test_gpu_zlibwapi.py)
+    assert "zlibwapi.dll" not in message
+    assert "in its strings" not in message  # the names cudnn64_8.dll holds without loading them are known
     assert "cudart64_110.dll, which" not in message  # shipped
 
 
@@ -355,32 +359,76 @@ def test_real_cuda12_provider_with_cuda118_is_explained(tmp_path, cudart_wheel):
 QUICKSTART = MANIFESTS / "quickstart-win-cuda11.8.toml"
 
 
-@pytest.mark.integration
-@pytest.mark.skipif(os.environ.get("ORT_BUNDLER_BIG") != "1", reason="fetches ~1.5 GB; set ORT_BUNDLER_BIG=1")
-def test_cuda118_quickstart_is_complete_but_for_zlibwapi(tmp_path, dlls):
+BIG = pytest.mark.skipif(os.environ.get("ORT_BUNDLER_BIG") != "1", reason="fetches ~1.5 GB; set ORT_BUNDLER_BIG=1")
+CUDNN_WHEEL = "nvidia_cudnn_cu11-8.9.5.29-py3-none-win_amd64.whl"
+# What any use of zlib through zlibwapi.dll would GetProcAddress: the (de)compression entry points.
+ZLIB_ENTRY_POINTS = ("inflate", "inflateInit_", "inflateInit2_", "inflateEnd", "uncompress", "uncompress2",
+                     "deflate", "deflateInit_", "deflateInit2_", "deflateEnd", "compress", "compress2", "zlibVersion")
+
+
+@pytest.fixture(scope="module")
+def quickstart_files() -> dict[str, Path]:
     cache = cache_root() / "bundler-cache"
     run_cli("fetch", "-q", "--cache", str(cache), str(QUICKSTART))
+    return cached_inputs(load(QUICKSTART).inputs(), Cache(cache))
+
+
+@pytest.mark.integration
+@BIG
+def test_cuda118_quickstart_closure_is_complete_from_nvidias_wheels(tmp_path, quickstart_files):
     manifest = load(QUICKSTART)
-    files = cached_inputs(manifest.inputs(), Cache(cache))
-
-    with pytest.raises(BuildError) as caught:
-        add_gpu(Assembly(), part_inputs(manifest, files=files, work=tmp_path / "a"))
-    message = str(caught.value)
-    assert message.count("which the bundle does not provide") == 3
-    assert message.count("loads at run time zlibwapi.dll, which the bundle does not provide") == 3
-
-    # With a zlibwapi.dll (a stand-in: only its name and machine matter to the check), everything loads.
-    stand_in = {"path": str(dlls["zlibwapi.dll"]), "sha256": file_sha256(dlls["zlibwapi.dll"])}
-    raw = {**manifest.raw, "gpu": {**manifest.raw["gpu"], "sources": [*manifest.raw["gpu"]["sources"], stand_in]}}
-    completed = replace(manifest, gpu=parse(raw, path=QUICKSTART).gpu)
-    key = f"gpu.sources[{len(manifest.gpu.sources)}]"
     assembly = Assembly()
-    add_gpu(assembly, part_inputs(completed, files={**files, key: dlls["zlibwapi.dll"]}, work=tmp_path / "b"))
+    add_gpu(assembly, part_inputs(manifest, files=quickstart_files, work=tmp_path / "a"))
     assert assembly.facts.gpu.record["dlls"] == [f"gpu/{n}" for n in (
         "cublas64_11.dll", "cublasLt64_11.dll", "cudart64_110.dll", "cudnn64_8.dll", "cudnn_adv_infer64_8.dll",
         "cudnn_adv_train64_8.dll", "cudnn_cnn_infer64_8.dll", "cudnn_cnn_train64_8.dll", "cudnn_ops_infer64_8.dll",
-        "cudnn_ops_train64_8.dll", "cufft64_10.dll", "nvrtc-builtins64_118.dll", "nvrtc64_112_0.dll", "zlibwapi.dll")]
+        "cudnn_ops_train64_8.dll", "cufft64_10.dll", "nvrtc-builtins64_118.dll", "nvrtc64_112_0.dll")]
     assert list(assembly.facts.gpu.preload[:5]) == ["gpu/cudart64_110.dll", "gpu/nvrtc-builtins64_118.dll",
                                                   "gpu/nvrtc64_112_0.dll", "gpu/cublasLt64_11.dll", "gpu/cublas64_11.dll"]
     versions = {f["file"]: f["version"] for f in assembly.facts.gpu.record["files"]}
     assert versions["gpu/cudnn64_8.dll"] == "8.9.5.29" and versions["gpu/cudart64_110.dll"] == "6,14,11,11080"
+
+
+@pytest.mark.integration
+@BIG
+def test_cudnn_895_links_zlib_in_and_loads_no_zlibwapi(tmp_path, quickstart_files):
+    """Why the quickstart ships no zlibwapi.dll: the name is in cuDNN 8.9.5 only for its load-failure diagnostic."""
+    wheel = next(p for p in quickstart_files.values() if p.name == CUDNN_WHEEL)
+    with zipfile.ZipFile(wheel) as archive:
+        names = [n for n in archive.namelist() if n.endswith(".dll")]
+        archive.extractall(tmp_path, members=names)
+    assert len(names) == 7
+    naming = []
+    for name in names:
+        path = tmp_path / name
+        info = inspect_pe(path)
+        assert "zlibwapi.dll" not in {i.lower() for i in (*info.imports, *info.delay_imports)}, name
+        data = path.read_bytes()
+        assert [f for f in ZLIB_ENTRY_POINTS if b"\0" + f.encode() + b"\0" in data] == [], name
+        if b"zlibwapi.dll" in data:
+            naming.append(PurePosixPath(name).name)
+            assert b"Successfully loaded zlib independently. Unknown dll missing." in data, name
+        if name.endswith("cudnn_cnn_infer64_8.dll"):
+            assert b" inflate 1.2.13 Copyright 1995-2022 Mark Adler " in data
+    assert sorted(naming) == ["cudnn64_8.dll", "cudnn_cnn_infer64_8.dll", "cudnn_ops_infer64_8.dll"]
+
+
+@pytest.mark.integration
+@BIG
+def test_cuda118_quickstart_builds_from_a_fresh_clone(tmp_path, quickstart_files):
+    cache = cache_root() / "bundler-cache"
+    out = tmp_path / "out"
+    proc = run_cli("build", "-q", "--cache", str(cache), "-o", str(out), str(QUICKSTART), check=False)
+    assert proc.returncode == 0, proc.stderr
+    (bundle,) = out.glob("*.zip")
+    root = bundle.name.removesuffix(".zip")
+    with zipfile.ZipFile(bundle) as archive:
+        record = json.loads(archive.read(f"{root}/bundle.json"))
+        shipped = set(archive.namelist())
+    assert len(record["gpu"]["dlls"]) == 13
+    assert {f"{root}/payload/{d}" for d in record["gpu"]["dlls"]} <= shipped
+    allowed = {PurePosixPath(s["path"]).name for s in record["signatures"]
+               if s["signer"] == "Code Sign Test (DO NOT TRUST)" and s["allowed_by_manifest"]}
+    assert allowed == {"onnxruntime_providers_cuda.dll", "onnxruntime_providers_shared.dll",
+                       "onnxruntime_providers_tensorrt.dll", "onnxruntime_pybind11_state.pyd"}
+    shutil.rmtree(out)  # 2 GB

@@ -70,9 +70,12 @@ def test_cuda118_provider_with_only_cudart_names_every_missing_dll(bundler_cache
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.zip"))
 
 
-def test_ort_123_provider_with_cuda118_explains_the_version_mismatch(bundler_cache: Path, tmp_path: Path) -> None:
+def test_ort_123_provider_with_cuda118_is_refused_at_lock(bundler_cache: Path, tmp_path: Path) -> None:
     wheel = pip_download("onnxruntime-gpu==1.23.2", "win_amd64")
-    proc = lock_fetch_build(gpu_manifest(tmp_path / "m", wheel, "1.23.2"), bundler_cache, tmp_path / "out")
-    assert proc.returncode == 7, proc.stderr
-    for fragment in ("cudart64_12.dll", "cudnn64_9.dll", "1.15", "1.18"):
+    manifest = gpu_manifest(tmp_path / "m", wheel, "1.23.2")
+    proc = run_cli("lock", "-q", "--cache", str(bundler_cache), str(manifest), check=False)
+    assert proc.returncode == 3, proc.stderr
+    for fragment in ('[gpu] cuda = "11.8", but onnxruntime-gpu 1.23.2 was built for CUDA 12.2.128',
+                     '[gpu] cudnn = "8.9", but onnxruntime-gpu 1.23.2 was built for cuDNN 9',
+                     "nvidia-cuda-runtime-cu11==11.8.89 carries CUDA 11 libraries", "1.15-1.18"):
         assert fragment in proc.stderr

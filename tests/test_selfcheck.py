@@ -372,7 +372,8 @@ def test_gpu_bundle_without_a_driver_fails_unless_cpu_fallback_is_allowed(instal
 
     code, report = run_selfcheck(install_root)
     cuda = by_id(report)["cuda"]
-    assert code == 1 and cuda["status"] == "fail"
+    assert code == 3 and cuda["status"] == "fail"  # EXIT_NO_GPU_DRIVER: its own code, never a pass on the CPU
+    assert cuda["details"]["missing_driver"] == "libcuda.so.1"
     assert "no NVIDIA driver: libcuda.so.1 cannot be loaded" in cuda["message"]
     assert "452.39" in cuda["fix"]
 

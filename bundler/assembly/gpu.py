@@ -19,6 +19,7 @@ from pathlib import Path, PurePosixPath
 
 from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.facts import GpuFact, Published
+from bundler.assembly.gpu_strings import unexplained_names
 from bundler.errors import BuildError, UnsupportedError
 from bundler.hashing import file_sha256
 from bundler.manifest import Gpu, GpuSource, Input, Manifest
@@ -40,10 +41,17 @@ DEFAULT_INCLUDE = ("*.dll",)
 # cuDNN support matrix): CUDA 11.x >= 452.39, CUDA 12.x >= 527.41. The driver's nvcuda.dll is never bundled.
 MIN_DRIVER_WINDOWS = {11: "452.39", 12: "527.41"}
 
-# Names a GPU library loads with LoadLibrary rather than imports, measured on cuDNN 8.9.5 (its sub-libraries
-# and zlibwapi.dll), cuBLASLt 11.11 (nvrtc64_112_0.dll) and NVRTC 11.8 (nvrtc-builtins64_118.dll). Other
-# strings in those binaries that merely end in ".dll" (their own generic names, fragments) are not loads.
-RUNTIME_LOADED = re.compile(r"^(cudnn(_[a-z]+)*64_\d+|cublas(lt)?64_\d+|nvrtc64_\d+_\d+|nvrtc-builtins64_\d+|zlibwapi)\.dll$")
+# Names a GPU library loads with LoadLibrary rather than imports, measured on cuDNN 8.9.5 and 9.10 (their
+# sub-libraries), cuBLASLt 11.11 (nvrtc64_112_0.dll), NVRTC 11.8 / 12.8 (nvrtc-builtins64_118.dll / _128.dll) and
+# cuFFT 11.3 of CUDA 12.8 (nvJitLink_120_0.dll, for its JIT-linked callbacks). Other strings in those binaries
+# that merely end in ".dll" (their own generic names, fragments) are not loads.
+# zlibwapi.dll is not among them: cuDNN 8.9.5 names it only in the list its load-failure diagnostic probes
+# ("Successfully loaded zlib independently. Unknown dll missing."), none of its seven DLLs imports it or names
+# a zlib function for GetProcAddress, and cudnn_cnn_infer64_8.dll carries zlib 1.2.13 linked in (" inflate 1.2.13
+# Copyright 1995-2022 Mark Adler"); measured 2026-12-06. An older cuDNN 8 that imports zlibwapi.dll is still
+# held to it by its import table (GPU_RUNTIME in bundler/readers/dllclosure.py).
+RUNTIME_LOADED = re.compile(
+    r"^(cudnn(_[a-z]+)*64_\d+|cublas(lt)?64_\d+|nvrtc64_\d+_\d+|nvrtc-builtins64_\d+|nvjitlink_\d+_\d+)\.dll$")
 
 # Preload order among DLLs that do not import each other: the runtime first, then the libraries that
 # others load by name (so those loads find them already in memory), cuDNN last.
@@ -61,9 +69,11 @@ WHERE_FROM = (
     (re.compile(r"^cufft64_"), "NVIDIA's nvidia-cufft-cu{cuda} wheel"),
     (re.compile(r"^curand64_"), "NVIDIA's nvidia-curand-cu{cuda} wheel"),
     (re.compile(r"^nvrtc"), "NVIDIA's nvidia-cuda-nvrtc-cu{cuda} wheel"),
+    (re.compile(r"^nvjitlink"), "NVIDIA's nvidia-nvjitlink-cu{cuda} wheel"),
     (re.compile(r"^cudnn"), "NVIDIA's nvidia-cudnn-cu{cuda} wheel or cuDNN archive"),
-    (re.compile(r"^zlibwapi"), "no NVIDIA wheel: the zlib step of NVIDIA's cuDNN 8 guide for Windows; "
-                               "add the x64 zlibwapi.dll as a [[gpu.sources]] path with its sha256"),
+    (re.compile(r"^zlibwapi"), "no NVIDIA wheel: the zlib step of NVIDIA's cuDNN 8 guide for Windows (or build "
+                               "it from zlib with a .def exporting zlib's names); add the x64 zlibwapi.dll as a "
+                               "[[gpu.sources]] path with its sha256"),
 )
 
 
@@ -244,7 +254,10 @@ def closure_problems(provider: Mapping[str, PeInfo], dlls: Sequence[GpuDll], *,
     shipped = {PurePosixPath(label).name.lower() for label in binaries}
     missing = {d.dll.lower(): d.dll for d in report.dependencies
                if d.kind is DepKind.GPU_RUNTIME and d.dll.lower() not in shipped}
-    return list(report.problems), [missing[name] for name in sorted(missing)]
+    unexplained = [problem for dll in dlls for problem in unexplained_names(
+        dll.install_path, [n for n in dll.info.runtime_names if not RUNTIME_LOADED.match(n.lower())],
+        shipped=shipped, target_python=target_python)]
+    return [*report.problems, *unexplained], [missing[name] for name in sorted(missing)]
 
 
 def where_from(missing: Sequence[str], *, cuda: str) -> str:

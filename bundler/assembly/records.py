@@ -36,7 +36,7 @@ def bundle_info(assembly: Assembly, build: BuildInputs) -> BundleInfo:
         ort=python_env.ort.to_json() if python_env else None,
         wheels=[{"name": w.name, "version": w.version, "filename": w.filename, "sha256": w.sha256}
                 for w in (python_env.wheels if python_env else ())],
-        expected_providers=["CPUExecutionProvider", *(["CUDAExecutionProvider"] if gpu else [])],
+        expected_providers=["CPUExecutionProvider", *(build.manifest.gpu.providers if gpu and build.manifest.gpu else ())],
         selfcheck=facts.selfcheck.to_json(), models=list(facts.models),
         entry_point={facts.entry_point.kind: facts.entry_point.value} if facts.entry_point else None,
         app_local_runtime=list(facts.app_local), gpu=gpu.record if gpu else None,

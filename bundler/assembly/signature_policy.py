@@ -1,9 +1,10 @@
-"""Which signatures the bundle's PE files must carry, checked against what the build found (`[ort] allow_unsigned`, `[vc_redist] allow_unsigned`)."""
+"""Which signatures the bundle's PE files must carry, checked against what the build found (`[ort] allow_unsigned`,
+`[ort] allow_test_signed`, `[vc_redist] allow_unsigned`)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -12,7 +13,8 @@ from typing import Any
 from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.closure import payload_binaries
 from bundler.errors import BuildError
-from bundler.manifest import Manifest
+from bundler.hashing import file_sha256
+from bundler.manifest import AllowedTestSignature, Manifest
 from bundler.readers.signatures import SignatureEvidence, authenticode_sha256, known_evidence, signature_evidence
 from bundler.writer.members import Member
 
@@ -20,6 +22,9 @@ PE_SUFFIXES = (".dll", ".pyd", ".exe")
 
 
 MICROSOFT = "Microsoft Corporation"  # the signer's organisation, matched exactly
+# The common name of Microsoft's test code-signing certificate (chained to "Microsoft Testing PCA 2010", which no
+# machine trusts): the binaries of onnxruntime-gpu 1.18.1's win_amd64 wheels carry it (docs/facts.md §10).
+TEST_SIGNER = "Code Sign Test (DO NOT TRUST)"
 
 _ORT_BINARY = re.compile(r"onnxruntime[^/]*\.dll|onnxruntime_pybind11_state[^/]*\.pyd", re.IGNORECASE)
 _VC_REDIST = re.compile(r"vc_redist[^/]*\.exe", re.IGNORECASE)
@@ -61,9 +66,17 @@ def signing_rule(name: str) -> SigningRule:
     return REPORT_RULE
 
 
+def is_test_signed(evidence: SignatureEvidence) -> bool:
+    """A signature by Microsoft's test certificate, which cannot verify: its root is trusted nowhere."""
+    return evidence.signed and not evidence.verified and evidence.signer == TEST_SIGNER
+
+
 def signature_problem(evidence: SignatureEvidence, rule: SigningRule) -> str | None:
     """Why the evidence breaks the rule, as one sentence, or None."""
     name, signer = evidence.path, evidence.signer
+    if is_test_signed(evidence):
+        return (f"{name}: signed with Microsoft's test certificate '{TEST_SIGNER}', not a production signature "
+                f"({evidence.reason}); expected {rule.expected_signer or 'a valid signature'}")
     if evidence.signed and not evidence.verified:
         return f"{name}: its Authenticode signature by {signer or 'an unknown signer'} does not verify ({evidence.reason}); expected a valid signature"
     if rule.expected_signer is None:
@@ -89,6 +102,7 @@ def check_signatures(assembly: Assembly, build: BuildInputs) -> None:
     allowed_vc = bool(manifest.vc_redist and manifest.vc_redist.allow_unsigned)
     installed = _install_paths(assembly)
     records, problems, failed = [], [], set()
+    allowances, used, refused_test = manifest.ort.allow_test_signed, set(), []
     store = build.cache.work_dir("derived")
     files = list(_pe_files(assembly, work=work, store=store))
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="authenticode") as pool:
@@ -100,18 +114,54 @@ def check_signatures(assembly: Assembly, build: BuildInputs) -> None:
         rule = signing_rule(pe.label)
         problem = signature_problem(evidence, rule)
         relaxed = allowed_vc if rule is VC_REDIST_RULE else rule.relaxable and allowed_ort
+        if problem and is_test_signed(evidence):
+            entry = allowing_entry(pe, allowances)
+            relaxed = entry is not None
+            if entry is None:
+                refused_test.append(pe)
+            else:
+                used.add(entry)
         if problem and not relaxed:
             problems.append(problem)
             failed.add(rule)
         records.append(_signature_record(evidence, pe, rule, installed=installed, allowed=bool(problem)))
+    problems.extend(unused_allowances(allowances, used, manifest))
     if problems:
-        raise BuildError(_signature_message(problems, failed, manifest))
+        raise BuildError(_signature_message(problems, failed, manifest, test_signed=refused_test))
     assembly.facts.signatures = tuple(records)
 
 
-def _signature_message(problems: list[str], rules: set[SigningRule], manifest: Manifest) -> str:
+def allowing_entry(pe: PeFile, entries: Sequence[AllowedTestSignature]) -> int | None:
+    """The index of the `[ort] allow_test_signed` entry naming this file's name and exact sha256, or None.
+
+    Narrower than `allow_unsigned` on purpose: other bytes under the same name, and every other unsigned or
+    test-signed file, are still refused."""
+    name = PurePosixPath(pe.label).name.lower()
+    named = [i for i, entry in enumerate(entries) if entry.file.lower() == name]
+    if not named:
+        return None
+    sha256 = file_sha256(pe.file)
+    return next((i for i in named if entries[i].sha256 == sha256), None)
+
+
+def unused_allowances(entries: Sequence[AllowedTestSignature], used: set[int], manifest: Manifest) -> list[str]:
+    """An entry that allowed nothing is a stale pin: the bundle no longer ships those bytes test-signed."""
+    return [f"{manifest.path.name}: ort.allow_test_signed[{i}] allows {entry.file} with sha256 {entry.sha256}, "
+            f"but the bundle has no test-signed {entry.file} with those bytes; expected each entry to name a "
+            f"test-signed file the bundle ships (remove the entry or correct its sha256)"
+            for i, entry in enumerate(entries) if i not in used]
+
+
+def _signature_message(problems: list[str], rules: set[SigningRule], manifest: Manifest, *,
+                       test_signed: Sequence[PeFile] = ()) -> str:
     """The problems, and the one switch that can relax each rule that failed."""
     hints = []
+    if test_signed:
+        entries = ", ".join(f'{{ file = "{PurePosixPath(pe.label).name}", sha256 = "{file_sha256(pe.file)}" }}'
+                            for pe in test_signed)
+        hints.append(f"if these are the test-signed binaries of an official ONNX Runtime wheel (onnxruntime-gpu "
+                     f"1.18.1's are), allow exactly these bytes under [ort] in {manifest.path.name}: "
+                     f"allow_test_signed = [{entries}]")
     if ORT_RULE in rules:
         hints.append(f"if these are binaries of a custom ONNX Runtime build, set `allow_unsigned = true` under [ort] "
                      f"in {manifest.path.name}")

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from bundler.assembly.gpu_pairs import distribution_problems, pair_problems, read_ort_build
 from bundler.assembly.licenses import license_pins
 from bundler.assembly.models import pin_models
 from bundler.assembly.ortenv import gate_requirements, host_wheels
@@ -53,7 +54,10 @@ def lock_manifest(manifest: Manifest, *, cache: Cache, options: FetchOptions, ru
         lock = Lock(target=target, requirements=(), wheels=())
         if source is not None:
             requires = ort_wheel(manifest, files, Path(tmp)).requires
+            build = read_ort_build(files[source.key])
+            _refuse(pair_problems(manifest, build))
             lock = resolve(lock_requirements(manifest, requires), target=target, runner=runner, work_dir=Path(tmp))
+            _refuse(distribution_problems(manifest, build, ((w.name, w.version) for w in lock.wheels)))
         lock = replace(lock, installer=resolve_installer(target=target, runner=runner, work_dir=Path(tmp)))
         lock = _pin_licenses(lock, cache=cache, options=options, runner=runner)
         if manifest.models:
@@ -64,6 +68,12 @@ def lock_manifest(manifest: Manifest, *, cache: Cache, options: FetchOptions, ru
     lock = replace(lock, models=pin_models(manifest, files, cache, previous=_previous_pins(path), lock=lock))
     write_lock(lock, path)
     return lock, path
+
+
+def _refuse(problems: list[str]) -> None:
+    """A wrong GPU pair or a second ORT distribution (bundler/assembly/gpu_pairs.py), before the lock is written."""
+    if problems:
+        raise ManifestError(" ".join(problems))
 
 
 def _pin_licenses(lock: Lock, *, cache: Cache, options: FetchOptions, runner: Runner) -> Lock:

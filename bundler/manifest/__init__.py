@@ -11,6 +11,7 @@ from bundler.manifest.records import (
     DEFAULT_SOURCE_DATE_EPOCH,
     PLATFORMS,
     ZIP_EPOCH,
+    AllowedTestSignature,
     Bundle,
     Gpu,
     GpuSource,
@@ -25,5 +26,5 @@ from bundler.manifest.records import (
     VcRedist,
 )
 
-__all__ = ["DEFAULT_SOURCE_DATE_EPOCH", "MAX_SHAPE_ELEMENTS", "PLATFORMS", "ZIP_EPOCH", "Bundle", "Gpu", "GpuSource",
-           "Input", "InputKind", "Launch", "Manifest", "Model", "ModelData", "Ort", "Python", "VcRedist", "load", "parse"]
+__all__ = ["DEFAULT_SOURCE_DATE_EPOCH", "MAX_SHAPE_ELEMENTS", "PLATFORMS", "ZIP_EPOCH", "AllowedTestSignature",
+           "Bundle", "Gpu", "GpuSource", "Input", "InputKind", "Launch", "Manifest", "Model", "ModelData", "Ort", "Python", "VcRedist", "load", "parse"]

@@ -27,6 +27,7 @@ from bundler.manifest.records import (
     PYTHON_RE,
     VERSION_RE,
     ZIP_EPOCH,
+    AllowedTestSignature,
     Bundle,
     Gpu,
     GpuSource,
@@ -61,10 +62,10 @@ RESERVED_ENV_PREFIXES = ("ORT_BUNDLE_", "DYLD_", "LD_")
 SECTIONS = {"bundle", "ort", "python", "vc_redist", "gpu", "models", "launch"}
 KEYS = {
     "bundle": {"name", "version", "platform", "python", "source_date_epoch", "publisher"},
-    "ort": {"version", "archive", "wheel", "capi", "dependencies", "allow_unsigned"},
+    "ort": {"version", "archive", "wheel", "capi", "dependencies", "allow_unsigned", "allow_test_signed"},
     "python": {"lock", "requirements", "runtime"},
     "vc_redist": INPUT_KEYS | {"min_version", "allow_unsigned"},
-    "gpu": {"cuda", "cudnn", "sources"},
+    "gpu": {"cuda", "cudnn", "sources", "providers"},
     "gpu.sources": INPUT_KEYS | {"include"},
     "launch": {"module", "script", "program", "cache_dir", "env", "apply_tuning"},
 }
@@ -209,10 +210,34 @@ def _ort(table: Mapping[str, Any] | None, base: Path, problems: Problems) -> Ort
     allow_unsigned = table.get("allow_unsigned", False)
     if not isinstance(allow_unsigned, bool):
         problems.found("ort.allow_unsigned", allow_unsigned, "true or false")
+    test_signed = _test_signed(table.get("allow_test_signed", []), problems)
     if version is None:
         return None
     return Ort(version=version, archive=archive, wheel=wheel, capi=capi, dependencies=dependencies,
-               allow_unsigned=allow_unsigned is True)
+               allow_unsigned=allow_unsigned is True, allow_test_signed=test_signed)
+
+
+def _test_signed(entries: Any, problems: Problems) -> tuple[AllowedTestSignature, ...]:
+    """`[ort] allow_test_signed`: the ORT files, each by name and sha256, that may carry Microsoft's test
+    signature (bundler/assembly/signature_policy.py); narrower than allow_unsigned, which trusts any bytes."""
+    expected = "an array of { file = \"<name>.dll\", sha256 = \"<64 hex digits>\" } tables"
+    if not isinstance(entries, list):
+        problems.found("ort.allow_test_signed", entries, expected)
+        return ()
+    found = []
+    for i, entry in enumerate(entries):
+        where = f"ort.allow_test_signed[{i}]"
+        if not isinstance(entry, dict):
+            problems.found(where, entry, expected)
+            continue
+        problems.unknown_keys(where, entry, {"file", "sha256"})
+        name = string_at(entry, "file", where, problems, pattern=re.compile(r"^[\w.-]+\.(dll|pyd)$", re.IGNORECASE),
+                         expected="an ONNX Runtime file name such as 'onnxruntime_providers_cuda.dll'")
+        sha = string_at(entry, "sha256", where, problems, pattern=re.compile(r"^[0-9a-f]{64}$"),
+                        expected="the file's sha256 as 64 lowercase hex digits")
+        if name and sha:
+            found.append(AllowedTestSignature(file=name, sha256=sha))
+    return tuple(found)
 
 
 def _check_wheel_serves(ort: Ort, bundle: Bundle, problems: Problems) -> None:
@@ -298,9 +323,30 @@ def _gpu(data: Mapping[str, Any], base: Path, problems: Problems) -> Gpu | None:
             include = []
         if source:
             sources.append(GpuSource(source=source, include=tuple(include)))
+    providers = _gpu_providers(table.get("providers", list(GPU_PROVIDERS)), problems)
     if cuda is None or cudnn is None:
         return None
-    return Gpu(cuda=cuda, cudnn=cudnn, sources=tuple(sources))
+    return Gpu(cuda=cuda, cudnn=cudnn, sources=tuple(sources), providers=providers)
+
+
+# The execution providers a [gpu] component can be proved for; the others ONNX Runtime ships are named so that
+# asking for one says it is not implemented rather than "unknown" (issue 36: TensorRT, DirectML to come).
+GPU_PROVIDERS = ("CUDAExecutionProvider",)
+NOT_YET = ("TensorrtExecutionProvider", "DmlExecutionProvider")
+
+
+def _gpu_providers(value: Any, problems: Problems) -> tuple[str, ...]:
+    """`[gpu] providers`: the providers the bundle's self-check must find running (default: CUDA)."""
+    expected = f"a list of execution providers from {', '.join(repr(p) for p in GPU_PROVIDERS)}"
+    if not isinstance(value, list) or not value or not all(isinstance(p, str) for p in value):
+        problems.found("gpu.providers", value, expected)
+        return GPU_PROVIDERS
+    for name in value:
+        if name in NOT_YET:
+            problems.found("gpu.providers", name, f"{expected}; the {name} route is not implemented yet")
+        elif name not in GPU_PROVIDERS:
+            problems.found("gpu.providers", name, expected)
+    return tuple(dict.fromkeys(p for p in value if p in GPU_PROVIDERS)) or GPU_PROVIDERS
 
 
 def _launch(table: Mapping[str, Any] | None, base: Path, problems: Problems) -> Launch:

@@ -69,6 +69,14 @@ class Bundle:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AllowedTestSignature:
+    """One `[ort] allow_test_signed` entry: the file (by name) and the exact bytes (sha256) allowed a test signature."""
+
+    file: str
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class Ort:
     version: str
     archive: Input | None
@@ -76,6 +84,8 @@ class Ort:
     capi: Input | None
     dependencies: tuple[str, ...] | None
     allow_unsigned: bool  # the ORT binaries are a custom build without a vendor signature
+    # Named ORT files, by sha256, allowed to carry Microsoft's test signature (onnxruntime-gpu 1.18.1's binaries)
+    allow_test_signed: tuple[AllowedTestSignature, ...] = ()
 
     @property
     def python_source(self) -> Input | None:
@@ -107,6 +117,8 @@ class Gpu:
     cuda: str
     cudnn: str
     sources: tuple[GpuSource, ...]
+    # The execution providers the self-check must find running (`[gpu] providers`, default CUDA alone).
+    providers: tuple[str, ...] = ("CUDAExecutionProvider",)
 
 
 @dataclass(frozen=True, kw_only=True)

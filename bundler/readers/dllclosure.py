@@ -29,6 +29,8 @@ SYSTEM_DLLS = frozenset({
     "winmm.dll", "wintrust.dll", "ws2_32.dll", "wsock32.dll", "wtsapi32.dll",
     # what the embeddable package's _msi.pyd imports (CPython 3.7-3.12, PC/_msi.c), for [python] runtime
     "cabinet.dll", "msi.dll",
+    # named in the strings of cuBLAS, cuFFT, NVRTC and cuDNN (Windows wheels, measured 2026-12-06)
+    "combase.dll", "cryptbase.dll", "cryptnet.dll", "devobj.dll", "drvstore.dll", "msasn1.dll", "wldp.dll",
 })
 API_SET_PREFIXES = ("api-ms-win-", "ext-ms-")
 VC_RUNTIME = re.compile(r"^(msvcp140(_\w+)?|vcruntime140(_\w+)?|concrt140|vcomp140)\.dll$")

@@ -17,6 +17,9 @@ from bundler.target.check_context import Context
 from bundler.target.records import Check
 
 CUDA = "CUDAExecutionProvider"
+# The self-check's exit code when a GPU bundle finds no NVIDIA driver (nvcuda.dll / libcuda.so.1): its own, so a
+# script tells "this machine has no GPU driver" from any other failure; never a CPU fallback reported as a pass.
+EXIT_NO_GPU_DRIVER = 3
 
 
 MISSING_LIBRARY = (
@@ -112,10 +115,15 @@ def missing_library(evidence: str) -> str | None:
     return None
 
 
+def driver_library() -> str:
+    """The NVIDIA driver's CUDA library, installed with the driver and never bundled."""
+    return "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
+
+
 def diagnose_cuda(ctx: Context, problem: str, evidence: str) -> tuple[str, str]:
     """The cause, most fundamental first: no driver, an old driver, a CPU-only wheel, a missing DLL, cuDNN."""
     min_driver = ctx.gpu.get("min_driver") or "the version the bundle's CUDA requires"
-    driver_name = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
+    driver_name = driver_library()
     try:
         driver = load_library(driver_name)
     except OSError as exc:
@@ -150,8 +158,19 @@ def check_cuda(ctx: Context, ort: Any) -> Check:
         return Check(id="cuda", status="pass", message="a session requesting only CUDA runs on CUDAExecutionProvider")
     cause, fix = diagnose_cuda(ctx, problem, evidence)
     details = {"problem": problem, "evidence": " ".join(evidence.split())[:2000]}
+    if cause.startswith("no NVIDIA driver"):
+        details["missing_driver"] = driver_library()
     if ctx.allow_cpu_fallback:
         return Check(id="cuda", status="warn", details=details, fix=fix,
                      message=f"CUDA is unavailable ({problem}): {cause}; running on the CPU (--allow-cpu-fallback)")
     return Check(id="cuda", status="fail", details=details, fix=fix,
                  message=f"CUDA is expected but unavailable ({problem}): {cause}")
+
+
+def failure_exit_code(checks: List[Check]) -> int:
+    """EXIT_NO_GPU_DRIVER when the CUDA check failed for want of the driver (the root cause of whatever else
+    failed with it), otherwise 1."""
+    for check in checks:
+        if check.id == "cuda" and check.status == "fail" and check.details.get("missing_driver"):
+            return EXIT_NO_GPU_DRIVER
+    return 1

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from bundler.target.check_context import Context, is_below
-from bundler.target.cuda_check import CUDA, check_cuda
+from bundler.target.cuda_check import CUDA, check_cuda, failure_exit_code
 from bundler.target.interpreter import check_interpreter
 from bundler.target.libraries import check_libraries, check_native_runtime
 from bundler.target.model_check import CPU, check_identity, check_model, session_providers
@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(SelfcheckReport(ok=ok, root=str(root), checks=tuple(checks)).to_json(), indent=2))
     else:
         print(render_human(root, bundle or {}, checks))
-    return 0 if ok else 1
+    return 0 if ok else failure_exit_code(checks)
 
 
 if __name__ == "__main__":
