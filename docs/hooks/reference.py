@@ -246,6 +246,8 @@ KEY_DOCS: dict[str, str] = {
     "ort.archive": INPUT + ": the C/C++ release archive (zip or tgz); the bundle then carries `payload/sdk/`",
     "ort.dependencies": "only for a `capi` tree without dist-info: its requirements, such as `[\"numpy>=1.21.6\"]`",
     "ort.allow_unsigned": "a custom ORT build: its binaries need not carry Microsoft's signature",
+    "ort.allow_test_signed": "files signed with Microsoft's test certificate allowed by name and sha256: "
+                             "`[{ file = \"onnxruntime_providers_cuda.dll\", sha256 = \"…\" }]`",
     "python.lock": "the lock file `ort-bundler lock` writes, such as `\"app.lock.toml\"`",
     "python.requirements": "extra wheels, locked together with ORT's own",
     "python.runtime": INPUT + ": bundle the interpreter (python.org's embeddable package or a "
@@ -254,6 +256,8 @@ KEY_DOCS: dict[str, str] = {
     "vc_redist.allow_unsigned": "your organisation's repackaged redistributable, without Microsoft's signature",
     "gpu.cuda": "the CUDA version, such as `\"11.8\"`",
     "gpu.cudnn": "the cuDNN version, such as `\"8.6\"`",
+    "gpu.providers": "the execution providers the self-check must find running, default "
+                     "`[\"CUDAExecutionProvider\"]`",
     "gpu.sources": "the `[[gpu.sources]]` tables: wheels or archives that supply the GPU DLLs",
     "gpu.sources.include": "glob patterns of the files to take, such as `[\"nvidia/*/bin/*.dll\"]`",
     "models.name": "the model's name (unique in the bundle)",
