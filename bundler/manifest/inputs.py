@@ -14,7 +14,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from bundler.manifest.problems import Problems
 from bundler.manifest.records import Input, InputKind
-from bundler.names import file_name_problem
+from bundler.names import file_name_problem, redact_url
 
 # Paths and URLs longer than this are refused up front: file systems cap a path at 4096 bytes (PATH_MAX)
 # and Windows much lower, and an unreadable path otherwise surfaces as an OS error mid-build.
@@ -90,8 +90,20 @@ def _location(kind: InputKind, value: Any, where: str, base: Path, problems: Pro
     return checks[kind](value, where, base, problems)
 
 
+# How to give a download its credentials instead of writing them into the URL: what the downloads really read.
+# `requests` (sources/download.py, a Session left to trust the environment) answers a host's challenge from
+# ~/.netrc or the file $NETRC names; `requirement` inputs are fetched by pip with the user's own pip configuration.
+CREDENTIALS_ADVICE = ("put the credentials in ~/.netrc (or the file $NETRC names) as `machine HOST login USER "
+                      "password TOKEN`, which downloads use for that host, or pin a package index's wheel as a "
+                      "`requirement`, which pip fetches with its own configuration (pip.conf, keyring)")
+
+
 def _url_location(value: str, where: str, base: Path, problems: Problems) -> tuple[str | None, str | None]:
     parsed = urlparse(value)
+    if "@" in parsed.netloc:
+        problems.found(where, redact_url(value), "a URL without a user or password (a credential in a URL is "
+                       "printed in messages and written into bundle.json and the lock): " + CREDENTIALS_ADVICE)
+        return None, None
     if parsed.scheme not in ("https", "http", "file") or (parsed.scheme != "file" and not parsed.netloc):
         problems.found(where, value, "an https, http or file URL")
         return None, None

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from bundler.names import redact_url
 from bundler.target_platform import TARGETS
 
 PLATFORMS = tuple(TARGETS)
@@ -47,7 +48,7 @@ class Input:
 
     @property
     def display(self) -> str:
-        return f"{self.key} ({self.location})"
+        return f"{self.key} ({redact_url(self.location)})"
 
 
 @dataclass(frozen=True, kw_only=True)
