@@ -24,7 +24,7 @@ from bundler.manifest import Manifest
 from bundler.sources.cache import Cache, disk_errors
 from bundler.sources.fetch import cached_inputs
 from bundler.sources.gate import gate_inputs
-from bundler.sources.inputs import load_lock, lock_inputs
+from bundler.sources.inputs import load_lock, lock_inputs, require_local_pins
 from bundler.sources.lock import Lock
 from bundler.writer.members import Member, MemberCache
 from bundler.writer.reuse import bundle_key
@@ -45,7 +45,11 @@ class BuildResult:
 
 def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None = None, quiet: bool = True,
           reuse: bool = True) -> BuildResult:
-    """Assemble the bundle, or, with `reuse`, publish the one assembled before from exactly the same inputs."""
+    """Assemble the bundle, or, with `reuse`, publish the one assembled before from exactly the same inputs.
+
+    A local file the manifest pins that is there with other bytes stops the build (exit 5): the cache would
+    otherwise ship the pinned bytes under a manifest whose file says otherwise."""
+    require_local_pins(manifest.inputs(), manifest.path.parent)
     lock = load_lock(manifest)
     files = cached_inputs(manifest.inputs() + lock_inputs(lock) + gate_inputs(lock), cache)
     verify_transformed(manifest, files, jobs=jobs)

@@ -27,7 +27,7 @@ from bundler.runner import Runner, run
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import FetchOptions, fetch_inputs
 from bundler.sources.gate import host_installable, host_target, pinned_inputs
-from bundler.sources.inputs import INSTALLER_KEY, lock_inputs, require_local_files, target_of
+from bundler.sources.inputs import INSTALLER_KEY, lock_inputs, require_local_files, require_local_pins, target_of
 from bundler.sources.lock import GateWheels, Lock, PinnedModel, Target, read_lock, write_lock
 from bundler.sources.resolve import resolve, resolve_gate, resolve_installer
 
@@ -48,6 +48,7 @@ def lock_manifest(manifest: Manifest, *, cache: Cache, options: FetchOptions, ru
     target = target_of(manifest)
     inputs = ([source] if source is not None else []) + [i for model in manifest.models for i in model.inputs()]
     require_local_files(inputs, manifest.path.parent)
+    require_local_pins(manifest.inputs(), manifest.path.parent)
     files = fetch_inputs(inputs, cache=cache, target=target, options=options, runner=runner)
     with cache.scratch(prefix="lock-") as tmp:
         lock = Lock(target=target, requirements=(), wheels=())

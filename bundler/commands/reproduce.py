@@ -40,7 +40,7 @@ from bundler.readers.bundlezip import SIGNATURE_BLOCK, BundleZip, is_signature, 
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import FetchOptions, fetch_inputs
 from bundler.sources.gate import gate_inputs, pip_targets
-from bundler.sources.inputs import lock_inputs, target_of
+from bundler.sources.inputs import lock_inputs, require_local_pins, target_of
 from bundler.sources.lock import Lock, lock_text, read_lock
 
 # What Authenticode signs among the generated scripts.
@@ -106,6 +106,7 @@ def reproduce(path: Path, *, cache: Cache, options: FetchOptions, keep: Path | N
     with cache.scratch(prefix="reproduce-") as tmp:  # removed by the next run if this one is killed
         manifest, lock = write_sources(original, Path(tmp) / "src")
         inputs = manifest.inputs() + lock_inputs(lock) + gate_inputs(lock)  # the gate's: of this machine
+        require_local_pins(manifest.inputs(), manifest.path.parent)  # an allowed absolute path that is here
         taken, altered = seed_cache(original, inputs, cache)
         try:
             fetch_inputs(inputs, cache=cache, target=target_of(manifest), options=options, targets=pip_targets(lock))

@@ -59,7 +59,7 @@ def parse_input(table: Any, where: str, base: Path, problems: Problems, *, requi
     if hashes is None or location is None:
         return None
     return Input(key=where, kind=kind, location=location, sha256=hashes, filename=filename, size=size,
-                 allow_outside=allow_outside)
+                 allow_outside=allow_outside, written=table[kind])
 
 
 def _hashes(value: Any, where: str, problems: Problems, *, many: bool) -> tuple[str, ...] | None:
