@@ -12,8 +12,9 @@ concluded from the licence text it ships, so that `build` does not match texts (
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -64,7 +65,36 @@ def lock_manifest(manifest: Manifest, *, cache: Cache, options: FetchOptions, ru
     path = default_lock_path(manifest)
     lock = replace(lock, models=pin_models(manifest, files, cache, previous=_previous_pins(path), lock=lock))
     write_lock(lock, path)
+    for warning in flat_references(manifest, lock.models):
+        log.warning("warning: %s", warning)
     return lock, path
+
+
+def flat_references(manifest: Manifest, models: Sequence[PinnedModel]) -> list[str]:
+    """One sentence per reference output that is all zeros or one constant on the synthesised inputs.
+
+    Such a reference proves nothing: the install's self-check would accept any other model with the same
+    signature (a ReLU model fed only negative numbers pinned zeros whatever its weights, issue 38 item 9).
+    A warning, not an error: a model may really be constant on these inputs; the user decides.
+    """
+    written = {m.name: f"models[{i}] ({m.source.as_written})" for i, m in enumerate(manifest.models)}
+    found = []
+    for pinned in models:
+        outputs = json.loads(pinned.record).get("reference", {}).get("outputs", {})
+        for name, output in sorted(outputs.items()):
+            values = output.get("values") if isinstance(output, dict) else None
+            if not values or any(v != values[0] for v in values):
+                continue
+            if values[0] == 0:
+                what = "all zeros"
+            elif len(values) > 1:
+                what = f"the constant {values[0]!r} in every element"
+            else:
+                continue
+            found.append(f"{written.get(pinned.name, pinned.name)}: the reference output '{name}' is {what} on the "
+                         "synthesised inputs, so the install's self-check cannot tell this model from another with "
+                         "the same signature; check the model, or give [[models]] shapes that exercise it")
+    return found
 
 
 def _pin_licenses(lock: Lock, *, cache: Cache, options: FetchOptions, runner: Runner) -> Lock:
