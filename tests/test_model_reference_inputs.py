@@ -101,3 +101,52 @@ def test_the_quickstart_reference_is_not_flat_and_was_pinned_on_todays_inputs(bu
     del old["reference"]["synth"]  # a record pinned on the old ramp says nothing of its inputs
     stale = PinnedModel(name="tiny-mlp", sha256=lock.models[0].sha256, ort_version=ORT_VERSION, record=json.dumps(old))
     assert not _still_pinned(stale, manifest, inputs)
+
+
+BASE = "4117c23"  # the commit this round started from: its quickstart lock pins references on the old ramp
+
+
+def test_the_old_definition_is_still_the_ramp_its_references_were_computed_on() -> None:
+    spec = [{"name": "f", "type": "tensor(float)", "shape": [300]}, {"name": "u", "type": "tensor(uint8)", "shape": [300]},
+            {"name": "b", "type": "tensor(bool)", "shape": [4]}]
+    feeds = synthesize_inputs(spec, version=1)
+    ramp = (np.arange(300) % 251) - 125
+    assert np.array_equal(feeds["f"], ramp / 16.0) and np.array_equal(feeds["u"], np.clip(ramp, 0, 255))
+    assert feeds["b"].tolist() == [False, True, False, True]
+    with pytest.raises(ValueError, match="definition 3, which this check does not know"):
+        synthesize_inputs(spec, version=3)
+
+
+@pytest.mark.integration
+def test_a_lock_pinned_on_the_old_inputs_still_builds_checks_on_the_target_and_warns(bundler_cache: Path,
+                                                                                      tmp_path: Path) -> None:
+    """Users upgrade with their lock: it builds (each reference checked on the inputs it was computed on, at the
+    build and by the installed self-check), and the build says how to get a reference that proves more."""
+    import subprocess
+    import zipfile
+
+    import onnxruntime
+    from conftest import REPO, run_cli
+    from test_first_use_messages import quickstart_copy
+
+    from bundler.target.check_context import Context
+    from bundler.target.model_check import check_model
+
+    old = subprocess.run(["git", "-C", str(REPO), "show", f"{BASE}:manifests/quickstart-linux.lock.toml"],
+                         capture_output=True, text=True, check=False)
+    if old.returncode != 0:
+        pytest.skip(f"this clone lacks commit {BASE}: {old.stderr.strip()}")
+    manifest = quickstart_copy(tmp_path / "project")
+    (tmp_path / "project" / "quickstart-linux.lock.toml").write_text(old.stdout, encoding="utf-8")
+    built = run_cli("build", "--cache", str(bundler_cache), "-o", str(tmp_path / "dist"), str(manifest))
+    assert "the lock pins the reference of model 'tiny-mlp' on the old synthesised inputs" in built.stderr
+    stem = "quickstart-linux-1.0.0-linux_x86_64"
+    with zipfile.ZipFile(tmp_path / "dist" / f"{stem}.zip") as archive:
+        archive.extractall(tmp_path / "unpacked")
+    root = tmp_path / "unpacked" / stem / "payload"
+    record = json.loads((tmp_path / "unpacked" / stem / "bundle.json").read_text(encoding="utf-8"))
+    (model,) = record["models"]
+    assert "synth" not in model["reference"]
+    check = check_model(Context(root=root, bundle=record, allow_cpu_fallback=False), onnxruntime, model,
+                        ["CPUExecutionProvider"])
+    assert check.status == "pass", check

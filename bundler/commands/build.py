@@ -26,6 +26,7 @@ from bundler.sources.fetch import cached_inputs
 from bundler.sources.gate import gate_inputs
 from bundler.sources.inputs import load_lock, lock_inputs, require_local_pins
 from bundler.sources.lock import Lock
+from bundler.target.synth import SYNTH_VERSION
 from bundler.writer.members import Member, MemberCache
 from bundler.writer.reuse import bundle_key
 from bundler.writer.reuse import keep as keep_bundle
@@ -51,6 +52,7 @@ def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None =
     otherwise ship the pinned bytes under a manifest whose file says otherwise."""
     require_local_pins(manifest.inputs(), manifest.path.parent)
     lock = load_lock(manifest)
+    warn_old_references(lock)
     files = cached_inputs(manifest.inputs() + lock_inputs(lock) + gate_inputs(lock), cache)
     verify_transformed(manifest, files, jobs=jobs)
     stem = manifest.bundle.stem
@@ -65,6 +67,18 @@ def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None =
                        quiet=quiet)
     keep_bundle(cache, key, result.zip_path, result.sha256)
     return result
+
+
+def warn_old_references(lock: Lock | None) -> None:
+    """A lock pinned before synth 2 still builds (its references are checked on the inputs they were computed
+    on), but those inputs were all negative for a model's first 125 values: a small ReLU model's reference may
+    prove nothing. Say so, and how to get a reference that does (issue 38, item 9)."""
+    for model in lock.models if lock else ():
+        reference = json.loads(model.record).get("reference", {})
+        if reference.get("synth", 1) != SYNTH_VERSION:
+            log.warning("warning: the lock pins the reference of model '%s' on the old synthesised inputs (negative "
+                        "for the first 125 values, which can hide a model change); run `ort-bundler lock` again to "
+                        "pin one on inputs of both signs", model.name)
 
 
 def _assemble(manifest: Manifest, *, lock: Lock | None, files: Mapping[str, Path], cache: Cache, zip_path: Path,
