@@ -53,7 +53,9 @@ EXAMPLES = {
                  "  ort-bundler reproduce release.zip --mirror /media/usb/inputs -o rebuilt/ --json\n"
                  "exit 0 when the rebuild is byte-identical, 8 when members differ (each named, with its reason)",
     "diff": "examples:\n  ort-bundler diff app-1.0.0-win_amd64.zip app-1.1.0-win_amd64.zip\n"
-            "  ort-bundler diff old.zip new.zip --scripts\n  ort-bundler diff old.zip new.zip --json",
+            "  ort-bundler diff old.zip new.zip --scripts\n  ort-bundler diff old.zip new.zip --json\n"
+            "exit 0 when the bundles are the same, 1 when they differ (as diff(1) and `git diff --exit-code`), "
+            "above 1 on an error (an internal error: 70)",
 }
 
 
@@ -170,6 +172,11 @@ def _common_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
                         help=f"the content-addressed cache (default: ${CACHE_ENV} or {default_cache_dir()})")
 
 
+# `diff`'s own answer is 1 ("they differ", as diff(1)); its internal error takes EX_SOFTWARE (sysexits.h) so a
+# script never reads a crash as a difference. Every documented error code is above 1 already.
+DIFF_DIFFERS = 1
+DIFF_INTERNAL_ERROR = 70
+
 GC_THRESHOLD = 50_000  # allocations between collections of the youngest generation (CPython's default: 700)
 
 
@@ -218,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"ort-bundler {args.command}: internal error: {type(exc).__name__}: {exc} (run with --verbose for the "
               "traceback)", file=sys.stderr)
-        return 1
+        return DIFF_INTERNAL_ERROR if args.command == "diff" else 1
 
 
 # -- actions -------------------------------------------------------------------------------------------
@@ -354,11 +361,12 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
+    """0 when the bundles are the same, 1 when they differ: scripts and CI gate on it as on diff(1)."""
     from bundler.commands.diff import diff_bundles
 
     report = diff_bundles(args.old, args.new, scripts=args.scripts)
     print(json.dumps(report.to_json(), indent=2) if args.json else report.summary())
-    return 0
+    return 0 if report.identical else DIFF_DIFFERS
 
 
 if __name__ == "__main__":  # pragma: no cover

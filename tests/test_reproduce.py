@@ -289,7 +289,7 @@ def test_bad_arguments_are_clear_errors(tmp_path):
     proc = run_cli("reproduce", "--offline", "--mirror", str(tmp_path), str(junk), check=False)
     assert proc.returncode == 2
     missing = run_cli("reproduce", str(tmp_path / "absent.zip"), check=False)
-    assert missing.returncode == 8 and "absent.zip: no such bundle file" in missing.stderr
+    assert missing.returncode == 4 and "absent.zip: not found" in missing.stderr  # exit 4, "not found" (38, 8i)
 
 
 def test_lock_computes_a_reference_once_and_again_only_for_a_changed_model(bundler_cache, tmp_path):
