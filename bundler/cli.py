@@ -7,9 +7,11 @@ sentence (every problem of a manifest, one per line); the traceback only with `-
 from __future__ import annotations
 
 import argparse
+import difflib
 import gc
 import json
 import logging
+import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -26,6 +28,7 @@ from bundler.sources.fetch import FetchOptions
 if TYPE_CHECKING:
     from bundler.packaging.msi_verify import MsiReport
     from bundler.signing.verify import Report
+    from bundler.sources.lock import Lock
 
 EXIT_CODES = """exit codes:
   0  success
@@ -59,14 +62,28 @@ EXAMPLES = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with a "did you mean" for a mistyped command (`ort-bundler biuld`), as git and pip do."""
+
+    commands: tuple[str, ...] = ()
+
+    def error(self, message: str) -> NoReturn:
+        match = re.search(r"invalid choice: '([^']*)'", message)
+        if match and self.commands:
+            close = difflib.get_close_matches(match.group(1), self.commands, n=1, cutoff=0.6)
+            if close:
+                message += f"; did you mean '{close[0]}'?"
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ort-bundler", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Turn one pinned manifest into a verified, reproducible, offline ONNX Runtime bundle.",
         epilog=EXIT_CODES)
     parser.add_argument("--version", action="version", version=f"ort-bundler {__version__}")
     _common_options(parser, defaults=True)
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     _common_options(common, defaults=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -79,10 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="local files to pin: an ORT wheel, ORT release archive, VC_redist.x64.exe, .onnx models")
     p.add_argument("-o", "--output", type=Path, default=Path("ort-bundle.toml"), help="manifest to write")
     p.add_argument("--force", action="store_true", help="overwrite an existing manifest")
+    p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(action=_init)
 
     p = command("lock", "resolve the Python dependency closure for the target platform into a lock file")
     p.add_argument("manifest", type=Path)
+    p.add_argument("--json", action="store_true", help="print what was locked as JSON")
     p.set_defaults(action=_lock)
 
     p = command("fetch", "download every pinned input into the cache, verifying hashes as they stream")
@@ -153,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         module.configure(p, common)
         p.set_defaults(action=lambda args, run=module.run: run(args, cache=_cache(args)))
+    parser.commands = tuple(sub.choices)
     return parser
 
 
@@ -249,7 +269,13 @@ def _manifest(args: argparse.Namespace) -> Manifest:
 def _init(args: argparse.Namespace) -> int:
     from bundler.commands.init import write_starter
 
-    path = write_starter(args.output, args.from_files, force=args.force)
+    starter = write_starter(args.output, args.from_files, force=args.force)
+    for warning in starter.warnings:
+        logging.getLogger("bundler").warning("warning: %s", warning)
+    if args.json:
+        print(json.dumps(starter.to_json(), indent=2))
+        return 0
+    path = starter.path
     _say(args, f"wrote {path}; edit it, then run `ort-bundler lock {path}` and `ort-bundler fetch {path}`")
     return 0
 
@@ -258,7 +284,10 @@ def _lock(args: argparse.Namespace) -> int:
     from bundler.commands.lock import lock_manifest
 
     manifest = _manifest(args)
-    lock, path = lock_manifest(manifest, cache=_cache(args), options=FetchOptions(quiet=args.quiet))
+    lock, path = lock_manifest(manifest, cache=_cache(args), options=FetchOptions(quiet=args.quiet or args.json))
+    if args.json:
+        print(json.dumps(lock_json(lock, path), indent=2))
+        return 0
     _say(args, f"locked {len(lock.wheels)} wheels for {lock.target.platform} / Python {lock.target.python} in {path}")
     if lock.gate is not None:
         _say(args, f"and, for the model gate on this kind of machine, ORT and NumPy for {lock.gate.target.platform} / "
@@ -266,6 +295,17 @@ def _lock(args: argparse.Namespace) -> int:
     if manifest.python.lock is None:
         _say(args, f"add this to {manifest.path.name} so build uses it:\n[python]\nlock = \"{path.name}\"")
     return 0
+
+
+def lock_json(lock: Lock, path: Path) -> dict[str, object]:
+    """`lock --json`: the lock file and what it pins, for scripts (issue 38, item 8d)."""
+    return {"lock": str(path), "target": {"platform": lock.target.platform, "python": lock.target.python},
+            "wheels": [{"name": w.name, "version": w.version, "filename": w.filename, "sha256": w.sha256}
+                       for w in lock.wheels],
+            "installer": lock.installer.filename if lock.installer else None,
+            "models": [{"name": m.name, "sha256": m.sha256, "ort_version": m.ort_version} for m in lock.models],
+            "gate": ({"platform": lock.gate.target.platform, "python": lock.gate.target.python}
+                     if lock.gate is not None else None)}
 
 
 def _fetch(args: argparse.Namespace) -> int:
@@ -291,12 +331,15 @@ def _fetch(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from bundler.commands.build import build
+    import os
+
+    from bundler.commands.build import build, warn_environment_epoch
 
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs: found {args.jobs}, expected a positive number")
     manifest = _manifest(args)
     warn_absent_local_files(manifest)
+    warn_environment_epoch(manifest, os.environ)
     result = build(manifest, cache=_cache(args), out_dir=args.output, jobs=args.jobs,
                    quiet=args.quiet or args.json, reuse=not args.no_reuse)
     if args.json:

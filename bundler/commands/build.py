@@ -61,12 +61,43 @@ def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None =
     key = bundle_key(manifest, lock, files)
     if reuse and (sha256 := reuse_bundle(cache, key, zip_path, sidecar)) is not None:
         with zipfile.ZipFile(zip_path) as archive:
-            say_licence_notes(json.loads(archive.read(f"{stem}/bundle.json"))["licenses"])
+            record = json.loads(archive.read(f"{stem}/bundle.json"))
+        say_licence_notes(record["licenses"])
+        warn_vc_runtime(manifest, record)
         return BuildResult(zip_path=zip_path, sha256=sha256, size=zip_path.stat().st_size, reused=True)
     result = _assemble(manifest, lock=lock, files=files, cache=cache, zip_path=zip_path, sidecar=sidecar, jobs=jobs,
                        quiet=quiet)
     keep_bundle(cache, key, result.zip_path, result.sha256)
+    with zipfile.ZipFile(result.zip_path) as archive:
+        warn_vc_runtime(manifest, json.loads(archive.read(f"{stem}/bundle.json")))
     return result
+
+
+def warn_vc_runtime(manifest: Manifest, record: Mapping[str, Any]) -> None:
+    """A Windows bundle whose binaries need the VC++ runtime but that ships no [vc_redist] installs only where the
+    runtime already is; elsewhere the install stops at its prerequisite check (the MSI at a launch condition).
+    Said at build time, with the minimum the build found, so it is a decision, not a surprise (issue 38, 8h)."""
+    minimum = record.get("vc_runtime_min")
+    if manifest.vc_redist is not None or not minimum:
+        return
+    log.warning("warning: %s needs the Visual C++ 2015-2022 runtime (x64) %s or later on the target, and the manifest "
+                "has no [vc_redist]: the install fails on a machine without it; add [vc_redist] (`ort-bundler init "
+                "--from VC_redist.x64.exe` pins it) or make sure every target has that runtime",
+                manifest.bundle.stem, minimum)
+
+
+def warn_environment_epoch(manifest: Manifest, environ: Mapping[str, str]) -> None:
+    """SOURCE_DATE_EPOCH in the environment is not used: the zip's timestamps come from the manifest's
+    `source_date_epoch`, which bundle.json records, so `reproduce` (and anyone rebuilding from the manifest)
+    gets the same bytes whatever their environment holds. A build that would have differed says so, and how
+    to make the value count (issue 38, 8g)."""
+    value = environ.get("SOURCE_DATE_EPOCH")
+    if value is None or value.strip() == str(manifest.bundle.source_date_epoch):
+        return
+    log.warning("warning: SOURCE_DATE_EPOCH=%s in the environment is ignored: the bundle's timestamps come from "
+                "[bundle] source_date_epoch (%s in %s), so every rebuild of the manifest gives the same bytes; write "
+                "source_date_epoch = %s there to use it", value.strip()[:40], manifest.bundle.source_date_epoch,
+                manifest.path.name, value.strip()[:40])
 
 
 def warn_old_references(lock: Lock | None) -> None:

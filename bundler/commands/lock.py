@@ -24,6 +24,7 @@ from bundler.assembly.ortenv import gate_requirements, host_wheels
 from bundler.assembly.python_env import lock_requirements, ort_wheel
 from bundler.errors import BuildError, ManifestError, UsageError
 from bundler.manifest import Manifest
+from bundler.readers.onnx_limits import too_new_sentence
 from bundler.runner import Runner, run
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import FetchOptions, fetch_inputs
@@ -51,6 +52,7 @@ def lock_manifest(manifest: Manifest, *, cache: Cache, options: FetchOptions, ru
     require_local_files(inputs, manifest.path.parent)
     require_local_pins(manifest.inputs(), manifest.path.parent)
     files = fetch_inputs(inputs, cache=cache, target=target, options=options, runner=runner)
+    require_loadable_models(manifest, files)
     with cache.scratch(prefix="lock-") as tmp:
         lock = Lock(target=target, requirements=(), wheels=())
         if source is not None:
@@ -68,6 +70,28 @@ def lock_manifest(manifest: Manifest, *, cache: Cache, options: FetchOptions, ru
     for warning in flat_references(manifest, lock.models):
         log.warning("warning: %s", warning)
     return lock, path
+
+
+def require_loadable_models(manifest: Manifest, files: Mapping[str, Path]) -> None:
+    """Refuse, before the dependency resolution and the gate's environment (tens of seconds), a model stamped with
+    an IR version or opset newer than the pinned ORT loads, with how to re-save it: ORT's own refusal came at the
+    end, as C++ text (issue 38, item 5). Every such model named, by the path the manifest wrote."""
+    if not manifest.models:
+        return
+    import onnx
+
+    problems = []
+    for i, model in enumerate(manifest.models):
+        try:
+            proto = onnx.load(str(files[model.source.key]), load_external_data=False)
+        except Exception:  # protobuf's errors vary; the gate names an unreadable model itself
+            continue
+        opsets = {entry.domain or "ai.onnx": int(entry.version) for entry in proto.opset_import}
+        label = f"models[{i}] ({model.source.as_written})"
+        if sentence := too_new_sentence(label, int(proto.ir_version), opsets, manifest.ort.version):
+            problems.append(sentence)
+    if problems:
+        raise BuildError("\n".join(problems))
 
 
 def flat_references(manifest: Manifest, models: Sequence[PinnedModel]) -> list[str]:
