@@ -25,6 +25,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from bundler.assembly.render import LAUNCH_CONFIG
+from bundler.commands.diff_models import record_changes, reference_moves
 from bundler.errors import VerificationError
 from bundler.readers.bundlezip import BundleZip, is_signature, open_bundle, script_text
 from bundler.readers.pe import inspect_pe, is_pe
@@ -392,63 +393,11 @@ def _model_change(name: str, before: Mapping[str, Any] | None, after: Mapping[st
         assert entry is not None
         return Change(kind="model", change=verb, subject=name, old=before and before["sha256"],
                       new=after and after["sha256"], text=f"{verb} {name} (sha256 {entry['sha256'][:12]}…)")
-    parts = [f"{key} {_signature(before[key])} -> {_signature(after[key])}"
-             for key in ("sha256", "opsets", "inputs", "outputs", "shapes") if before.get(key) != after.get(key)]
+    parts = record_changes(before, after)
     moves = reference_moves(before.get("reference"), after.get("reference"))
     return Change(kind="model", change="changed", subject=name, old=before["sha256"], new=after["sha256"],
                   text=f"{name}: " + "; ".join(parts or ["its reference changed"]),
                   detail="\n".join(moves) if moves else None)
-
-
-def reference_moves(before: Any, after: Any) -> list[str]:
-    """How each reference output moved between two records, one line per output: what a reviewer needs to
-    judge a model change, beyond its sha256. Outputs computed on other inputs (other shapes, another input
-    definition) are not comparable value by value, and are said to be so."""
-    if not isinstance(before, dict) or not isinstance(after, dict):
-        return []
-    old, new = before.get("outputs") or {}, after.get("outputs") or {}
-    if not isinstance(old, dict) or not isinstance(new, dict):
-        return []
-    same_inputs = before.get("inputs") == after.get("inputs") and before.get("synth") == after.get("synth")
-    lines = []
-    for output in sorted(set(old) | set(new)):
-        a, b = old.get(output), new.get(output)
-        if a == b:
-            continue
-        if not isinstance(a, dict) or not isinstance(b, dict):
-            lines.append(f"reference output '{output}' {'added' if a is None else 'removed' if b is None else 'changed'}")
-        elif not same_inputs:
-            lines.append(f"reference output '{output}': computed on other synthesised inputs, not comparable value by "
-                         f"value (digest {str(a.get('digest'))[:12]}… -> {str(b.get('digest'))[:12]}…)")
-        else:
-            lines.append(f"reference output '{output}': {_moved(a, b, rtol=after.get('rtol'), atol=after.get('atol'))}")
-    return lines
-
-
-def _moved(a: Mapping[str, Any], b: Mapping[str, Any], *, rtol: Any, atol: Any) -> str:
-    """One phrase: how many recorded values moved beyond the tolerance, the largest move and where."""
-    if (a.get("shape"), a.get("dtype")) != (b.get("shape"), b.get("dtype")):
-        return f"{a.get('dtype')}{a.get('shape')} -> {b.get('dtype')}{b.get('shape')}"
-    pairs = [(x, y) for x, y in zip(a.get("values") or [], b.get("values") or [])
-             if isinstance(x, int | float) and isinstance(y, int | float)]
-    if not pairs:
-        return f"digest {str(a.get('digest'))[:12]}… -> {str(b.get('digest'))[:12]}…"
-    rel = rtol if isinstance(rtol, int | float) else 0.0
-    abs_ = atol if isinstance(atol, int | float) else 0.0
-    beyond = sum(1 for x, y in pairs if abs(x - y) > abs_ + rel * abs(x))
-    index = max(range(len(pairs)), key=lambda i: abs(pairs[i][0] - pairs[i][1]))
-    x, y = pairs[index]
-    means = [sum(side) / len(side) for side in zip(*pairs)]
-    return (f"{beyond} of {len(pairs)} recorded values moved beyond rtol {rel}, atol {abs_}; the largest by "
-            f"{abs(x - y):.6g} (element {index}: {x:.6g} -> {y:.6g}); mean {means[0]:.6g} -> {means[1]:.6g}")
-
-
-def _signature(value: Any) -> str:
-    if isinstance(value, str):
-        return value[:12] + "…"
-    if isinstance(value, list):
-        return ", ".join(f"{io['name']} {io['type']}{io['shape']}" for io in value) or "none"
-    return json.dumps(value, sort_keys=True)
 
 
 def _launch(bundle: BundleZip) -> dict[str, Any]:
