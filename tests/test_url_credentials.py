@@ -103,3 +103,14 @@ def test_redaction_covers_every_url_in_a_text() -> None:
     assert redact_url(text) == "failed: https://***@a.example/x, then http://***@b.example:81/y?q=1#f"
     assert redact_url("https://a.example/path@version/file.onnx") == "https://a.example/path@version/file.onnx"
     assert TOKEN not in mismatch_message("models[0]", f"https://u:{TOKEN}@a.example/m.onnx", SHA, "b" * 64)
+
+
+@pytest.mark.parametrize("url", [f"https://deploy:{TOKEN}@models.example/" + "a" * 2100 + ".onnx",
+                                 f"https://deploy:{TOKEN}@models.example/m1\\u0007.onnx"])
+def test_other_refusals_of_such_a_url_show_no_credential(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         url: str) -> None:
+    path = tmp_path / "app.toml"
+    path.write_text(manifest_text(model=f'url = "{url}"'), encoding="utf-8")
+    code, err = run(capsys, "fetch", "-q", "--cache", str(tmp_path / "cache"), str(path))
+    assert code == 3 and "models[0].url: found '" in err
+    assert TOKEN not in err

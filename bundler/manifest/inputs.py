@@ -79,10 +79,10 @@ def _location(kind: InputKind, value: Any, where: str, base: Path, problems: Pro
         problems.found(where, value, "a non-empty string")
         return None, None
     if len(value) > MAX_LOCATION_LENGTH:
-        problems.found(where, value, f"at most {MAX_LOCATION_LENGTH} characters (found {len(value)})")
+        problems.found(where, redact_url(value), f"at most {MAX_LOCATION_LENGTH} characters (found {len(value)})")
         return None, None
     if control := next((c for c in value if ord(c) < 0x20 or ord(c) == 0x7F), None):
-        problems.found(where, value, f"a location without control characters (found U+{ord(control):04X})")
+        problems.found(where, redact_url(value), f"a location without control characters (found U+{ord(control):04X})")
         return None, None
     checks: dict[str, Callable[[str, str, Path, Problems], tuple[str | None, str | None]]] = {
         "url": _url_location, "path": _path_location, "requirement": _requirement_location,
