@@ -41,7 +41,7 @@ from bundler.errors import (
 )
 from bundler.hashing import file_sha256, mismatch_message
 from bundler.readers.externaldata import external_refs, reference_problems, without_external_initializers
-from bundler.readers.onnx_limits import takes
+from bundler.readers.onnx_limits import takes, too_new
 from bundler.runner import Runner
 from bundler.target.synth import SYNTH_VERSION
 
@@ -312,7 +312,10 @@ def probe_problem(model: ModelInput, probe: Json, opsets: Mapping[str, int], ort
         return f"{model.label}: {probe['reason']}; the gate does not run a model that asks for that much memory"
     if probe["stage"] == "load":
         imports = ", ".join(f"{domain} {version}" for domain, version in sorted(opsets.items()))
-        what = f"does not load (opset imports: {imports}; {takes(ort_version)})"
+        what = f"does not load (opset imports: {imports})"
+        if too_new(0, opsets, ort_version) or "IR version" in probe["reason"]:  # stamped newer than it loads
+            return (f"{model.label}: {what}, ORT {ort_version} says: {probe['reason']}; {takes(ort_version)}: re-save "
+                    "the model for it or pin a newer ONNX Runtime")
     else:
         what = f"fails to run on synthesised inputs (shapes {dict(model.shapes) or 'all dynamic dims 1'})"
     return f"{model.label}: {what}, ORT {ort_version} says: {probe['reason']}"
