@@ -7,9 +7,11 @@ sentence (every problem of a manifest, one per line); the traceback only with `-
 from __future__ import annotations
 
 import argparse
+import difflib
 import gc
 import json
 import logging
+import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -26,6 +28,7 @@ from bundler.sources.fetch import FetchOptions
 if TYPE_CHECKING:
     from bundler.packaging.msi_verify import MsiReport
     from bundler.signing.verify import Report
+    from bundler.sources.lock import Lock
 
 EXIT_CODES = """exit codes:
   0  success
@@ -54,18 +57,34 @@ EXAMPLES = {
                  "  ort-bundler reproduce release.zip --mirror /media/usb/inputs -o rebuilt/ --json\n"
                  "exit 0 when the rebuild is byte-identical, 8 when members differ (each named, with its reason)",
     "diff": "examples:\n  ort-bundler diff app-1.0.0-win_amd64.zip app-1.1.0-win_amd64.zip\n"
-            "  ort-bundler diff old.zip new.zip --scripts\n  ort-bundler diff old.zip new.zip --json",
+            "  ort-bundler diff old.zip new.zip --scripts\n  ort-bundler diff old.zip new.zip --json\n"
+            "exit 0 when the bundles are the same, 1 when they differ (as diff(1) and `git diff --exit-code`), "
+            "above 1 on an error (an internal error: 70)",
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with a "did you mean" for a mistyped command (`ort-bundler biuld`), as git and pip do."""
+
+    commands: tuple[str, ...] = ()
+
+    def error(self, message: str) -> NoReturn:
+        match = re.search(r"invalid choice: '([^']*)'", message)
+        if match and self.commands:
+            close = difflib.get_close_matches(match.group(1), self.commands, n=1, cutoff=0.6)
+            if close:
+                message += f"; did you mean '{close[0]}'?"
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ort-bundler", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Turn one pinned manifest into a verified, reproducible, offline ONNX Runtime bundle.",
         epilog=EXIT_CODES)
     parser.add_argument("--version", action="version", version=f"ort-bundler {__version__}")
     _common_options(parser, defaults=True)
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     _common_options(common, defaults=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -78,10 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="local files to pin: an ORT wheel, ORT release archive, VC_redist.x64.exe, .onnx models")
     p.add_argument("-o", "--output", type=Path, default=Path("ort-bundle.toml"), help="manifest to write")
     p.add_argument("--force", action="store_true", help="overwrite an existing manifest")
+    p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(action=_init)
 
     p = command("lock", "resolve the Python dependency closure for the target platform into a lock file")
     p.add_argument("manifest", type=Path)
+    p.add_argument("--json", action="store_true", help="print what was locked as JSON")
     p.set_defaults(action=_lock)
 
     p = command("fetch", "download every pinned input into the cache, verifying hashes as they stream")
@@ -152,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         module.configure(p, common)
         p.set_defaults(action=lambda args, run=module.run: run(args, cache=_cache(args)))
+    parser.commands = tuple(sub.choices)
     return parser
 
 
@@ -170,6 +192,11 @@ def _common_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
     parser.add_argument("--cache", type=Path, default=cache_default,
                         help=f"the content-addressed cache (default: ${CACHE_ENV} or {default_cache_dir()})")
 
+
+# `diff`'s own answer is 1 ("they differ", as diff(1)); its internal error takes EX_SOFTWARE (sysexits.h) so a
+# script never reads a crash as a difference. Every documented error code is above 1 already.
+DIFF_DIFFERS = 1
+DIFF_INTERNAL_ERROR = 70
 
 GC_THRESHOLD = 50_000  # allocations between collections of the youngest generation (CPython's default: 700)
 
@@ -219,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"ort-bundler {args.command}: internal error: {type(exc).__name__}: {exc} (run with --verbose for the "
               "traceback)", file=sys.stderr)
-        return 1
+        return DIFF_INTERNAL_ERROR if args.command == "diff" else 1
 
 
 # -- actions -------------------------------------------------------------------------------------------
@@ -243,7 +270,13 @@ def _manifest(args: argparse.Namespace) -> Manifest:
 def _init(args: argparse.Namespace) -> int:
     from bundler.commands.init import write_starter
 
-    path = write_starter(args.output, args.from_files, force=args.force)
+    starter = write_starter(args.output, args.from_files, force=args.force)
+    for warning in starter.warnings:
+        logging.getLogger("bundler").warning("warning: %s", warning)
+    if args.json:
+        print(json.dumps(starter.to_json(), indent=2))
+        return 0
+    path = starter.path
     _say(args, f"wrote {path}; edit it, then run `ort-bundler lock {path}` and `ort-bundler fetch {path}`")
     return 0
 
@@ -252,7 +285,10 @@ def _lock(args: argparse.Namespace) -> int:
     from bundler.commands.lock import lock_manifest
 
     manifest = _manifest(args)
-    lock, path = lock_manifest(manifest, cache=_cache(args), options=FetchOptions(quiet=args.quiet))
+    lock, path = lock_manifest(manifest, cache=_cache(args), options=FetchOptions(quiet=args.quiet or args.json))
+    if args.json:
+        print(json.dumps(lock_json(lock, path), indent=2))
+        return 0
     _say(args, f"locked {len(lock.wheels)} wheels for {lock.target.platform} / Python {lock.target.python} in {path}")
     if lock.gate is not None:
         _say(args, f"and, for the model gate on this kind of machine, ORT and NumPy for {lock.gate.target.platform} / "
@@ -260,6 +296,17 @@ def _lock(args: argparse.Namespace) -> int:
     if manifest.python.lock is None:
         _say(args, f"add this to {manifest.path.name} so build uses it:\n[python]\nlock = \"{path.name}\"")
     return 0
+
+
+def lock_json(lock: Lock, path: Path) -> dict[str, object]:
+    """`lock --json`: the lock file and what it pins, for scripts (issue 38, item 8d)."""
+    return {"lock": str(path), "target": {"platform": lock.target.platform, "python": lock.target.python},
+            "wheels": [{"name": w.name, "version": w.version, "filename": w.filename, "sha256": w.sha256}
+                       for w in lock.wheels],
+            "installer": lock.installer.filename if lock.installer else None,
+            "models": [{"name": m.name, "sha256": m.sha256, "ort_version": m.ort_version} for m in lock.models],
+            "gate": ({"platform": lock.gate.target.platform, "python": lock.gate.target.python}
+                     if lock.gate is not None else None)}
 
 
 def _fetch(args: argparse.Namespace) -> int:
@@ -285,12 +332,15 @@ def _fetch(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from bundler.commands.build import build
+    import os
+
+    from bundler.commands.build import build, warn_environment_epoch
 
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs: found {args.jobs}, expected a positive number")
     manifest = _manifest(args)
     warn_absent_local_files(manifest)
+    warn_environment_epoch(manifest, os.environ)
     result = build(manifest, cache=_cache(args), out_dir=args.output, jobs=args.jobs,
                    quiet=args.quiet or args.json, reuse=not args.no_reuse)
     if args.json:
@@ -355,11 +405,12 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
+    """0 when the bundles are the same, 1 when they differ: scripts and CI gate on it as on diff(1)."""
     from bundler.commands.diff import diff_bundles
 
     report = diff_bundles(args.old, args.new, scripts=args.scripts)
     print(json.dumps(report.to_json(), indent=2) if args.json else report.summary())
-    return 0
+    return 0 if report.identical else DIFF_DIFFERS
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -125,3 +125,17 @@ def record_digest(value: str, *, algorithm: str, where: str) -> bytes:
                f"digest")
         raise BuildError(msg)
     return digest
+
+
+# `scheme://user:secret@` at the start of a URL, wherever it appears in a text (a message, an exception's text).
+_USERINFO_RE = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s@]*@")
+
+
+def redact_url(text: str) -> str:
+    """`text` with the user and password of every URL in it replaced by `***`.
+
+    The one helper every message that shows a URL goes through (issue 34, severe 6): a credential written into a
+    URL must not reach a terminal, a CI log or a file, even when the manifest check that refuses it is bypassed
+    (a URL a server redirects to, an exception's text that quotes the URL it failed on).
+    """
+    return _USERINFO_RE.sub(r"\1***@", text)

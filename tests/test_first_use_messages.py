@@ -91,7 +91,8 @@ def test_build_names_the_mismatch_fetch_saw_not_a_missing_file(bundler_cache: Pa
     assert fetched.returncode == 5 and "models[0]" in fetched.stderr
     built = run_cli("build", "--cache", str(bundler_cache), "-o", str(tmp_path / "out"), str(manifest), check=False)
     assert built.returncode == 5, built.stderr
-    assert f"expected sha256 {wrong}, got {TINY_MLP_SHA256}" in built.stderr
+    # The file itself is compared with its pin (issue 38, item 1): the mismatch is named, not a missing input.
+    assert f"models/tiny-mlp.onnx has sha256 {TINY_MLP_SHA256}, but the manifest pins {wrong}" in built.stderr
     assert "run `ort-bundler fetch` first" not in built.stderr and "Traceback" not in built.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
     # Corrected, fetch succeeds and the note no longer applies: the build goes through.
@@ -166,7 +167,7 @@ def test_a_path_outside_the_manifests_folder_needs_allow_outside_and_is_never_re
     text = manifest.read_text(encoding="utf-8").replace(f'path = "{secret}"', f'path = "{secret}"\nallow_outside = true')
     manifest.write_text(text.replace(TINY_MLP_SHA256, "1" * 64), encoding="utf-8")  # a pin no cache holds
     allowed = run_cli("fetch", "--cache", str(bundler_cache), str(manifest), check=False)
-    assert allowed.returncode == 5 and f"models[0]: hash mismatch for {secret}" in allowed.stderr
+    assert allowed.returncode == 5 and f"models[0]: {secret} has sha256 " in allowed.stderr
 
 
 def test_init_allows_a_from_file_outside_the_manifests_folder_by_name(tmp_path: Path) -> None:

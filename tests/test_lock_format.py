@@ -123,5 +123,8 @@ def test_reproduce_and_diff_read_a_bundle_built_before_the_format_change(bundler
 
     run_cli("build", "-q", "--cache", str(bundler_cache), "-o", str(tmp_path / "new"),
             str(REPO / "manifests" / "quickstart-linux.toml"))
-    diff = json.loads(run_cli("diff", "--json", str(old), str(tmp_path / "new" / f"{STEM}.zip")).stdout)
-    assert not [c for c in diff["changes"] if c["kind"] == "model"]  # the same model and references, either format
+    diff = json.loads(run_cli("diff", "--json", str(old), str(tmp_path / "new" / f"{STEM}.zip"), check=False).stdout)
+    # The same model, either format; its reference moved only because the synthesised inputs changed since that
+    # code (synth 2, issue 38 item 9), which diff says instead of comparing values computed on other inputs.
+    models = [c for c in diff["changes"] if c["kind"] == "model"]
+    assert all(c["old"] == c["new"] and "computed on other synthesised inputs" in c["detail"] for c in models), models

@@ -26,6 +26,7 @@ from bundler.assembly.selfcheck_script import identity_model_bytes, selfcheck_sc
 from bundler.target import cuda_check, libraries, selfcheck
 from bundler.target.synth import (
     compare_output,
+    element_hash,
     output_digest,
     summarize_output,
     synthesize_inputs,
@@ -49,11 +50,12 @@ def test_synthesised_inputs_follow_the_documented_ramp_per_type():
 
     feeds = synthesize_inputs(inputs, {"d": [3, 2, 2]})
 
-    ramp = (np.arange(300) % 251) - 125
-    assert feeds["f"].dtype == np.float32 and np.array_equal(feeds["f"].ravel(), ramp / 16.0)
-    assert np.array_equal(feeds["i8"], np.clip(ramp, -128, 127))
-    assert np.array_equal(feeds["u8"], np.clip(ramp, 0, 255)) and feeds["u8"][126] == 1
-    assert feeds["b"].tolist() == [False, True, False, True]
+    hashed = element_hash(np.arange(300, dtype=np.uint64))
+    spread = (hashed % np.uint64(251)).astype(np.int64)
+    assert feeds["f"].dtype == np.float32 and np.array_equal(feeds["f"].ravel(), (spread - 125) / 16.0)
+    assert np.array_equal(feeds["i8"], np.clip(spread - 125, -128, 127))
+    assert np.array_equal(feeds["u8"], spread)
+    assert feeds["b"].tolist() == [bool(h & np.uint64(1)) for h in hashed[:4]]
     assert feeds["d"].shape == (3, 2, 2) and feeds["d"].dtype == np.float64
 
 

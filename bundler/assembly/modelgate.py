@@ -23,7 +23,7 @@ import secrets
 import shutil
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,9 @@ from bundler.errors import (
 )
 from bundler.hashing import file_sha256, mismatch_message
 from bundler.readers.externaldata import external_refs, reference_problems, without_external_initializers
+from bundler.readers.onnx_limits import takes, too_new
 from bundler.runner import Runner
+from bundler.target.synth import SYNTH_VERSION
 
 # The model gate's private folders under the isolated environments' folder (cache/ort-envs/).
 GATE_PREFIX = "gate-"
@@ -69,6 +71,7 @@ class ModelInput:
     sha256: str
     shapes: Mapping[str, Sequence[int]] = field(default_factory=dict)
     data: tuple[DataFile, ...] = ()
+    synth: int = SYNTH_VERSION  # the synthesised inputs' definition: a pinned reference is checked on its own
 
     @property
     def data_hashes(self) -> dict[str, str]:
@@ -164,6 +167,7 @@ def gate_pinned(
     (with NumPy and ml_dtypes, over a second). A model that passed once for the same model and data hashes,
     ORT version, pinned record and gate code is not run again either (`results_dir`).
     """
+    models = [replace(model, synth=pinned[model.name].reference.get("synth", 1)) for model in models]
     keys = {model.name: gate_key(model, pinned[model.name], ort_version) for model in models}
     todo = [model for model in models if not (results_dir / keys[model.name]).is_file()]
     for model in todo:
@@ -300,6 +304,9 @@ def probe_problem(model: ModelInput, probe: Json, opsets: Mapping[str, int], ort
     if probe["stage"] == "load":
         imports = ", ".join(f"{domain} {version}" for domain, version in sorted(opsets.items()))
         what = f"does not load (opset imports: {imports})"
+        if too_new(0, opsets, ort_version) or "IR version" in probe["reason"]:  # stamped newer than it loads
+            return (f"{model.label}: {what}, ORT {ort_version} says: {probe['reason']}; {takes(ort_version)}: re-save "
+                    "the model for it or pin a newer ONNX Runtime")
     else:
         what = f"fails to run on synthesised inputs (shapes {dict(model.shapes) or 'all dynamic dims 1'})"
     return f"{model.label}: {what}, ORT {ort_version} says: {probe['reason']}"
@@ -387,8 +394,8 @@ def run_reference_worker(
         script = Path(private) / "selfcheck-reference.py"
         script.write_bytes(selfcheck_script_bytes())
         request = Path(private) / "model-gate-request.json"
-        request.write_text(json.dumps([{"name": model.name, "path": str(paths[model.name]), "shapes": dict(model.shapes)}
-                                       for model in models]), encoding="utf-8")
+        request.write_text(json.dumps([{"name": model.name, "path": str(paths[model.name]), "shapes": dict(model.shapes),
+                                        "synth": model.synth} for model in models]), encoding="utf-8")
         limit, seconds = GATE_MEMORY_BYTES + sum(model_bytes(model) for model in models), gate_seconds()
         try:
             stdout = runner([str(python), "-I", *limited(limit, seconds), str(script), "--reference", str(request)])

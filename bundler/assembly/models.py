@@ -21,6 +21,7 @@ from bundler.manifest import Manifest
 from bundler.sources.cache import Cache, cached_sha256
 from bundler.sources.gate import GATE_KEY_PREFIX, gate_problem
 from bundler.sources.lock import GATE_WHEELS, Lock, PinnedModel
+from bundler.target.synth import SYNTH_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,8 @@ def _still_pinned(pinned: PinnedModel, manifest: Manifest, inputs: Sequence[Mode
     except (ManifestError, ValueError):
         return False
     shapes = {name: [int(dim) for dim in shape] for name, shape in sorted(model.shapes.items())}
-    return record.shapes == shapes and record.data == model.data_hashes
+    same_inputs = record.reference.get("synth", 1) == SYNTH_VERSION  # pinned on inputs synthesised as today
+    return record.shapes == shapes and record.data == model.data_hashes and same_inputs
 
 
 def gate(build: BuildInputs) -> list[ModelRecord]:

@@ -24,8 +24,9 @@ from bundler.manifest import Manifest
 from bundler.sources.cache import Cache, disk_errors
 from bundler.sources.fetch import cached_inputs
 from bundler.sources.gate import gate_inputs
-from bundler.sources.inputs import load_lock, lock_inputs
+from bundler.sources.inputs import load_lock, lock_inputs, require_local_pins
 from bundler.sources.lock import Lock
+from bundler.target.synth import SYNTH_VERSION
 from bundler.writer.members import Member, MemberCache
 from bundler.writer.reuse import bundle_key
 from bundler.writer.reuse import keep as keep_bundle
@@ -45,8 +46,13 @@ class BuildResult:
 
 def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None = None, quiet: bool = True,
           reuse: bool = True) -> BuildResult:
-    """Assemble the bundle, or, with `reuse`, publish the one assembled before from exactly the same inputs."""
+    """Assemble the bundle, or, with `reuse`, publish the one assembled before from exactly the same inputs.
+
+    A local file the manifest pins that is there with other bytes stops the build (exit 5): the cache would
+    otherwise ship the pinned bytes under a manifest whose file says otherwise."""
+    require_local_pins(manifest.inputs(), manifest.path.parent)
     lock = load_lock(manifest)
+    warn_old_references(lock)
     files = cached_inputs(manifest.inputs() + lock_inputs(lock) + gate_inputs(lock), cache)
     verify_transformed(manifest, files, jobs=jobs)
     stem = manifest.bundle.stem
@@ -55,12 +61,55 @@ def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None =
     key = bundle_key(manifest, lock, files)
     if reuse and (sha256 := reuse_bundle(cache, key, zip_path, sidecar)) is not None:
         with zipfile.ZipFile(zip_path) as archive:
-            say_licence_notes(json.loads(archive.read(f"{stem}/bundle.json"))["licenses"])
+            record = json.loads(archive.read(f"{stem}/bundle.json"))
+        say_licence_notes(record["licenses"])
+        warn_vc_runtime(manifest, record)
         return BuildResult(zip_path=zip_path, sha256=sha256, size=zip_path.stat().st_size, reused=True)
     result = _assemble(manifest, lock=lock, files=files, cache=cache, zip_path=zip_path, sidecar=sidecar, jobs=jobs,
                        quiet=quiet)
     keep_bundle(cache, key, result.zip_path, result.sha256)
+    with zipfile.ZipFile(result.zip_path) as archive:
+        warn_vc_runtime(manifest, json.loads(archive.read(f"{stem}/bundle.json")))
     return result
+
+
+def warn_vc_runtime(manifest: Manifest, record: Mapping[str, Any]) -> None:
+    """A Windows bundle whose binaries need the VC++ runtime but that ships no [vc_redist] installs only where the
+    runtime already is; elsewhere the install stops at its prerequisite check (the MSI at a launch condition).
+    Said at build time, with the minimum the build found, so it is a decision, not a surprise (issue 38, 8h)."""
+    minimum = record.get("vc_runtime_min")
+    if manifest.vc_redist is not None or not minimum:
+        return
+    log.warning("warning: %s needs the Visual C++ 2015-2022 runtime (x64) %s or later on the target, and the manifest "
+                "has no [vc_redist]: the install fails on a machine without it; add [vc_redist] (`ort-bundler init "
+                "--from VC_redist.x64.exe` pins it) or make sure every target has that runtime",
+                manifest.bundle.stem, minimum)
+
+
+def warn_environment_epoch(manifest: Manifest, environ: Mapping[str, str]) -> None:
+    """SOURCE_DATE_EPOCH in the environment is not used: the zip's timestamps come from the manifest's
+    `source_date_epoch`, which bundle.json records, so `reproduce` (and anyone rebuilding from the manifest)
+    gets the same bytes whatever their environment holds. A build that would have differed says so, and how
+    to make the value count (issue 38, 8g)."""
+    value = environ.get("SOURCE_DATE_EPOCH")
+    if value is None or value.strip() == str(manifest.bundle.source_date_epoch):
+        return
+    log.warning("warning: SOURCE_DATE_EPOCH=%s in the environment is ignored: the bundle's timestamps come from "
+                "[bundle] source_date_epoch (%s in %s), so every rebuild of the manifest gives the same bytes; write "
+                "source_date_epoch = %s there to use it", value.strip()[:40], manifest.bundle.source_date_epoch,
+                manifest.path.name, value.strip()[:40])
+
+
+def warn_old_references(lock: Lock | None) -> None:
+    """A lock pinned before synth 2 still builds (its references are checked on the inputs they were computed
+    on), but those inputs were all negative for a model's first 125 values: a small ReLU model's reference may
+    prove nothing. Say so, and how to get a reference that does (issue 38, item 9)."""
+    for model in lock.models if lock else ():
+        reference = json.loads(model.record).get("reference", {})
+        if reference.get("synth", 1) != SYNTH_VERSION:
+            log.warning("warning: the lock pins the reference of model '%s' on the old synthesised inputs (negative "
+                        "for the first 125 values, which can hide a model change); run `ort-bundler lock` again to "
+                        "pin one on inputs of both signs", model.name)
 
 
 def _assemble(manifest: Manifest, *, lock: Lock | None, files: Mapping[str, Path], cache: Cache, zip_path: Path,

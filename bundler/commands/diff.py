@@ -25,6 +25,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from bundler.assembly.render import LAUNCH_CONFIG
+from bundler.commands.diff_models import record_changes, reference_moves
+from bundler.errors import VerificationError
 from bundler.readers.bundlezip import BundleZip, is_signature, open_bundle, script_text
 from bundler.readers.pe import inspect_pe, is_pe
 
@@ -80,7 +82,12 @@ class DiffReport:
 def diff_bundles(old_path: Path, new_path: Path, *, scripts: bool = False) -> DiffReport:
     old, new = open_bundle(old_path), open_bundle(new_path)
     with tempfile.TemporaryDirectory(prefix="ort-bundler-diff-") as scratch:
-        changes = _Differ(old, new, scratch=Path(scratch), scripts=scripts).changes()
+        try:
+            changes = _Differ(old, new, scratch=Path(scratch), scripts=scripts).changes()
+        except (TypeError, AttributeError, KeyError) as exc:  # a record of another shape: an altered bundle.json
+            msg = (f"{old_path.name} or {new_path.name}: bundle.json records a value of another shape than "
+                   f"`ort-bundler build` writes ({type(exc).__name__}: {exc}); run `ort-bundler verify` on each")
+            raise VerificationError(msg) from None
     return DiffReport(old=old_path.name, new=new_path.name, changes=tuple(changes))
 
 
@@ -386,18 +393,11 @@ def _model_change(name: str, before: Mapping[str, Any] | None, after: Mapping[st
         assert entry is not None
         return Change(kind="model", change=verb, subject=name, old=before and before["sha256"],
                       new=after and after["sha256"], text=f"{verb} {name} (sha256 {entry['sha256'][:12]}…)")
-    parts = [f"{key} {_signature(before[key])} -> {_signature(after[key])}"
-             for key in ("sha256", "opsets", "inputs", "outputs", "shapes") if before.get(key) != after.get(key)]
+    parts = record_changes(before, after)
+    moves = reference_moves(before.get("reference"), after.get("reference"))
     return Change(kind="model", change="changed", subject=name, old=before["sha256"], new=after["sha256"],
-                  text=f"{name}: " + "; ".join(parts or ["its reference changed"]))
-
-
-def _signature(value: Any) -> str:
-    if isinstance(value, str):
-        return value[:12] + "…"
-    if isinstance(value, list):
-        return ", ".join(f"{io['name']} {io['type']}{io['shape']}" for io in value) or "none"
-    return json.dumps(value, sort_keys=True)
+                  text=f"{name}: " + "; ".join(parts or ["its reference changed"]),
+                  detail="\n".join(moves) if moves else None)
 
 
 def _launch(bundle: BundleZip) -> dict[str, Any]:
@@ -422,7 +422,7 @@ def _sbom_components(bundle: BundleZip) -> dict[str, dict[str, Any]]:
         return {}
     try:
         components = json.loads(bundle.read("sbom.cdx.json")).get("components", [])
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return {}
     return {str(c.get("name")): {"version": c.get("version"), "purl": c.get("purl")}
             for c in components if isinstance(c, dict) and "components" not in c}

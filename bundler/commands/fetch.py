@@ -11,7 +11,7 @@ from bundler.runner import Runner, run
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import FetchOptions, fetch_inputs
 from bundler.sources.gate import pip_targets
-from bundler.sources.inputs import all_inputs, load_lock, require_local_files, target_of
+from bundler.sources.inputs import all_inputs, load_lock, require_local_files, require_local_pins, target_of
 
 if TYPE_CHECKING:
     from bundler.sources.oci_inputs import RegistryMirror
@@ -20,10 +20,12 @@ if TYPE_CHECKING:
 def fetch_manifest(manifest: Manifest, *, cache: Cache, options: FetchOptions, runner: Runner = run) -> dict[str, Path]:
     """Every input into the cache; a local file the manifest names must exist even when its hash is cached,
     unless a mirror (a folder or a registry) is where the inputs come from: the manifest's own files may then
-    be absent on this machine by design (the air-gapped side)."""
+    be absent on this machine by design (the air-gapped side). One that is there and differs from its pin is
+    exit 5 either way, before anything is fetched."""
     inputs = all_inputs(manifest)
     if options.mirror is None and options.registry is None:
         require_local_files(inputs, manifest.path.parent)
+    require_local_pins(inputs, manifest.path.parent)
     return fetch_inputs(inputs, cache=cache, target=target_of(manifest), options=options, runner=runner,
                         targets=pip_targets(load_lock(manifest)))
 

@@ -25,6 +25,7 @@ from bundler.hashing import file_sha256
 from bundler.manifest import parse
 from bundler.names import location_problem, reserved_on_windows
 from bundler.readers.externaldata import external_refs, reference_problems
+from bundler.readers.onnx_limits import too_new_sentence
 from bundler.target_platform import WINDOWS, named_by
 
 ORT_WHEEL = re.compile(r"^onnxruntime(_gpu)?-(\d+\.\d+\.\d+)-.*\.whl$", re.IGNORECASE)
@@ -63,6 +64,28 @@ class _Pins:
     python: str = "3.11"
     python_runtime: dict[str, Any] | None = None
     implied: dict[str, str] = field(default_factory=dict)  # file name -> the platform it implies
+    stamps: dict[str, tuple[int, dict[str, int]]] = field(default_factory=dict)  # model as given -> IR, opsets
+
+    def warnings(self) -> list[str]:
+        """A model stamped newer than the ORT the manifest pins, said now rather than by `lock` (issue 38, 5)."""
+        return [sentence for given, (ir, opsets) in self.stamps.items()
+                if (sentence := too_new_sentence(f"--from {given}", ir, opsets, self.ort_version))]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Starter:
+    """What `init` wrote, for its message and `--json`."""
+
+    path: Path
+    platform: str
+    ort_version: str
+    python: str
+    models: tuple[str, ...]
+    warnings: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"manifest": str(self.path), "platform": self.platform, "ort_version": self.ort_version,
+                "python": self.python, "models": list(self.models), "warnings": list(self.warnings)}
 
 
 def _pin(path: Path, base: Path) -> dict[str, Any]:
@@ -96,7 +119,8 @@ def _classify(files: Sequence[Path], base: Path) -> _Pins:
             pins.python_runtime = _pin(path, base)
         elif name.lower().endswith(".onnx"):
             model_name = _model_name(path.stem, [m["pin"]["name"] for m in pins.models])
-            pins.models.append({"pin": {"name": model_name, **_pin(path, base)}, "data": _data_pins(path, base)})
+            data, pins.stamps[str(path)] = _data_pins(path, base)
+            pins.models.append({"pin": {"name": model_name, **_pin(path, base)}, "data": data})
         else:
             msg = (f"--from {path}: cannot tell what this file is; expected an onnxruntime wheel, an "
                    "onnxruntime-<os>-x64-<version>.zip/.tgz, a VC_redist.x64.exe, an .onnx model, a "
@@ -108,17 +132,20 @@ def _classify(files: Sequence[Path], base: Path) -> _Pins:
     return pins
 
 
-def _data_pins(model: Path, base: Path) -> list[dict[str, Any]]:
+def _data_pins(model: Path, base: Path) -> tuple[list[dict[str, Any]], tuple[int, dict[str, int]]]:
     """The model's external data files, found where its tensors say (below its folder) and pinned; a location
-    that leaves the folder, a link or a missing file is refused now rather than by the build."""
+    that leaves the folder, a link or a missing file is refused now rather than by the build. With them, the
+    IR version and opsets the model is stamped with."""
     import onnx
     from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
     try:
-        refs = external_refs(onnx.load(str(model), load_external_data=False))
+        proto = onnx.load(str(model), load_external_data=False)
     except (DecodeError, OSError, ValueError) as exc:
         msg = f"--from {model}: not a readable ONNX model ({exc})"
         raise UsageError(msg) from None
+    refs = external_refs(proto)
+    stamp = (int(proto.ir_version), {entry.domain or "ai.onnx": int(entry.version) for entry in proto.opset_import})
     pins, sizes = [], {}
     for location in sorted({ref.location for ref in refs}):
         file = model.parent / location
@@ -131,7 +158,7 @@ def _data_pins(model: Path, base: Path) -> list[dict[str, Any]]:
             sizes[location] = file.stat().st_size
     if problems := reference_problems(f"--from {model}", refs, sizes, missing="no such file is beside the model"):
         raise UsageError(problems[0])
-    return pins
+    return pins, stamp
 
 
 def _require_one_platform(implied: dict[str, str]) -> None:
@@ -169,7 +196,10 @@ def _check_starter(text: str, output: Path) -> None:
 
 
 def render_starter(output: Path, files: Sequence[Path]) -> str:
-    pins = _classify(files, output.parent)
+    return _render(output, _classify(files, output.parent))
+
+
+def _render(output: Path, pins: _Pins) -> str:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
     env.filters.update(toml=toml_value, toml_inline=toml_inline, toml_table=toml_table)
     source = resources.files("bundler.templates").joinpath("manifest.toml.j2").read_text(encoding="utf-8")
@@ -180,11 +210,13 @@ def render_starter(output: Path, files: Sequence[Path]) -> str:
         python=pins.python, python_runtime=pins.python_runtime)
 
 
-def write_starter(output: Path, files: Sequence[Path], *, force: bool = False) -> Path:
+def write_starter(output: Path, files: Sequence[Path], *, force: bool = False) -> Starter:
     if output.exists() and not force:
         msg = f"{output}: already exists; pass --force to overwrite it"
         raise UsageError(msg)
-    text = render_starter(output, files)
+    pins = _classify(files, output.parent)
+    text = _render(output, pins)
     _check_starter(text, output)
     write_atomic(output, text.encode("utf-8"))
-    return output
+    return Starter(path=output, platform=pins.platform, ort_version=pins.ort_version, python=pins.python,
+                   models=tuple(m["pin"]["name"] for m in pins.models), warnings=tuple(pins.warnings()))

@@ -16,6 +16,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from bundler.errors import InputUnavailableError, UnsupportedError
 from bundler.hashing import file_sha256
 from bundler.readers.archives import SafeArchive, is_archive
+from bundler.readers.onnx_limits import minimum_release, takes, too_new_sentence
 from bundler.readers.pe import inspect_pe, is_pe
 from bundler.readers.signatures import signature_evidence
 from bundler.readers.wheels import wheel_metadata
@@ -100,10 +101,20 @@ def _model(path: Path) -> dict[str, Any]:
                          "shape": shape})
         return rows
 
-    return {"kind": "model", "ir_version": model.ir_version, "producer": model.producer_name,
-            "opsets": {o.domain or "ai.onnx": o.version for o in model.opset_import},
+    opsets = {o.domain or "ai.onnx": o.version for o in model.opset_import}
+    return {"kind": "model", "ir_version": model.ir_version, "producer": model.producer_name, "opsets": opsets,
             "inputs": io(v for v in model.graph.input if v.name not in initializers),
-            "outputs": io(model.graph.output), "nodes": len(model.graph.node)}
+            "outputs": io(model.graph.output), "nodes": len(model.graph.node),
+            "onnxruntime": _ort_fit(path, model.ir_version, opsets)}
+
+
+def _ort_fit(path: Path, ir_version: int, opsets: dict[str, int]) -> dict[str, Any]:
+    """Which ONNX Runtime loads the model: the oldest recorded release, and whether the version `init` pins by
+    default does (a model saved with onnx's defaults is newer than it: issue 38, item 5)."""
+    from bundler.commands.init import DEFAULT_ORT
+
+    return {"oldest": minimum_release(ir_version, opsets), "default": DEFAULT_ORT, "takes": takes(DEFAULT_ORT),
+            "too_new": too_new_sentence(path.name, ir_version, opsets, DEFAULT_ORT)}
 
 
 def describe(findings: dict[str, Any]) -> str:
@@ -125,10 +136,15 @@ def describe(findings: dict[str, Any]) -> str:
                   "requires: " + (", ".join(findings["requires"]) or "nothing"),
                   f"binaries ({len(findings['binaries'])}): " + ", ".join(findings["binaries"][:20])]
     elif kind == "model":
+        ort = findings["onnxruntime"]
+        oldest = f"ONNX Runtime {ort['oldest']} and newer load it" if ort["oldest"] else \
+            "no ONNX Runtime release ort-bundler records loads it"
         lines += [f"ONNX model, IR {findings['ir_version']}, opsets "
                   + ", ".join(f"{d} {v}" for d, v in sorted(findings["opsets"].items())),
                   *(f"input  {i['name']}: {i['type']} {i['shape']}" for i in findings["inputs"]),
-                  *(f"output {o['name']}: {o['type']} {o['shape']}" for o in findings["outputs"])]
+                  *(f"output {o['name']}: {o['type']} {o['shape']}" for o in findings["outputs"]),
+                  f"{oldest}; {ort['takes']} (the version `init` pins)",
+                  *([f"warning: {ort['too_new']}"] if ort["too_new"] else [])]
     elif kind == "ort_archive":
         lines += [f"ONNX Runtime release archive {findings['version']} (commit {findings['commit']}), top folder {findings['top']}",
                   *(f"  {name}: file version {version}" for name, version in sorted(findings["binaries"].items()))]

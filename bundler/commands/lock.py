@@ -12,8 +12,9 @@ concluded from the licence text it ships, so that `build` does not match texts (
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,11 +25,12 @@ from bundler.assembly.ortenv import gate_requirements, host_wheels
 from bundler.assembly.python_env import lock_requirements, ort_wheel
 from bundler.errors import BuildError, ManifestError, UsageError
 from bundler.manifest import Manifest
+from bundler.readers.onnx_limits import too_new_sentence
 from bundler.runner import Runner, run
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import FetchOptions, fetch_inputs
 from bundler.sources.gate import host_installable, host_target, pinned_inputs
-from bundler.sources.inputs import INSTALLER_KEY, lock_inputs, require_local_files, target_of
+from bundler.sources.inputs import INSTALLER_KEY, lock_inputs, require_local_files, require_local_pins, target_of
 from bundler.sources.lock import GateWheels, Lock, PinnedModel, Target, read_lock, write_lock
 from bundler.sources.resolve import resolve, resolve_gate, resolve_installer
 
@@ -49,7 +51,9 @@ def lock_manifest(manifest: Manifest, *, cache: Cache, options: FetchOptions, ru
     target = target_of(manifest)
     inputs = ([source] if source is not None else []) + [i for model in manifest.models for i in model.inputs()]
     require_local_files(inputs, manifest.path.parent)
+    require_local_pins(manifest.inputs(), manifest.path.parent)
     files = fetch_inputs(inputs, cache=cache, target=target, options=options, runner=runner)
+    require_loadable_models(manifest, files)
     with cache.scratch(prefix="lock-") as tmp:
         lock = Lock(target=target, requirements=(), wheels=())
         if source is not None:
@@ -67,6 +71,8 @@ def lock_manifest(manifest: Manifest, *, cache: Cache, options: FetchOptions, ru
     path = default_lock_path(manifest)
     lock = replace(lock, models=pin_models(manifest, files, cache, previous=_previous_pins(path), lock=lock))
     write_lock(lock, path)
+    for warning in flat_references(manifest, lock.models):
+        log.warning("warning: %s", warning)
     return lock, path
 
 
@@ -74,6 +80,55 @@ def _refuse(problems: list[str]) -> None:
     """A wrong GPU pair or a second ORT distribution (bundler/assembly/gpu_pairs.py), before the lock is written."""
     if problems:
         raise ManifestError(" ".join(problems))
+
+
+def require_loadable_models(manifest: Manifest, files: Mapping[str, Path]) -> None:
+    """Refuse, before the dependency resolution and the gate's environment (tens of seconds), a model stamped with
+    an IR version or opset newer than the pinned ORT loads, with how to re-save it: ORT's own refusal came at the
+    end, as C++ text (issue 38, item 5). Every such model named, by the path the manifest wrote."""
+    if not manifest.models:
+        return
+    import onnx
+
+    problems = []
+    for i, model in enumerate(manifest.models):
+        try:
+            proto = onnx.load(str(files[model.source.key]), load_external_data=False)
+        except Exception:  # protobuf's errors vary; the gate names an unreadable model itself
+            continue
+        opsets = {entry.domain or "ai.onnx": int(entry.version) for entry in proto.opset_import}
+        label = f"models[{i}] ({model.source.as_written})"
+        if sentence := too_new_sentence(label, int(proto.ir_version), opsets, manifest.ort.version):
+            problems.append(sentence)
+    if problems:
+        raise BuildError("\n".join(problems))
+
+
+def flat_references(manifest: Manifest, models: Sequence[PinnedModel]) -> list[str]:
+    """One sentence per reference output that is all zeros or one constant on the synthesised inputs.
+
+    Such a reference proves nothing: the install's self-check would accept any other model with the same
+    signature (a ReLU model fed only negative numbers pinned zeros whatever its weights, issue 38 item 9).
+    A warning, not an error: a model may really be constant on these inputs; the user decides.
+    """
+    written = {m.name: f"models[{i}] ({m.source.as_written})" for i, m in enumerate(manifest.models)}
+    found = []
+    for pinned in models:
+        outputs = json.loads(pinned.record).get("reference", {}).get("outputs", {})
+        for name, output in sorted(outputs.items()):
+            values = output.get("values") if isinstance(output, dict) else None
+            if not values or any(v != values[0] for v in values):
+                continue
+            if values[0] == 0:
+                what = "all zeros"
+            elif len(values) > 1:
+                what = f"the constant {values[0]!r} in every element"
+            else:
+                continue
+            found.append(f"{written.get(pinned.name, pinned.name)}: the reference output '{name}' is {what} on the "
+                         "synthesised inputs, so the install's self-check cannot tell this model from another with "
+                         "the same signature; check the model, or give [[models]] shapes that exercise it")
+    return found
 
 
 def _pin_licenses(lock: Lock, *, cache: Cache, options: FetchOptions, runner: Runner) -> Lock:

@@ -28,6 +28,7 @@ from bundler.assembly.render import LAUNCH_CONFIG
 from bundler.commands.build import build
 from bundler.errors import (
     BundleError,
+    InputUnavailableError,
     ManifestError,
     UnsupportedError,
     VerificationError,
@@ -40,7 +41,7 @@ from bundler.readers.bundlezip import SIGNATURE_BLOCK, BundleZip, is_signature, 
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import FetchOptions, fetch_inputs
 from bundler.sources.gate import gate_inputs, pip_targets
-from bundler.sources.inputs import lock_inputs, target_of
+from bundler.sources.inputs import local_source, lock_inputs, require_local_pins, target_of
 from bundler.sources.lock import Lock, lock_text, read_lock
 
 # What Authenticode signs among the generated scripts.
@@ -106,7 +107,10 @@ def reproduce(path: Path, *, cache: Cache, options: FetchOptions, keep: Path | N
     with cache.scratch(prefix="reproduce-") as tmp:  # removed by the next run if this one is killed
         manifest, lock = write_sources(original, Path(tmp) / "src")
         inputs = manifest.inputs() + lock_inputs(lock) + gate_inputs(lock)  # the gate's: of this machine
+        require_local_pins(manifest.inputs(), manifest.path.parent)  # an allowed absolute path that is here
         taken, altered = seed_cache(original, inputs, cache)
+        if not altered:
+            require_sources(original, [i for i in inputs if i.key not in taken], cache=cache, options=options)
         try:
             fetch_inputs(inputs, cache=cache, target=target_of(manifest), options=options, targets=pip_targets(lock))
         except BundleError as exc:
@@ -122,6 +126,33 @@ def reproduce(path: Path, *, cache: Cache, options: FetchOptions, keep: Path | N
                            built_with=original.built_with, taken_from_bundle=taken,
                            looked_up=tuple(sorted(i.key for i in inputs if i.key not in taken)),
                            differences=tuple(differences), kept=str(kept) if kept else None)
+
+
+def require_sources(bundle: BundleZip, inputs: Sequence[Input], *, cache: Cache, options: FetchOptions) -> None:
+    """Name every input the rebuild lacks and where it can come from, before anything is fetched.
+
+    The rebuilder's real case is an empty cache: an input the bundle does not ship unchanged (an ORT archive,
+    a capi wheel that was rebuilt, GPU archives) that the recorded manifest names as a local file was on the
+    builder's machine only, and fetch's own message named the scratch folder reproduce writes the manifest
+    to (issue 38, item 4). `--mirror DIR` is where such an input comes from; with `--offline`, every input
+    that is not in the cache."""
+    if options.mirror is not None:
+        return  # the mirror is searched by name and sha256, and names what it lacks itself
+    problems = []
+    for item in inputs:
+        if cache.find_any(item.sha256, item.filename) is not None:
+            continue
+        local = local_source(item) is not None
+        if not local and not options.offline:
+            continue  # downloaded (or fetched by pip) from the source the recorded manifest names
+        why = ("names it as a file on the machine that built it" if local
+               else f"names it as {item.kind} {item.as_written!r}, and --offline forbids the network")
+        problems.append(f"{bundle.path.name}: input {item.key} ({item.filename or item.as_written}, sha256 "
+                        f"{item.sha256[0]}) is neither in the bundle nor in the cache ({cache.root}); the recorded "
+                        f"manifest {why}: give it with `--mirror DIR`, a folder holding that file (found by its name "
+                        "or its sha256)")
+    if problems:
+        raise InputUnavailableError("\n".join(problems))
 
 
 def write_sources(bundle: BundleZip, folder: Path) -> tuple[Manifest, Lock | None]:

@@ -14,7 +14,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from bundler.manifest.problems import Problems
 from bundler.manifest.records import Input, InputKind
-from bundler.names import file_name_problem
+from bundler.names import file_name_problem, redact_url
 
 # Paths and URLs longer than this are refused up front: file systems cap a path at 4096 bytes (PATH_MAX)
 # and Windows much lower, and an unreadable path otherwise surfaces as an OS error mid-build.
@@ -59,7 +59,7 @@ def parse_input(table: Any, where: str, base: Path, problems: Problems, *, requi
     if hashes is None or location is None:
         return None
     return Input(key=where, kind=kind, location=location, sha256=hashes, filename=filename, size=size,
-                 allow_outside=allow_outside)
+                 allow_outside=allow_outside, written=table[kind])
 
 
 def _hashes(value: Any, where: str, problems: Problems, *, many: bool) -> tuple[str, ...] | None:
@@ -79,10 +79,10 @@ def _location(kind: InputKind, value: Any, where: str, base: Path, problems: Pro
         problems.found(where, value, "a non-empty string")
         return None, None
     if len(value) > MAX_LOCATION_LENGTH:
-        problems.found(where, value, f"at most {MAX_LOCATION_LENGTH} characters (found {len(value)})")
+        problems.found(where, redact_url(value), f"at most {MAX_LOCATION_LENGTH} characters (found {len(value)})")
         return None, None
     if control := next((c for c in value if ord(c) < 0x20 or ord(c) == 0x7F), None):
-        problems.found(where, value, f"a location without control characters (found U+{ord(control):04X})")
+        problems.found(where, redact_url(value), f"a location without control characters (found U+{ord(control):04X})")
         return None, None
     checks: dict[str, Callable[[str, str, Path, Problems], tuple[str | None, str | None]]] = {
         "url": _url_location, "path": _path_location, "requirement": _requirement_location,
@@ -90,8 +90,20 @@ def _location(kind: InputKind, value: Any, where: str, base: Path, problems: Pro
     return checks[kind](value, where, base, problems)
 
 
+# How to give a download its credentials instead of writing them into the URL: what the downloads really read.
+# `requests` (sources/download.py, a Session left to trust the environment) answers a host's challenge from
+# ~/.netrc or the file $NETRC names; `requirement` inputs are fetched by pip with the user's own pip configuration.
+CREDENTIALS_ADVICE = ("put the credentials in ~/.netrc (or the file $NETRC names) as `machine HOST login USER "
+                      "password TOKEN`, which downloads use for that host, or pin a package index's wheel as a "
+                      "`requirement`, which pip fetches with its own configuration (pip.conf, keyring)")
+
+
 def _url_location(value: str, where: str, base: Path, problems: Problems) -> tuple[str | None, str | None]:
     parsed = urlparse(value)
+    if "@" in parsed.netloc:
+        problems.found(where, redact_url(value), "a URL without a user or password (a credential in a URL is "
+                       "printed in messages and written into bundle.json and the lock): " + CREDENTIALS_ADVICE)
+        return None, None
     if parsed.scheme not in ("https", "http", "file") or (parsed.scheme != "file" and not parsed.netloc):
         problems.found(where, value, "an https, http or file URL")
         return None, None

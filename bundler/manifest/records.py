@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from bundler.names import redact_url
 from bundler.target_platform import TARGETS
 
 PLATFORMS = tuple(TARGETS)
@@ -44,10 +45,17 @@ class Input:
     size: int | None = None  # bytes, when the manifest declares them: then the bound of a download
     # A `path` (or file: URL) outside the manifest's folder is read only with `allow_outside = true` (issue 27).
     allow_outside: bool = False
+    # The location as the manifest's author wrote it (`models/scorer.onnx`), for messages: `location` is resolved.
+    written: str = ""
 
     @property
     def display(self) -> str:
-        return f"{self.key} ({self.location})"
+        return f"{self.key} ({redact_url(self.location)})"
+
+    @property
+    def as_written(self) -> str:
+        """The location in the author's words: a relative path as written, else the resolved location."""
+        return redact_url(self.written or self.location)
 
 
 @dataclass(frozen=True, kw_only=True)

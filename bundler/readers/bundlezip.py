@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from bundler.errors import VerificationError
+from bundler.errors import InputUnavailableError, VerificationError
 from bundler.hashing import CHUNK
 from bundler.readers.archives import DEFAULT_LIMITS, SafeArchive
 
@@ -34,6 +34,10 @@ LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # the zip local file header, up to th
 # (records, scripts, the SBOM) is bounded on its own.
 BUNDLE_LIMITS = replace(DEFAULT_LIMITS, max_total_size=256 * 1024**3, max_ratio=1100.0)
 MAX_READ_BYTES = 256 * 1024**2
+# How deep bundle.json may nest. `build` writes a few levels (the manifest's tables inside the record); a record
+# nested thousands deep made `diff` and `reproduce` fail with Python's RecursionError (issue 34), and one just
+# under the parser's limit still breaks whatever walks it next (TOML writing, comparing).
+MAX_RECORD_DEPTH = 32
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,8 +100,11 @@ class BundleZip:
 
 def open_bundle(path: Path) -> BundleZip:
     """Check the zip is safe to read and is a bundle (one top folder, bundle.json, SHA256SUMS); read its records."""
+    if not path.exists():  # exit 4, "not found", as README's exit codes say
+        msg = f"{path}: not found; expected the path of a bundle zip"
+        raise InputUnavailableError(msg)
     if not path.is_file():
-        msg = f"{path}: no such bundle file"
+        msg = f"{path}: not a file; expected a bundle zip"
         raise VerificationError(msg)
     with SafeArchive.open(path, label=path.name, limits=BUNDLE_LIMITS):
         pass  # every entry checked: nothing unsafe is read below
@@ -127,10 +134,28 @@ def _record(bundle: BundleZip) -> dict[str, Any]:
     except (ValueError, UnicodeDecodeError) as exc:
         msg = f"{bundle.path.name}: {bundle.top}/bundle.json is not valid JSON ({exc}); expected the build's record"
         raise VerificationError(msg) from None
+    except RecursionError:
+        record = None
+    if record is None or _depth(record) > MAX_RECORD_DEPTH:
+        msg = (f"{bundle.path.name}: {bundle.top}/bundle.json nests arrays or objects more than {MAX_RECORD_DEPTH} "
+               "levels deep; expected the build's record, a few levels deep (the bundle was altered)")
+        raise VerificationError(msg)
     if not isinstance(record, dict):
         msg = f"{bundle.path.name}: {bundle.top}/bundle.json holds a {type(record).__name__}, expected a JSON object"
         raise VerificationError(msg)
     return record
+
+
+def _depth(value: Any) -> int:
+    """How deep a parsed JSON value nests, walked without recursion (the value may be nearly as deep as the
+    parser allows)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def _sums(bundle: BundleZip) -> dict[str, str]:

@@ -16,6 +16,7 @@ import requests
 from asn1crypto import cms, tsp
 
 from bundler.errors import InputUnavailableError
+from bundler.names import redact_url
 
 TIMEOUT = 60
 
@@ -32,7 +33,7 @@ def request_token(url: str, signature: bytes) -> cms.ContentInfo:
                                  timeout=TIMEOUT)
         response.raise_for_status()
     except requests.RequestException as exc:
-        msg = f"--timestamp-url {url}: the timestamp request failed ({exc})"
+        msg = f"--timestamp-url {redact_url(url)}: the timestamp request failed ({redact_url(str(exc))})"
         raise InputUnavailableError(msg) from None
     try:
         reply = tsp.TimeStampResp.load(response.content)
@@ -41,9 +42,9 @@ def request_token(url: str, signature: bytes) -> cms.ContentInfo:
         info = token["content"]["encap_content_info"]["content"].parsed
         echoed = info["nonce"].native
     except (ValueError, TypeError, KeyError) as exc:
-        msg = f"--timestamp-url {url}: the reply is not an RFC 3161 timestamp response ({exc})"
+        msg = f"--timestamp-url {redact_url(url)}: the reply is not an RFC 3161 timestamp response ({exc})"
         raise InputUnavailableError(msg) from None
     if status not in ("granted", "granted_with_mods") or echoed != nonce:
-        msg = f"--timestamp-url {url}: the server answered {status} (nonce {'ok' if echoed == nonce else 'wrong'})"
+        msg = f"--timestamp-url {redact_url(url)}: the server answered {status} (nonce {'ok' if echoed == nonce else 'wrong'})"
         raise InputUnavailableError(msg)
     return token

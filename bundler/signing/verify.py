@@ -25,7 +25,7 @@ from pathlib import Path
 
 from cryptography import x509
 
-from bundler.errors import VerificationError
+from bundler.errors import InputUnavailableError, VerificationError
 from bundler.hashing import CHUNK, file_sha256
 from bundler.signing.check import SignatureCheck, check_signatures
 from bundler.signing.credentials import CredentialError, load_certificates
@@ -67,6 +67,8 @@ class Report:
     anchor: str | None = None
     signatures: tuple[SignatureCheck, ...] = ()
     unsigned_build: UnsignedBuild | None = None
+    # What the user should know but what does not make the bundle fail (a file renamed by a browser or a share).
+    notes: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -86,7 +88,8 @@ class Report:
                 "extra": list(self.extra), "altered": list(self.altered), "problems": list(self.problems),
                 "signed": any(c.signer for c in self.signatures), "trust_anchor": self.anchor,
                 "signatures": [c.to_json() for c in self.signatures],
-                "unsigned_build": self.unsigned_build.to_json() if self.unsigned_build else None}
+                "unsigned_build": self.unsigned_build.to_json() if self.unsigned_build else None,
+                "notes": list(self.notes)}
 
     def summary(self) -> str:
         lines = [f"{self.bundle}: {'OK' if self.ok else 'FAILED'} ({self.files} files checked)"]
@@ -94,6 +97,7 @@ class Report:
         lines += [f"  extra (not in SHA256SUMS): {n}" for n in self.extra]
         lines += [f"  altered (hash differs): {n}" for n in self.altered]
         lines += [f"  problem: {p}" for p in self.problems]
+        lines += [f"  note: {n}" for n in self.notes]
         lines += [c.summary() for c in self.signatures]
         if self.unsigned_build:
             verdict = "equals" if self.unsigned_build.equal else "DIFFERS from"
@@ -109,9 +113,9 @@ def verify_bundle(path: Path, *, trust: Path | None = None, cache: Cache | None 
     anchors = _anchors(trust) if trust else None
     try:
         archive = zipfile.ZipFile(path)
-    except FileNotFoundError:
-        msg = f"{path}: no such file"
-        raise VerificationError(msg) from None
+    except FileNotFoundError:  # exit 4, "not found" (README's exit codes), as for any input that is not there
+        msg = f"{path}: not found; expected the path of a bundle zip"
+        raise InputUnavailableError(msg) from None
     except OSError as exc:
         msg = f"{path}: cannot be read ({exc.strerror}), expected a bundle zip file"
         raise VerificationError(msg) from None
@@ -150,9 +154,7 @@ def _verify(path: Path, archive: zipfile.ZipFile) -> Report:
     for required in REQUIRED:
         if required not in names:
             problems.append(f"{required} is missing")
-    signed = SUMS_SIGNATURE in names
-    if path.name != f"{top}.zip" and not (signed and path.name == f"{top}-signed.zip"):
-        problems.append(f"the top folder is {top!r} but the file is named {path.name!r}")
+    notes = _renamed(path, top, signed=SUMS_SIGNATURE in names)
     sums = _read_sums(archive, names, problems)
     _check_bundle_json(archive, names, top, problems)
     missing = tuple(sorted(n for n in sums if n not in names))
@@ -163,7 +165,7 @@ def _verify(path: Path, archive: zipfile.ZipFile) -> Report:
         recorded = sidecar.read_text(encoding="ascii", errors="replace").split()[:1]
         if recorded != [file_sha256(path)]:
             problems.append(f"{sidecar.name} does not match the zip's sha256")
-    return Report(bundle=path.name, files=len(sums), missing=missing, extra=extra, altered=altered,
+    return Report(bundle=path.name, files=len(sums), missing=missing, extra=extra, altered=altered, notes=notes,
                   problems=tuple(problems))
 
 
@@ -231,6 +233,19 @@ def _read_sums(archive: zipfile.ZipFile, names: dict[str, zipfile.ZipInfo], prob
             continue
         sums[match.group(2)] = match.group(1)
     return sums
+
+
+def _renamed(path: Path, top: str, *, signed: bool) -> tuple[str, ...]:
+    """A note, never a finding, when the file's name is not the one `build` (or `sign`) gave it.
+
+    Browsers and shares rename files (`app (1).zip`, `app-signed.zip`): the bundle's identity is its content,
+    which the sums, the signature over them and bundle.json's name and version (checked against the top
+    folder) establish. The name is said, so a reader who relies on it sees which bundle this really is.
+    """
+    if path.name == f"{top}.zip" or (signed and path.name == f"{top}-signed.zip"):
+        return ()
+    return (f"the file is named {path.name!r} but holds the bundle {top!r} (renamed after the build; its content "
+            "is what was checked)",)
 
 
 def _check_bundle_json(archive: zipfile.ZipFile, names: dict[str, zipfile.ZipInfo], top: str, problems: list[str]) -> None:

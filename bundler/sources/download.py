@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from bundler.errors import InputUnavailableError
 from bundler.hashing import CHUNK
+from bundler.names import redact_url
 from bundler.sources.cache import DISK_ERRNOS
 
 if TYPE_CHECKING:  # imported where a download runs: a build from the cache never pays for requests
@@ -109,7 +110,7 @@ def _download(url: str, partial: Path, *, label: str, session: requests.Session,
         except _Transient as exc:
             failures += 1
             if failures >= policy.attempts:
-                msg = f"{label}: download of {url} failed after {failures} attempts: {exc}"
+                msg = f"{label}: download of {redact_url(url)} failed after {failures} attempts: {redact_url(str(exc))}"
                 raise InputUnavailableError(msg) from None
             if stop.wait(min(policy.backoff * 2 ** (failures - 1), policy.max_backoff)):
                 _stopped(label)
@@ -174,7 +175,7 @@ def _check_room(resp: requests.Response, partial: Path, *, label: str, url: str,
     return how many more bytes this response may bring: its bound, or the disk's room, whichever is less."""
     total = _declared_total(resp, offset)
     if total is not None and total > max_size:
-        msg = (f"{label}: {url} is {total} bytes, above the bound of {max_size} bytes; if that size is right, "
+        msg = (f"{label}: {redact_url(url)} is {total} bytes, above the bound of {max_size} bytes; if that size is right, "
                f"declare it with `size = {total}` in the manifest entry")
         raise _TooBig(msg)
     start = offset if resp.status_code == 206 else 0
@@ -186,7 +187,7 @@ def _require_room(partial: Path, *, label: str, url: str, needed: int) -> int:
     """The bytes the cache's disk can take beyond FREE_SPACE_MARGIN; refused when `needed` does not fit."""
     free = shutil.disk_usage(partial.parent).free
     if needed + FREE_SPACE_MARGIN > free:
-        msg = (f"{label}: {url} needs {needed} bytes but the cache folder {partial.parent} has {free} free; "
+        msg = (f"{label}: {redact_url(url)} needs {needed} bytes but the cache folder {partial.parent} has {free} free; "
                f"free some space or pass --cache on a larger disk (the bytes so far are kept)")
         raise InputUnavailableError(msg)
     return free - FREE_SPACE_MARGIN
@@ -200,7 +201,7 @@ def _size(path: Path) -> int:
 
 
 def _no_room(label: str, url: str, partial: Path, *, received: int) -> _TooBig:
-    msg = (f"{label}: {url} sent {received} bytes without ending, all the room the cache folder {partial.parent} "
+    msg = (f"{label}: {redact_url(url)} sent {received} bytes without ending, all the room the cache folder {partial.parent} "
            f"has short of {FREE_SPACE_MARGIN} bytes kept free; the partial download was removed: free some space "
            f"or pass --cache on a larger disk, and declare the file's `size` in the manifest entry")
     return _TooBig(msg)
@@ -220,7 +221,7 @@ def _attempt(url: str, partial: Path, *, label: str, session: requests.Session, 
             if status == 429 or status >= 500:
                 raise _Transient(f"HTTP {status} {resp.reason}")
             if status >= 400:
-                msg = f"{label}: {url} answered HTTP {status} {resp.reason}; check the URL in the manifest"
+                msg = f"{label}: {redact_url(url)} answered HTTP {status} {resp.reason}; check the URL in the manifest"
                 raise InputUnavailableError(msg)
             allowed = _check_room(resp, partial, label=label, url=url, offset=offset, max_size=max_size)
             if offset and status != 206:
@@ -232,7 +233,7 @@ def _attempt(url: str, partial: Path, *, label: str, session: requests.Session, 
                     if stop.is_set():
                         _stopped(label)
                     if offset + len(chunk) > max_size:
-                        msg = (f"{label}: {url} sent more than {max_size} bytes without ending, above the bound "
+                        msg = (f"{label}: {redact_url(url)} sent more than {max_size} bytes without ending, above the bound "
                                f"of {max_size} bytes; if the file really is larger, declare its `size` in the "
                                f"manifest entry")
                         raise _TooBig(msg)
@@ -247,7 +248,7 @@ def _attempt(url: str, partial: Path, *, label: str, session: requests.Session, 
     except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
         raise _Transient(str(exc) or type(exc).__name__) from None
     except requests.RequestException as exc:  # an invalid URL, a redirect loop: retrying will not help
-        msg = f"{label}: {url} cannot be downloaded: {exc}"
+        msg = f"{label}: {redact_url(url)} cannot be downloaded: {redact_url(str(exc))}"
         raise InputUnavailableError(msg) from None
     except OSError as exc:  # the partial file: disk full, no permission (requests' own errors are caught above)
         msg = f"{label}: cannot write {partial} ({exc.strerror or exc}); check the cache folder's space and permissions"

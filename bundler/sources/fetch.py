@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from bundler.errors import BundleError, HashMismatchError, InputUnavailableError
 from bundler.hashing import CHUNK, file_sha256, mismatch_message
 from bundler.manifest import Input
+from bundler.names import redact_url
 from bundler.runner import Runner, run
 from bundler.sources.cache import Cache, disk_errors
 from bundler.sources.download import DEFAULT_MAX_DOWNLOAD, RetryPolicy, download
@@ -248,7 +249,8 @@ class _Fetcher:
                     source = f"{item.location} ({item.filename})" if item.filename else item.location
                     raise HashMismatchError(mismatch_message(item.key, source, item.sha256,
                                                              actual[0] if actual else "unknown (see pip's report)")) from None
-                msg = f"{item.display}: pip could not download it for {target.platform} / Python {target.python}: {exc}"
+                msg = (f"{item.display}: pip could not download it for {target.platform} / Python {target.python}: "
+                       f"{redact_url(str(exc))}")
                 raise InputUnavailableError(msg) from None
             files = sorted(dest.iterdir())
             if len(files) != 1:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from bundler.errors import InputUnavailableError, ManifestError
+from bundler.errors import HashMismatchError, InputUnavailableError, ManifestError
+from bundler.hashing import file_sha256
 from bundler.manifest import Input, Manifest
 from bundler.sources.gate import gate_inputs
 from bundler.sources.lock import Lock, Target, read_lock
@@ -77,12 +79,17 @@ def outside_folder(inputs: list[Input], folder: Path) -> list[str]:
     """
     problems = []
     for item in inputs:
-        local = local_source(item)
-        if local is None or item.allow_outside or os.path.normpath(local).startswith(os.path.join(folder, "")):
+        if not _forbidden(item, folder):
             continue
         problems.append(f"{item.key}: {item.location} is outside the manifest's folder {folder}; expected a file "
                         f"below it, or `allow_outside = true` in {item.key} to read it from there")
     return problems
+
+
+def _forbidden(item: Input, folder: Path) -> bool:
+    """Whether `item` is a local file outside `folder` that the manifest does not allow there."""
+    local = local_source(item)
+    return not (local is None or item.allow_outside or os.path.normpath(local).startswith(os.path.join(folder, "")))
 
 
 def absent_local_files(inputs: list[Input]) -> list[str]:
@@ -104,3 +111,36 @@ def require_local_files(inputs: list[Input], folder: Path) -> None:
     problems = absent_local_files(inputs)
     if problems:
         raise InputUnavailableError("\n".join(problems))
+
+
+def local_pin_mismatches(inputs: list[Input], folder: Path) -> list[str]:
+    """One sentence per `path`/`file:` input whose file exists here with bytes other than its pin.
+
+    The cache answers by hash, so a model overwritten in place while its sha256 stayed the same was never read
+    again: `lock`, `fetch` and `build` shipped the old bytes from a warm cache and only a cold one said exit 5
+    (issue 38, item 1). Hashing the file every time is what makes "the manifest pins these bytes" true. Files
+    that are absent are another check's (`absent_local_files`), and a folder or an unreadable file is left to the
+    step that reads it, which names it; a file outside `folder` that the manifest may not read is never read.
+    """
+    local = [(item, path) for item in inputs
+             if (path := local_source(item)) is not None and not _forbidden(item, folder) and path.is_file()]
+    with ThreadPoolExecutor(max_workers=min(8, len(local) or 1)) as pool:
+        actual = list(pool.map(_sha256_or_none, [path for _, path in local]))
+    return [f"{item.key}: {item.as_written} has sha256 {digest}, but the manifest pins {' or '.join(item.sha256)}: "
+            f"the file changed after it was pinned; pin the new file (sha256 = \"{digest}\", then run `ort-bundler "
+            f"lock` again) or put the pinned file back"
+            for (item, _), digest in zip(local, actual) if digest is not None and digest not in item.sha256]
+
+
+def _sha256_or_none(path: Path) -> str | None:
+    try:
+        return file_sha256(path)
+    except OSError:
+        return None
+
+
+def require_local_pins(inputs: list[Input], folder: Path) -> None:
+    """Exit 5 before anything is fetched or built when a local file the manifest pins was changed (every
+    mismatch named, with the path as the manifest wrote it)."""
+    if problems := local_pin_mismatches(inputs, folder):
+        raise HashMismatchError("\n".join(problems))

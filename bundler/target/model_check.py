@@ -93,7 +93,7 @@ def check_model(ctx: Context, ort: Any, record: Dict[str, Any], providers: list[
         return Check(id=check_id, status="fail", message=problem, fix=ctx.reinstall())
     reference = record.get("reference") or {}
     try:
-        feeds = synthesize_inputs(record["inputs"], record.get("shapes"))
+        feeds = synthesize_inputs(record["inputs"], record.get("shapes"), reference.get("synth", 1))
     except ValueError as exc:
         return Check(id=check_id, status="fail", message=f"model '{record['name']}': {exc}", fix=ctx.reinstall())
     drifted = [name for name, digest in reference.get("inputs", {}).items() if output_digest(feeds[name]) != digest]

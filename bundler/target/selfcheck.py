@@ -28,7 +28,7 @@ from bundler.target.interpreter import check_interpreter
 from bundler.target.libraries import check_libraries, check_native_runtime
 from bundler.target.model_check import CPU, check_identity, check_model, session_providers
 from bundler.target.records import Check, SelfcheckReport
-from bundler.target.synth import probe_model
+from bundler.target.synth import SYNTH_VERSION, probe_model
 
 MIN_FREE_BYTES = 1 << 30
 
@@ -293,7 +293,9 @@ def reference_report(request_path: Path) -> Dict[str, Any]:
 
     request = json.loads(request_path.read_text(encoding="utf-8"))
     return {"ort_version": onnxruntime.__version__,
-            "models": {item["name"]: probe_model(onnxruntime, item["path"], item.get("shapes")) for item in request}}
+            "models": {item["name"]: probe_model(onnxruntime, item["path"], item.get("shapes"),
+                                                 item.get("synth", SYNTH_VERSION))
+                       for item in request}}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

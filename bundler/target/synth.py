@@ -98,14 +98,44 @@ def size_problem(inputs: list[dict[str, Any]], outputs: list[dict[str, Any]],
     return None
 
 
-def synthesize_inputs(inputs: list[dict[str, Any]], shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, Any]:
+# The synthesised inputs' definition: a reference records it, so a lock pinned with another definition is pinned
+# again (`assembly/models.py`) instead of failing every build. 1 was a ramp that began at -125 and stayed negative
+# for the first 125 elements, so a small ReLU model's reference was all zeros whatever its weights (issue 38, 9).
+SYNTH_VERSION = 2
+# The seed of the element hash below: fixed, so every machine and every run feeds the same bytes.
+SYNTH_SEED = 0x5EED0001
+_MASK32 = 0xFFFFFFFF
+
+
+def element_hash(index: Any) -> Any:
+    """A 32-bit hash of each element index (murmur3's finaliser over index + seed): well mixed from the
+    first element on, defined by integer arithmetic alone (no random generator whose stream may change
+    between numpy versions), and the same in tests/native/ortprobe.c."""
+    import numpy as np
+
+    h = (np.asarray(index, dtype=np.uint64) + SYNTH_SEED) & _MASK32
+    h = h ^ (h >> np.uint64(16))
+    h = (h * np.uint64(0x85EBCA6B)) & _MASK32
+    h = h ^ (h >> np.uint64(13))
+    h = (h * np.uint64(0xC2B2AE35)) & _MASK32
+    return h ^ (h >> np.uint64(16))
+
+
+def synthesize_inputs(inputs: list[dict[str, Any]], shapes: Mapping[str, Sequence[int]] | None = None,
+                      version: int = SYNTH_VERSION) -> dict[str, Any]:
     """Inputs that are the same bytes on every machine and exercise signs and fractions.
 
-    float: element i = ((i % 251) - 125) / 16.0 (exact in every float type);
-    ints: (i % 251) - 125 clipped to the type; bool: i % 2.
+    With h(i) the seeded hash of element index i (restarting at 0 for every input), element i is:
+    float: ((h(i) % 251) - 125) / 16.0, both signs from the first element (exact in every float type);
+    signed ints: (h(i) % 251) - 125 clipped to the type; unsigned ints: h(i) % 251 clipped; bool: h(i) odd.
+    `version` 1, what references pinned before synth 2 were computed on, is h(i) = i (the ramp
+    ((i % 251) - 125) / 16, bool i % 2): a reference is always checked on the inputs it was computed on.
     """
     import numpy as np
 
+    if version not in (1, SYNTH_VERSION):
+        msg = f"the reference was computed on synthesised inputs of definition {version}, which this check does not know"
+        raise ValueError(msg)
     unknown = sorted(set(shapes or {}) - {spec["name"] for spec in inputs})
     if unknown:
         msg = f"shapes are given for {unknown}, which are not inputs of the model"
@@ -117,15 +147,17 @@ def synthesize_inputs(inputs: list[dict[str, Any]], shapes: Mapping[str, Sequenc
             msg = f"input '{spec['name']}' has type {spec['type']}, for which no input can be synthesised"
             raise ValueError(msg)
         shape = resolve_shape(spec, shapes)
-        index = np.arange(math.prod(shape), dtype=np.int64)
-        ramp = (index % 251) - 125
+        index = np.arange(math.prod(shape), dtype=np.uint64)
+        hashed = element_hash(index) if version == SYNTH_VERSION else index
+        spread = (hashed % np.uint64(251)).astype(np.int64)
         dtype = np.dtype(dtype_name)
         if dtype.kind == "f":
-            values = (ramp / 16.0).astype(dtype)
+            values = ((spread - 125) / 16.0).astype(dtype)
         elif dtype.kind == "b":
-            values = index % 2 == 1
+            values = (hashed & np.uint64(1)) == 1
         else:
             limits = np.iinfo(dtype)
+            ramp = spread if dtype.kind == "u" and version == SYNTH_VERSION else spread - 125
             values = np.clip(ramp, limits.min, limits.max).astype(dtype)
         feeds[spec["name"]] = values.reshape(shape)
     return feeds
@@ -166,14 +198,19 @@ def _json_number(value: Any) -> Any:
     return value
 
 
-def reference_record(feeds: Mapping[str, Any], outputs: list[dict[str, Any]], results: Sequence[Any]) -> dict[str, Any]:
-    """The reference the self-check compares with: input digests prove both sides fed the same bytes."""
-    return {
+def reference_record(feeds: Mapping[str, Any], outputs: list[dict[str, Any]], results: Sequence[Any],
+                     synth: int = SYNTH_VERSION) -> dict[str, Any]:
+    """The reference the self-check compares with: input digests prove both sides fed the same bytes, and
+    `synth` says which definition made them (absent: 1, as every record before it was written)."""
+    record = {
         "inputs": {name: output_digest(array) for name, array in feeds.items()},
         "outputs": {spec["name"]: summarize_output(value) for spec, value in zip(outputs, results)},
         "rtol": DEFAULT_RTOL,
         "atol": DEFAULT_ATOL,
     }
+    if synth != 1:
+        record["synth"] = synth
+    return record
 
 
 def compare_output(name: str, value: Any, recorded: Mapping[str, Any], *, rtol: float, atol: float) -> str | None:
@@ -207,12 +244,14 @@ def compare_output(name: str, value: Any, recorded: Mapping[str, Any], *, rtol: 
     return None
 
 
-def probe_model(onnxruntime: Any, path: str, shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, Any]:
+def probe_model(onnxruntime: Any, path: str, shapes: Mapping[str, Sequence[int]] | None = None,
+                synth: int = SYNTH_VERSION) -> dict[str, Any]:
     """Load and run one model in the given onnxruntime module, turning ORT's failure into data.
 
     The build calls this through the shipped self-check's `--reference` mode in a child process with a
     memory limit (with this interpreter when it has the pinned ORT, else in an isolated environment); a
-    tensor too large to allocate is refused by `size_problem` before anything is made.
+    tensor too large to allocate is refused by `size_problem` before anything is made. `synth`: the input
+    definition, the pinned reference's own when a build checks one.
     """
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 4  # ORT's reason arrives in the exception; its log would only repeat it.
@@ -225,11 +264,12 @@ def probe_model(onnxruntime: Any, path: str, shapes: Mapping[str, Sequence[int]]
     if too_big := size_problem(inputs, outputs, shapes):
         return {"ok": False, "stage": "size", "reason": too_big}
     try:
-        feeds = synthesize_inputs(inputs, shapes)
+        feeds = synthesize_inputs(inputs, shapes, synth)
     except ValueError as exc:
         return {"ok": False, "stage": "inputs", "reason": str(exc)}
     try:
         results = session.run(None, feeds)
     except Exception as exc:
         return {"ok": False, "stage": "run", "reason": " ".join(str(exc).split())}
-    return {"ok": True, "inputs": inputs, "outputs": outputs, "reference": reference_record(feeds, outputs, results)}
+    return {"ok": True, "inputs": inputs, "outputs": outputs,
+            "reference": reference_record(feeds, outputs, results, synth)}

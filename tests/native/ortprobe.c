@@ -26,7 +26,8 @@
  * output (bundler/target/synth.py), so the digests can be compared with bundle.json: every input must
  * be a float tensor; its shape is the --shape given for it, else the declared one with dynamic
  * dimensions as 1; element i of each input (i restarting at 0 for every input) is
- * ((i % 251) - 125) / 16.0f, which is exact in float32.
+ * ((h(i) % 251) - 125) / 16.0f, which is exact in float32, with h the seeded 32-bit hash of
+ * synth.element_hash (murmur3's finaliser over i + 0x5EED0001).
  *
  * Exit codes: 0 ok, 2 usage (including a --shape that does not fit the model), 3 LoadLibrary failed,
  * 4 OrtGetApiBase/GetApi failed, 5 session creation failed (including an unreadable model file),
@@ -377,7 +378,15 @@ static size_t input_shape(Obj *session, size_t index, const char *name, const Mo
     return rank;
 }
 
-static float deterministic_value(size_t i) { return (float)((int)(i % 251) - 125) / 16.0f; }
+static float deterministic_value(size_t i) {
+    uint32_t h = (uint32_t)((uint64_t)i + 0x5EED0001u); /* synth.element_hash: murmur3's finaliser over i + seed */
+    h ^= h >> 16;
+    h *= 0x85EBCA6Bu;
+    h ^= h >> 13;
+    h *= 0xC2B2AE35u;
+    h ^= h >> 16;
+    return (float)((int)(h % 251u) - 125) / 16.0f;
+}
 
 /* One "<kind> <name> shape [d0,...] sha256 <hex>" line; the digest is over the raw little-endian bytes,
  * so it equals synth.output_digest of the same numpy array. */
