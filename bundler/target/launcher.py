@@ -27,7 +27,15 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .launch_config import LAUNCH_FILE, PREREQUISITE_FALLBACK, EntryPointSpec, LaunchConfig, LaunchConfigError
+from .launch_config import (
+    ISOLATED,
+    LAUNCH_FILE,
+    PREREQUISITE_FALLBACK,
+    EntryPointSpec,
+    LaunchConfig,
+    LaunchConfigError,
+    python_command,
+)
 
 WINDOWS = os.name == "nt"
 #: The switches, and the PowerShell-style names run.cmd and run.ps1 have always taken for them (Windows only).
@@ -38,7 +46,6 @@ WINDOWS_ALIASES = {"-selfcheck": "self-check", "-verify": "verify", "-tune": "tu
 CACHE_FOLDERS = ("tmp", "cuda", "tensorrt", "profiles")
 #: --self-check of an installation without the self-check script: does onnxruntime import, and from where.
 IMPORT_CHECK = "import onnxruntime; print('onnxruntime', onnxruntime.__version__, 'from', onnxruntime.__file__)"
-ISOLATED = ("-I", "-B")  # PYTHONPATH, PYTHONHOME and the user site cannot change what runs; no bytecode written
 
 
 class LaunchError(Exception):
@@ -150,14 +157,13 @@ def command(root: str, config: LaunchConfig, args: Sequence[str], env: Dict[str,
     """The process this invocation starts."""
     action, rest = switch(args), list(args[1:])
     python = sys.executable
-    own = [python, *ISOLATED]  # the installation's own tools always run isolated
-    entry_python = [python, *ISOLATED] if config.isolated else [python]
+    own = [python, *ISOLATED]  # every Python started here runs isolated, the entry point included (issue 34 §3)
     if action == "verify":
         return Command(python, (*own, os.path.join(root, "installer", "engine.py"), "verify", "--root", root, *rest), env)
     if action == "self-check":
         script = os.path.join(root, "selfcheck", "selfcheck.py")
         check = [script] if os.path.isfile(script) else ["-c", IMPORT_CHECK]
-        return Command(python, (*entry_python, *check, *rest), env)
+        return Command(python, (*own, *check, *rest), env)
     if action in ("tune", "support"):
         module = "ort_bundle.tuning" if action == "tune" else "ort_bundle.support"
         return Command(python, (*own, "-m", module, "--root", root, *rest), env)
@@ -167,12 +173,12 @@ def command(root: str, config: LaunchConfig, args: Sequence[str], env: Dict[str,
     if action == "profile":
         return Command(python, (*own, "-m", "ort_bundle.profile", *_profile_entry(root, entry), "--", *rest), env)
     if entry is None:
-        return Command(python, (*entry_python, *args), env)
+        return Command(python, tuple(python_command(python, None, None, args)), env)
     if entry.kind == "module":
-        return Command(python, (*entry_python, "-m", entry.value, *args), env)
+        return Command(python, tuple(python_command(python, "module", entry.value, args)), env)
     path = _below(root, entry.value)
     if entry.kind == "script":
-        return Command(python, (*entry_python, path, *args), env)
+        return Command(python, tuple(python_command(python, "script", path, args)), env)
     return Command(path, (path, *args), env)
 
 
