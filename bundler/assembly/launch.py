@@ -60,8 +60,10 @@ def add_scripts(assembly: Assembly, build: BuildInputs) -> None:
         executable = path.endswith(".sh")
         assembly.add_bytes(path, data, executable=executable)
         name = path.rsplit("/", 1)[-1]
-        if path.startswith("payload/launchers/run.") or path in (LAUNCH_CONFIG, "uninstall.ps1", "uninstall.cmd"):
-            assembly.plan_copy(path, name)  # the uninstaller too on Windows: Add/Remove Programs runs that copy
+        if path.startswith("payload/launchers/run.") or path in (LAUNCH_CONFIG, "uninstall.ps1", "uninstall.cmd",
+                                                                  "uninstall.sh"):
+            # The uninstaller too: Add/Remove Programs runs that copy on Windows; on Linux it needs no bundle.
+            assembly.plan_copy(path, name)
         elif path.startswith("payload/launchers/ort_bundle_hook"):
             assembly.site_packages_files.append(Copy(source=path, target=name))
 
