@@ -32,6 +32,8 @@ MODULES = {
     "infer.py": "infer.py",
     "launcher.py": "launcher.py",
     "launch_config.py": "launch_config.py",
+    "cache_folder.py": "cache_folder.py",
+    "folder_trust.py": "folder_trust.py",
 }
 
 
