@@ -39,6 +39,7 @@ from bundler.assembly.render import (
     render_scripts,
 )
 from bundler.assembly.runtime_package import package_files
+from bundler.target.launch_config import RUN_SCRIPT
 
 CODES = INSTALL_EXIT_CODES
 DLL_DIRS = ("venv/Lib/site-packages/onnxruntime/capi",)
@@ -241,7 +242,9 @@ def test_run_cmd_sets_the_environment_and_passes_arguments_and_exit_code(wine: W
     seen = started["environ"]
     win_root = wine.to_windows(root)
     assert started["executable"] == f"{win_root}\\venv\\Scripts\\python.exe" and started["dll"] == "C:\\Python311\\python311.dll"
-    assert started["orig_argv"][1:] == started["argv"] == [f"{win_root}\\app\\main.py", "two words", "--flag=1", "a & b"]
+    # Isolated (issue 34 §3): the launcher runs the script with its own folder first on sys.path itself.
+    assert started["orig_argv"][1:] == ["-I", "-B", "-c", RUN_SCRIPT, *started["argv"]] and started["isolated"] == 1
+    assert started["argv"] == [f"{win_root}\\app\\main.py", "two words", "--flag=1", "a & b"]
     assert seen["PATH"].startswith(f"{win_root}\\gpu;{win_root}\\venv\\Lib\\site-packages\\onnxruntime\\capi;")
     assert seen["PYTHONNOUSERSITE"] == "1" and seen["PIP_NO_INDEX"] == "1"
     win_cache = wine.to_windows(cache)
@@ -254,7 +257,7 @@ def test_run_cmd_sets_the_environment_and_passes_arguments_and_exit_code(wine: W
     args = ["--self-check", "--json", '"a b"', "3", "4", "5", "6", "7", "8", "9", "10"]
     check = wine.cmd(run_cmd, *args, env={**env, "REPORTER_EXIT": "0"})
     assert check.returncode == 0
-    assert read_report(report)["orig_argv"][1:] == [f"{win_root}\\selfcheck\\selfcheck.py", "--json",
+    assert read_report(report)["orig_argv"][1:] == ["-I", "-B", f"{win_root}\\selfcheck\\selfcheck.py", "--json",
                                                     "a b", *(str(n) for n in range(3, 11))]
 
 
@@ -269,7 +272,7 @@ def test_run_cmd_relative_cache_dir_from_the_install_and_module_entry(wine: Wine
     result = wine.cmd(run_cmd, "x", env={**env, **reporting(wine, report)})
     assert result.returncode == 0, result.stdout + result.stderr
     started = read_report(report)
-    assert started["orig_argv"][1:] == ["-m", "demo.cli", "x"]
+    assert started["orig_argv"][1:] == ["-I", "-B", "-m", "demo.cli", "x"]
     assert started["argv"] == [f"{wine.to_windows(root)}\\venv\\Lib\\site-packages\\demo\\cli.py", "x"]
     assert started["environ"]["TEMP"] == f"{wine.to_windows(root)}\\cache & (x)\\tmp"
 
