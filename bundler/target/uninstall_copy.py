@@ -63,11 +63,12 @@ def create_locked(folder: Path) -> None:
     kernel32.LocalFree.argtypes = [ctypes.c_void_p]
     descriptor = ctypes.c_void_p()
     if not advapi32.ConvertStringSecurityDescriptorToSecurityDescriptorW(SDDL, 1, ctypes.byref(descriptor), None):
-        raise OSError(ctypes.get_last_error(), "ConvertStringSecurityDescriptorToSecurityDescriptorW failed")
+        error = ctypes.get_last_error()  # type: ignore[attr-defined]
+        raise OSError(error, "ConvertStringSecurityDescriptorToSecurityDescriptorW failed")
     try:
         attributes = SecurityAttributes(ctypes.sizeof(SecurityAttributes), descriptor, False)
         if not kernel32.CreateDirectoryW(str(folder), ctypes.byref(attributes)):
-            error = ctypes.get_last_error()
+            error = ctypes.get_last_error()  # type: ignore[attr-defined]
             if error in (80, 183):  # ERROR_FILE_EXISTS, ERROR_ALREADY_EXISTS
                 raise FileExistsError(error, "the name is taken", str(folder))
             raise OSError(error, ctypes.FormatError(error), str(folder))  # type: ignore[attr-defined]
