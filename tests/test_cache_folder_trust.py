@@ -128,3 +128,31 @@ def test_the_launcher_and_the_self_check_share_one_precedence(tmp_path: Path) ->
     assert cache_folder.choose(root, {}, "rel").path == "/recorded"
     assert cache_folder.choose(root, {}, "rel", pending="/msi").path == "/msi"
     assert cache_folder.choose(root, {"ORT_BUNDLE_CACHE_DIR": "/env"}, "rel", pending="/msi").path == "/env"
+
+
+@needs_root
+def test_install_refuses_a_cache_dir_another_user_owns_or_can_write(tmp_path: Path, shared: Path) -> None:
+    """`install.sh --cache-dir` says so before anything is installed; a sticky shared folder is accepted."""
+    from test_install_sh import make_bundle
+
+    from bundler.target import engine
+
+    bundle = make_bundle(tmp_path / "bundle")
+    theirs = shared / "theirs"
+    as_other("mkdir", "-m", "0755", str(theirs))
+    target = tmp_path / "apps" / "tiny"
+
+    def install(cache: Path) -> str:
+        return engine.install(engine.Options(bundle=bundle, install_dir=target, self_check=False,
+                                             cache_dir=str(cache)), engine.Log(None))
+
+    with pytest.raises(engine.EngineError, match=f"--cache-dir {theirs}: {theirs} is not safe as a cache folder: "
+                                                 f"it is owned by uid {OTHER}") as refused:
+        install(theirs)
+    assert refused.value.code == "usage" and not target.exists()
+    writable = shared / "everyone"
+    writable.mkdir()
+    writable.chmod(0o777)
+    with pytest.raises(engine.EngineError, match="lets others write it"):
+        install(writable)
+    assert install(shared) == "installed" and (target / "cache_dir.txt").read_text() == f"{shared}\n"

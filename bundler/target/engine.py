@@ -61,7 +61,7 @@ from .engine_fs import (
 from .image import MakeEnvironment, make_image, populate
 from .installed import VERIFY_CHANGED, VERIFY_OK, Audit, audit, record_after_reboot, uninstall
 from .records import INSTALL_EXIT_CODES, RECEIPT_FILE, InstallPlan, Receipt, SelfcheckOutcome
-from .target_folder import carry_over, check_parent_posix, check_target
+from .target_folder import carry_over, check_cache_dir_posix, check_parent_posix, check_target
 
 #: What the tests and the other engine modules use from here, re-exported for one import path.
 __all__ = ["PREVIOUS", "STAGING", "Audit", "EngineError", "Log", "Options", "audit", "entry_sha256", "install",
@@ -142,6 +142,7 @@ def install(options: Options, log: Log, *, make_environment: MakeEnvironment = m
         log(f"{plan.install_id} is installed in {target} but damaged ({len(damage.changed)} changed, "
             f"{len(damage.missing)} missing, {len(damage.extra)} added where only the bundle's files belong); "
             f"installing it again")
+    check_cache_dir_posix(options.cache_dir, target)
     check_space(plan, options.bundle, target)
     if options.dry_run:
         log(f"dry run: would install {plan.install_id} into {target}"
