@@ -338,9 +338,11 @@ def _dispatch(args: argparse.Namespace, log: Log) -> int:
             log("dry run: nothing was changed")
         return 0
     if args.command == "make-image":
-        bundle = args.bundle.resolve()
+        bundle, out = args.bundle.resolve(), Path(os.path.abspath(args.out))
         plan = load_plan(bundle)
-        make_image(plan, bundle, verify_bundle(bundle, plan, log), Path(os.path.abspath(args.out)), args.epoch, log)
+        identity = verify_bundle(bundle, plan, log)
+        with private_copy(bundle, plan, identity, out.parent, log, prefix=f".{out.name}.bundle-") as copy:
+            make_image(copy.plan, copy.folder, copy.identity, out, args.epoch, log, compared=copy.sums)
         return 0
     if args.command == "msi-finish":
         from .msi_action import finish

@@ -107,7 +107,8 @@ def populate(plan: InstallPlan, bundle: Path, stage: Path, final_root: Path, log
     return known
 
 
-def make_image(plan: InstallPlan, bundle: Path, bundle_sha256: str, out: Path, epoch: int, log: Log) -> Receipt:
+def make_image(plan: InstallPlan, bundle: Path, bundle_sha256: str, out: Path, epoch: int, log: Log,
+               compared: Optional[Mapping[str, str]] = None) -> Receipt:
     """The tree an install of this bundle holds, in the new folder `out`, with its receipt: only for a
     relocatable bundle, and with the target's Python minor version (bytecode is per minor version)."""
     if not relocatable(plan):
@@ -122,7 +123,7 @@ def make_image(plan: InstallPlan, bundle: Path, bundle_sha256: str, out: Path, e
     except BundleInfoError as exc:
         raise EngineError("integrity", str(exc)) from None
     out.mkdir()
-    known = populate(plan, bundle, out, Path(IMAGE_FOLDER), log)
+    known = populate(plan, bundle, out, Path(IMAGE_FOLDER), log, compared=compared)
     runtime = info.python_runtime or {}
     receipt = Receipt(install_id=plan.install_id, name=plan.name, version=plan.version, platform=plan.platform,
                       bundle_sha256=bundle_sha256, installed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch)),
