@@ -171,7 +171,12 @@ def test_self_check_catches_a_stray_onnxruntime_a_missing_model_and_a_changed_mo
     (stray / "onnxruntime").mkdir(parents=True)
     (stray / "onnxruntime" / "__init__.py").write_text("__version__ = '0.0.0'\n")
     env = {**os.environ, "PYTHONPATH": str(stray)}
+    # Through the launcher the self-check runs isolated (-I, issue 34 §3): PYTHONPATH cannot bring the stray in.
     proc = subprocess.run(selfcheck, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # Started without the launcher, by an interpreter that honours PYTHONPATH, the check names the stray.
+    direct = [str(root / "venv" / "bin" / "python"), str(root / "selfcheck" / "selfcheck.py"), "--json"]
+    proc = subprocess.run(direct, capture_output=True, text=True, env=env)
     assert proc.returncode != 0
     failed = {c["id"]: c["message"] for c in json.loads(proc.stdout)["checks"] if c["status"] == "fail"}
     assert str(stray) in failed["onnxruntime"]
