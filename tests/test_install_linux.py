@@ -171,7 +171,12 @@ def test_self_check_catches_a_stray_onnxruntime_a_missing_model_and_a_changed_mo
     (stray / "onnxruntime").mkdir(parents=True)
     (stray / "onnxruntime" / "__init__.py").write_text("__version__ = '0.0.0'\n")
     env = {**os.environ, "PYTHONPATH": str(stray)}
+    # Through the launcher the self-check runs isolated (-I, issue 34 §3): PYTHONPATH cannot bring the stray in.
     proc = subprocess.run(selfcheck, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # Started without the launcher, by an interpreter that honours PYTHONPATH, the check names the stray.
+    direct = [str(root / "venv" / "bin" / "python"), str(root / "selfcheck" / "selfcheck.py"), "--json"]
+    proc = subprocess.run(direct, capture_output=True, text=True, env=env)
     assert proc.returncode != 0
     failed = {c["id"]: c["message"] for c in json.loads(proc.stdout)["checks"] if c["status"] == "fail"}
     assert str(stray) in failed["onnxruntime"]
@@ -260,3 +265,27 @@ def test_the_environment_is_exactly_what_the_bundle_pins(installed: tuple[Path, 
         assert receipt[record.relative_to(root).as_posix()] == hashlib.sha256(record.read_bytes()).hexdigest()
     verify = subprocess.run([str(root / "run.sh"), "--verify"], capture_output=True, text=True)
     assert verify.returncode == 0 and "Result: OK" in verify.stdout, verify.stdout + verify.stderr
+
+
+def test_the_install_folder_holds_an_uninstall_sh_that_needs_no_bundle(bundle_zip: Path, tmp_path: Path) -> None:
+    """Issue 38 §6: a Linux install keeps uninstall.sh, as a Windows one keeps uninstall.cmd; run from there after
+    the bundle is gone, it removes the install (the engine runs from a private copy it removes afterwards)."""
+    bundle = unzip(bundle_zip, tmp_path / "unpacked")
+    root = tmp_path / "opt" / "app"
+    assert sh(bundle / "install.sh", "--install-dir", str(root), "--no-self-check").returncode == OK
+    receipt = json.loads((root / "receipt.json").read_text(encoding="utf-8"))
+    assert "uninstall.sh" in {entry["path"] for entry in receipt["files"]}
+    shutil.rmtree(tmp_path / "unpacked")
+    (root / "user-data.txt").write_text("made by the user after the install\n")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    dry = subprocess.run(["sh", str(root / "uninstall.sh"), "--dry-run"], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=600)
+    assert dry.returncode == OK and (root / "receipt.json").is_file(), dry.stderr
+    proc = subprocess.run([str(root / "uninstall.sh"), "--log-path", str(tmp_path / "uninstall.log")],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert proc.returncode == OK, proc.stdout + proc.stderr
+    assert sorted(p.name for p in root.iterdir()) == ["user-data.txt"]
+    assert list(temp.iterdir()) == []  # the private copy of the engine is gone too
+    assert "removed from" in (tmp_path / "uninstall.log").read_text(encoding="utf-8")

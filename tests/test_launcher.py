@@ -77,7 +77,7 @@ def test_every_rendered_launcher_only_finds_the_interpreter(ctx: ScriptContext) 
         assert [word for word in DISPATCH_WORDS if word in text] == [], rel
         assert "-m ort_bundle.launcher" in text or "'ort_bundle.launcher'" in text, rel
     config = json.loads(scripts[LAUNCH_CONFIG])
-    assert config["dll_dirs"] == [*ctx.gpu_dll_dirs, *ctx.dll_dirs] and config["isolated"] == bool(ctx.runtime_python)
+    assert config["dll_dirs"] == [*ctx.gpu_dll_dirs, *ctx.dll_dirs] and "isolated" not in config  # always, now
     assert config["entry_point"] == (None if ctx.entry_point is None else
                                      {"kind": ctx.entry_point.kind, "value": ctx.entry_point.value})
     assert config["exit_prerequisite"] == PREREQUISITE == PREREQUISITE_FALLBACK
@@ -165,7 +165,7 @@ def test_run_sh_sets_the_environment_and_execs_the_entry_point(venv: Path, tmp_p
     assert env["ORT_BUNDLE_CACHE_DIR"] == str(cache) and env["ORT_BUNDLE_CACHE_MIN_FREE_MB"] == "512"
     assert (env["PIP_NO_INDEX"], env["PYTHONNOUSERSITE"], env["PYTHONDONTWRITEBYTECODE"]) == ("1", "1", "1")
     assert env["PYTHONPYCACHEPREFIX"] is None and env["ORT_BUNDLE_APPLY_TUNING"] == "1"
-    assert env["APP_MODE"] == HOSTILE and seen["isolated"] == 0  # the venv's Python: not isolated
+    assert env["APP_MODE"] == HOSTILE and seen["isolated"] == 1  # the venv's Python too (issue 34 §3)
     assert not list(tmp_path.rglob("PWNED"))
 
 
@@ -212,9 +212,11 @@ def test_a_cache_folder_that_cannot_be_made_is_a_prerequisite_failure(venv: Path
 
 def test_module_none_and_program_entry_points_and_the_bundled_interpreter(venv: Path, tmp_path: Path) -> None:
     cache = str(tmp_path / "c")
-    module = install(tmp_path / "module", venv, context(entry_point=EntryPoint(kind="module", value="app.main")))
-    seen = report(start(module, "x", ORT_BUNDLE_CACHE_DIR=cache, PYTHONPATH=str(tmp_path / "module")))
-    assert seen["argv"] == [str(tmp_path / "module" / "app" / "main.py"), "x"]  # -m app.main (PYTHONPATH honoured)
+    module = install(tmp_path / "module", venv, context(entry_point=EntryPoint(kind="module", value="demo_cli")))
+    installed = tmp_path / "module" / "venv" / "lib" / f"python{PY}" / "site-packages" / "demo_cli.py"
+    installed.write_text(REPORTER, encoding="utf-8")  # where a wheel of the bundle puts its module
+    seen = report(start(module, "x", ORT_BUNDLE_CACHE_DIR=cache, PYTHONPATH=str(tmp_path / "module" / "app")))
+    assert seen["argv"] == [str(installed), "x"] and seen["isolated"] == 1  # -I -m demo_cli: PYTHONPATH ignored
     bare = install(tmp_path / "bare", venv, context(entry_point=None))
     seen = report(start(bare, str(tmp_path / "bare" / "app" / "main.py"), "y", ORT_BUNDLE_CACHE_DIR=cache))
     assert seen["argv"][1:] == ["y"]
@@ -247,7 +249,7 @@ def test_the_switches_start_the_self_check_the_audit_and_the_tools(venv: Path, t
         (root / place).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(root / "app" / "main.py", root / place)
     seen = report(start(run_sh, "--self-check", "--json", ORT_BUNDLE_CACHE_DIR=cache))
-    assert seen["argv"] == [str(root / "selfcheck" / "selfcheck.py"), "--json"] and seen["isolated"] == 0
+    assert seen["argv"] == [str(root / "selfcheck" / "selfcheck.py"), "--json"] and seen["isolated"] == 1
     assert seen["env"]["ORT_BUNDLE_APPLY_TUNING"] is None  # the self-check's sessions stay at ORT's defaults
     seen = report(start(run_sh, "--verify", "--json", ORT_BUNDLE_CACHE_DIR=cache))
     assert seen["argv"] == [str(root / "installer" / "engine.py"), "verify", "--root", str(root), "--json"]

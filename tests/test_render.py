@@ -218,7 +218,7 @@ def test_try_in_sandbox_cmd_is_thin_and_hands_every_argument_to_the_sandbox_modu
     else:
         assert handovers == ['"%ORT_BUNDLE_PY%" -I -B "%ORT_BUNDLE_SANDBOX%" %* & goto :eof']
         probes = [line.split("('", 1)[1].split(" -c ")[0] for line in lines if "for /f" in line]
-        assert probes == ["py.exe -3.11", "py.exe -3", "python.exe"]  # in this order, as install.cmd looks
+        assert probes == ["py.exe -3.11 -I", "py.exe -3 -I", "python.exe -I"]  # in this order, as install.cmd looks
         assert "echo try-in-sandbox.cmd: writing the .wsb with %ORT_BUNDLE_PY%" in lines  # it says which
     assert "try-in-sandbox.cmd" not in render_scripts(context("linux_x86_64"))
 

@@ -128,3 +128,18 @@ def test_uninstall_removes_the_interpreter_too(unpacked: Path, no_python_path: s
     assert (root / "python" / "bin" / f"python{MINOR}").is_file()
     sh(unpacked / "uninstall.sh", "--install-dir", str(root), path=no_python_path, home=tmp_path)
     assert not root.exists()
+
+
+def test_the_installed_uninstall_sh_runs_a_copy_of_the_bundled_interpreter(unpacked: Path, no_python_path: str,
+                                                                           tmp_path: Path) -> None:
+    """Issue 38 §6 with a bundled interpreter: no Python on PATH, no bundle; the interpreter it removes runs the
+    removal from a private copy, which goes too."""
+    root = tmp_path / "with spaces" / "app"
+    sh(unpacked / "install.sh", "--install-dir", str(root), "--no-self-check", path=no_python_path, home=tmp_path)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    refused = sh(root / "uninstall.sh", "--python", sys.executable, path=no_python_path, home=tmp_path,
+                 extra={"TMPDIR": str(temp)}, check=False)
+    assert refused.returncode == 10 and "--python applies only to bundles without a bundled Python" in refused.stderr
+    sh(root / "uninstall.sh", path=no_python_path, home=tmp_path, extra={"TMPDIR": str(temp)})
+    assert not root.exists() and list(temp.iterdir()) == []

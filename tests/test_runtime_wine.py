@@ -24,6 +24,7 @@ from windows_python import WindowsPython, copy_interpreter, place_reporter, read
 from wine import Wine, wine  # noqa: F401
 
 from bundler.target import engine
+from bundler.target.launch_config import RUN_SCRIPT
 
 pytestmark = pytest.mark.integration
 HOSTILE_PARENT = "ort apps & tools"
@@ -82,10 +83,10 @@ def test_run_cmd_starts_the_bundled_python_not_one_on_path(reporting_install: Pa
     assert started["isolated"] == 1
     args = started["orig_argv"][1:]
     assert args[:2] == ["-I", "-B"] and started["dont_write_bytecode"] == 1  # no bytecode folder named (issue 27 §5)
-    assert args[2:] == [wine.to_windows(installed / "app" / "infer.py"), "first arg", "second"]
-    win_python = wine.to_windows(python)
-    assert started["path"] == [f"{win_python}\\python311.zip", win_python, f"{win_python}\\Lib\\site-packages",
-                               wine.to_windows(installed / "app")]  # the installed ._pth, nothing of the decoy's
+    assert args[2:] == ["-c", RUN_SCRIPT, wine.to_windows(installed / "app" / "infer.py"), "first arg", "second"]
+    win_python, app = wine.to_windows(python), wine.to_windows(installed / "app")
+    # The script's folder first (as `python script.py` puts it), then the installed ._pth, nothing of the decoy's.
+    assert started["path"] == [app, f"{win_python}\\python311.zip", win_python, f"{win_python}\\Lib\\site-packages", app]
 
 
 def test_run_cmd_self_check_runs_the_bundled_python_isolated(reporting_install: Path, wine: Wine,

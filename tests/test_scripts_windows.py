@@ -31,6 +31,7 @@ from windows_python import (  # noqa: F401  (fixtures)
 )
 from wine import Wine, wine  # noqa: F401  (fixtures)
 
+from bundler.assembly.launch import engine_files
 from bundler.assembly.render import (
     INSTALL_EXIT_CODES,
     LAUNCH_CONFIG,
@@ -39,6 +40,7 @@ from bundler.assembly.render import (
     render_scripts,
 )
 from bundler.assembly.runtime_package import package_files
+from bundler.target.launch_config import RUN_SCRIPT
 
 CODES = INSTALL_EXIT_CODES
 DLL_DIRS = ("venv/Lib/site-packages/onnxruntime/capi",)
@@ -241,7 +243,9 @@ def test_run_cmd_sets_the_environment_and_passes_arguments_and_exit_code(wine: W
     seen = started["environ"]
     win_root = wine.to_windows(root)
     assert started["executable"] == f"{win_root}\\venv\\Scripts\\python.exe" and started["dll"] == "C:\\Python311\\python311.dll"
-    assert started["orig_argv"][1:] == started["argv"] == [f"{win_root}\\app\\main.py", "two words", "--flag=1", "a & b"]
+    # Isolated (issue 34 §3): the launcher runs the script with its own folder first on sys.path itself.
+    assert started["orig_argv"][1:] == ["-I", "-B", "-c", RUN_SCRIPT, *started["argv"]] and started["isolated"] == 1
+    assert started["argv"] == [f"{win_root}\\app\\main.py", "two words", "--flag=1", "a & b"]
     assert seen["PATH"].startswith(f"{win_root}\\gpu;{win_root}\\venv\\Lib\\site-packages\\onnxruntime\\capi;")
     assert seen["PYTHONNOUSERSITE"] == "1" and seen["PIP_NO_INDEX"] == "1"
     win_cache = wine.to_windows(cache)
@@ -254,7 +258,7 @@ def test_run_cmd_sets_the_environment_and_passes_arguments_and_exit_code(wine: W
     args = ["--self-check", "--json", '"a b"', "3", "4", "5", "6", "7", "8", "9", "10"]
     check = wine.cmd(run_cmd, *args, env={**env, "REPORTER_EXIT": "0"})
     assert check.returncode == 0
-    assert read_report(report)["orig_argv"][1:] == [f"{win_root}\\selfcheck\\selfcheck.py", "--json",
+    assert read_report(report)["orig_argv"][1:] == ["-I", "-B", f"{win_root}\\selfcheck\\selfcheck.py", "--json",
                                                     "a b", *(str(n) for n in range(3, 11))]
 
 
@@ -269,7 +273,7 @@ def test_run_cmd_relative_cache_dir_from_the_install_and_module_entry(wine: Wine
     result = wine.cmd(run_cmd, "x", env={**env, **reporting(wine, report)})
     assert result.returncode == 0, result.stdout + result.stderr
     started = read_report(report)
-    assert started["orig_argv"][1:] == ["-m", "demo.cli", "x"]
+    assert started["orig_argv"][1:] == ["-I", "-B", "-m", "demo.cli", "x"]
     assert started["argv"] == [f"{wine.to_windows(root)}\\venv\\Lib\\site-packages\\demo\\cli.py", "x"]
     assert started["environ"]["TEMP"] == f"{wine.to_windows(root)}\\cache & (x)\\tmp"
 
@@ -444,26 +448,33 @@ def test_install_cmd_of_a_machine_python_bundle_finds_pythonexe_then_path(wine: 
 @pytest.mark.wine
 def test_uninstall_cmd_runs_a_copy_of_the_interpreter_and_keeps_the_code_when_it_deletes_itself(
         wine: Wine, windows_python: WindowsPython, tmp_path: Path) -> None:
-    """From the install folder: the interpreter runs from a copy in %TEMP% (a running python.exe cannot be
-    removed), the engine removes uninstall.cmd itself (REPORTER does here, as the engine does), the code survives
-    and the copy is gone afterwards."""
+    """From the install folder: the interpreter runs from a copy (a running python.exe cannot be removed) in a folder
+    the real installer/uninstall_copy.py makes under a random name (issue 34 §8: never %TEMP%\\...-%RANDOM%%RANDOM%,
+    which another user could make first); the engine removes uninstall.cmd itself (REPORTER does here, as the
+    engine does), the code survives and the copy is gone afterwards. Wine enforces no ACL: the folder's ACL is
+    test_uninstall_copy.py's to check."""
     root = tmp_path / "apps" / "demo"  # `cmd /c <path> args` takes a path without spaces or & (cmd's quote rules)
     context = CONTEXTS["runtime-script"]
     script = write_scripts(root, context)["uninstall.cmd"]
     copy_interpreter(windows_python.embeddable, root / "python")
-    place_reporter(root / "installer" / "engine.py")
+    for data, installed in engine_files().values():  # the real engine package and uninstall_copy.py ...
+        (root / installed).parent.mkdir(parents=True, exist_ok=True)
+        (root / installed).write_bytes(data)
+    place_reporter(root / "installer" / "engine.py")  # ... and REPORTER in the engine's place
+    temp = wine.drive_c() / "users" / os.environ.get("USER", "root") / "Temp"
     report = tmp_path / "report.json"
     env = reporting(wine, report, CODES["in_use"], REPORTER_DELETE=wine.to_windows(script))
     assert exit_code_in_windows(wine, script, "-WhatIf", env=env, tmp_path=tmp_path) == CODES["in_use"]
     assert not script.exists(), "REPORTER removed uninstall.cmd while it ran"
     started = read_report(report)
-    copy = re.fullmatch(r"C:\\(users\\[^\\]+\\Temp\\ort-bundler-uninstall-\d+)\\python\.exe", started["executable"],
-                        re.IGNORECASE)
+    copy = re.fullmatch(r"C:\\(users\\[^\\]+\\Temp\\ort-bundler-uninstall-[0-9a-f]{16})\\python\.exe",
+                        started["executable"], re.IGNORECASE)
     assert copy is not None, started["executable"]
     assert started["dll"].lower() == f"C:\\{copy.group(1)}\\python311.dll".lower()  # the copy's, not the install's
     assert started["orig_argv"][1:] == ["-I", "-B", f"{wine.to_windows(root)}\\installer\\engine.py",
                                         "windows-uninstall", "--script-dir", f"{wine.to_windows(root)}\\.", "-WhatIf"]
     assert not wine.drive_c().joinpath(*copy.group(1).split("\\")).exists(), "the copy is removed once it has exited"
+    assert not list(temp.glob("ort-bundler-uninstall-*"))  # (Wine's cmd leaves CMD*.tmp files of its own there)
 
 
 def test_readme_install_says_what_an_administrator_needs_to_know() -> None:

@@ -72,7 +72,9 @@ def test_the_support_bundle_holds_the_listed_items_and_nothing_from_outside(
         installation: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
     root, env = installation
     assert python("-m", "ort_bundle.tuning", "--root", str(root), "--warmup", "1", "--runs", "3", env=env).returncode == 0
-    entry = tmp_path / "entry.py"  # a stand-in for the start-up hook, then the application
+    # Beside the shipped package: the profiled child runs isolated (-I, issue 34 §3), so PYTHONPATH does not reach
+    # it; a script's own folder is first on its sys.path, as in an install's app/.
+    entry = Path(env["PYTHONPATH"]) / "entry.py"  # a stand-in for the start-up hook, then the application
     entry.write_text(f"import ort_bundle.sessions as s, pathlib; s.activate(pathlib.Path({str(root)!r}))\n" + PROBE_APP)
     profiled = python("-m", "ort_bundle.profile", "--entry-kind", "script", "--entry", str(entry), "--",
                       str(root / "models" / "mlp.onnx"), env=env)

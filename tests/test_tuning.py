@@ -266,7 +266,9 @@ def test_the_helper_gives_tuned_options_and_names_the_models_for_a_typo(install:
 def test_profile_runs_the_entry_point_once_and_names_its_trace(install: tuple[Path, dict[str, str]],
                                                                tmp_path: Path) -> None:
     root, env = install
-    entry = tmp_path / "entry.py"  # the hook stand-in, then the application, as the profiled child runs them
+    # Beside the shipped package: the profiled child runs isolated (-I, issue 34 §3), so PYTHONPATH does not reach
+    # it; a script's own folder is first on its sys.path, as in an install's app/.
+    entry = Path(env["PYTHONPATH"]) / "entry.py"  # the hook stand-in, then the application, as the profiled child runs them
     entry.write_text(f"import ort_bundle.sessions as s, pathlib; s.activate(pathlib.Path({str(root)!r}))\n" + PROBE_APP,
                      encoding="utf-8")
     proc = python("-m", "ort_bundle.profile", "--entry-kind", "script", "--entry", str(entry), "--",

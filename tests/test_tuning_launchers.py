@@ -21,6 +21,7 @@ from windows_python import read_report, windows_python, windows_venv  # noqa: F4
 from wine import Wine, wine  # noqa: F401  (fixtures)
 
 from bundler.assembly.render import LAUNCH_CONFIG, EntryPoint, render_scripts
+from bundler.target.launch_config import RUN_SCRIPT
 
 TOOLS = ("ort_bundle.tuning", "ort_bundle.support", "ort_bundle.profile")
 
@@ -57,8 +58,10 @@ def test_run_cmd_hands_the_switches_to_the_python_tools(wine: Wine, windows_venv
     assert seen["argv"][0] == f"{site}\\ort_bundle\\profile.py"
     assert seen["environ"]["ORT_BUNDLE_APPLY_TUNING"] == "1"
     assert seen["environ"]["ORT_BUNDLE_PROFILE_DIR"] == f"{wine.to_windows(tmp_path)}\\profiles"
-    args, seen = started("x")
-    assert args == [f"{win_root}\\app\\main.py", "x"] and seen["environ"]["ORT_BUNDLE_APPLY_TUNING"] == "1"
+    args, seen = started("x")  # the script entry point runs isolated too, its own folder first on sys.path
+    assert args == ["-I", "-B", "-c", RUN_SCRIPT, f"{win_root}\\app\\main.py", "x"]
+    assert seen["argv"] == [f"{win_root}\\app\\main.py", "x"] and seen["isolated"] == 1
+    assert seen["environ"]["ORT_BUNDLE_APPLY_TUNING"] == "1"
 
     plain = install_root(tmp_path / "plain", windows_venv, apply_tuning=False)
     assert wine.cmd(plain, "x", env=env).returncode == 0

@@ -303,7 +303,7 @@ def test_run_cmd_self_check_of_a_program_bundle_still_runs_python_not_the_progra
 
     assert result.returncode == 3, result.stdout + result.stderr
     started = read_report(report)
-    assert started["orig_argv"][1:] == [f"{wine.to_windows(root)}\\selfcheck\\selfcheck.py", "--json"]
+    assert started["orig_argv"][1:] == ["-I", "-B", f"{wine.to_windows(root)}\\selfcheck\\selfcheck.py", "--json"]
     assert started["executable"] == f"{wine.to_windows(root)}\\venv\\Scripts\\python.exe"
 
 

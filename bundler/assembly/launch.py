@@ -60,8 +60,10 @@ def add_scripts(assembly: Assembly, build: BuildInputs) -> None:
         executable = path.endswith(".sh")
         assembly.add_bytes(path, data, executable=executable)
         name = path.rsplit("/", 1)[-1]
-        if path.startswith("payload/launchers/run.") or path in (LAUNCH_CONFIG, "uninstall.ps1", "uninstall.cmd"):
-            assembly.plan_copy(path, name)  # the uninstaller too on Windows: Add/Remove Programs runs that copy
+        if path.startswith("payload/launchers/run.") or path in (LAUNCH_CONFIG, "uninstall.ps1", "uninstall.cmd",
+                                                                  "uninstall.sh"):
+            # The uninstaller too: Add/Remove Programs runs that copy on Windows; on Linux it needs no bundle.
+            assembly.plan_copy(path, name)
         elif path.startswith("payload/launchers/ort_bundle_hook"):
             assembly.site_packages_files.append(Copy(source=path, target=name))
 
@@ -131,17 +133,22 @@ if __name__ == "__main__":
 
 #: Starts the install engine: `python -I -B engine.py ...`.
 ENGINE_BOOTSTRAP = bootstrap("engine", "install engine")
+#: uninstall.cmd and uninstall.ps1 run it with the installed interpreter first: it makes the private folder the
+#: interpreter's copy runs the uninstall from (issue 34 §8), and prints it.
+UNINSTALL_COPY_HELPER = "payload/installer/uninstall_copy.py"
 #: The target modules that make up the engine, shipped as the `ortengine` package.
 ENGINE_MODULES = ("engine.py", "bundle_check.py", "target_folder.py", "engine_fs.py", "engine_env.py", "disk_space.py",
                   "image.py", "installed.py", "msi_action.py", "records.py", "trust.py", "bundle_info.py",
                   "folder_trust.py", "windows_host.py", "windows_setup.py", "windows_install_dir.py",
-                  "windows_registration.py")
+                  "windows_registration.py", "uninstall_copy.py")
 
 
 def engine_files() -> dict[str, tuple[bytes, str]]:
-    """Bundle path -> (bytes, install path) of the engine: its start script and the `ortengine` package."""
+    """Bundle path -> (bytes, install path) of the engine: its start scripts and the `ortengine` package."""
     package = resources.files("bundler.target")
-    files = {ENGINE_HELPER: (ENGINE_BOOTSTRAP, "installer/engine.py")}
+    files = {ENGINE_HELPER: (ENGINE_BOOTSTRAP, "installer/engine.py"),
+             UNINSTALL_COPY_HELPER: (bootstrap("uninstall_copy", "uninstall interpreter copy"),
+                                     "installer/uninstall_copy.py")}
     for name in ("__init__.py", *ENGINE_MODULES):
         files[f"{ENGINE_PACKAGE}/{name}"] = (package.joinpath(name).read_bytes(), f"installer/ortengine/{name}")
     return files

@@ -210,7 +210,7 @@ def launch_config(ctx: ScriptContext) -> LaunchConfig:
     return LaunchConfig(
         name=ctx.name, dll_dirs=(*ctx.gpu_dll_dirs, *ctx.dll_dirs), env=dict(sorted(ctx.env.items())),
         entry_point=EntryPointSpec(kind=entry.kind, value=entry.value) if entry else None, cache_dir=ctx.cache_dir,
-        cache_min_free_mb=CACHE_MIN_FREE_MB, apply_tuning=ctx.apply_tuning, isolated=ctx.runtime_python is not None,
+        cache_min_free_mb=CACHE_MIN_FREE_MB, apply_tuning=ctx.apply_tuning,
         exit_prerequisite=INSTALL_EXIT_CODES["prerequisite"])
 
 

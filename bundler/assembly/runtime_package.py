@@ -33,6 +33,8 @@ MODULES = {
     "launcher.py": "launcher.py",
     "launch_config.py": "launch_config.py",
     "delta_apply.py": "delta_apply.py",  # `run.sh --apply`: a delta bundle applied by the release it updates
+    "cache_folder.py": "cache_folder.py",
+    "folder_trust.py": "folder_trust.py",
 }
 
 

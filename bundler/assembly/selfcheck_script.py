@@ -12,7 +12,8 @@ from importlib import resources
 from bundler.errors import BuildError
 
 # Dependencies first: the inlined modules run top to bottom in one namespace.
-INLINED = ("records", "synth", "dllsearch", "check_context", "interpreter", "cuda_check", "model_check", "libraries")
+INLINED = ("records", "synth", "dllsearch", "check_context", "interpreter", "cuda_check", "model_check", "libraries",
+           "cache_folder")
 TARGET_IMPORT = "from bundler.target."
 FUTURE_IMPORT = "from __future__ import annotations\n"
 

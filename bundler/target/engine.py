@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
 from . import disk_space
-from .bundle_check import load_plan, verify_bundle
+from .bundle_check import PrivateCopy, load_plan, private_copy, verify_bundle
 from .engine_env import make_venv, reboot_explains, run_selfcheck, selfcheck_env
 from .engine_fs import (
     PREVIOUS,
@@ -61,7 +61,7 @@ from .engine_fs import (
 from .image import MakeEnvironment, make_image, populate
 from .installed import VERIFY_CHANGED, VERIFY_OK, Audit, audit, record_after_reboot, uninstall
 from .records import INSTALL_EXIT_CODES, RECEIPT_FILE, InstallPlan, Receipt, SelfcheckOutcome
-from .target_folder import carry_over, check_parent_posix, check_target
+from .target_folder import carry_over, check_cache_dir_posix, check_parent_posix, check_target
 
 #: What the tests and the other engine modules use from here, re-exported for one import path.
 __all__ = ["PREVIOUS", "STAGING", "Audit", "EngineError", "Log", "Options", "audit", "entry_sha256", "install",
@@ -119,6 +119,7 @@ def check_python(plan: InstallPlan) -> None:
 def check_space(plan: InstallPlan, bundle: Path, target: Path) -> None:
     needed = sum((bundle / w).stat().st_size for w in plan.venv.wheels) * 4
     needed += sum((bundle / e.source).stat().st_size for e in (*plan.copy, *plan.venv.runtime)) + (100 << 20)
+    needed += sum((bundle / rel).stat().st_size for rel in set(plan.inputs()))  # the private copy beside the stage
     disk_space.check([disk_space.Need(target.parent, needed, "the install"), disk_space.temp_need()])
 
 
@@ -141,6 +142,7 @@ def install(options: Options, log: Log, *, make_environment: MakeEnvironment = m
         log(f"{plan.install_id} is installed in {target} but damaged ({len(damage.changed)} changed, "
             f"{len(damage.missing)} missing, {len(damage.extra)} added where only the bundle's files belong); "
             f"installing it again")
+    check_cache_dir_posix(options.cache_dir, target)
     check_space(plan, options.bundle, target)
     if options.dry_run:
         log(f"dry run: would install {plan.install_id} into {target}"
@@ -167,17 +169,30 @@ def clean_leftovers(target: Path, log: Log) -> None:
             recover(target, log)
 
 
+def _restrict(options: Options) -> Optional[Callable[[Path], None]]:
+    """Windows per-machine: what drops a new folder's inherited "Users: Modify" (Administrators/SYSTEM write)."""
+    if not options.restrict_acl:
+        return None
+    from .windows_host import restrict_folder  # Windows only
+
+    return restrict_folder
+
+
 def _install_locked(plan: InstallPlan, options: Options, log: Log, previous: Optional[Receipt], bundle_sha256: str,
                     make_environment: MakeEnvironment) -> str:
+    """The install from a private copy of what it uses (issue 34 §4): the bundle folder is not read again after
+    each file was hashed into that copy, so a file swapped in the bundle folder meanwhile is never installed."""
     target = options.install_dir
-    stage = Path(tempfile.mkdtemp(prefix=f".{target.name}{STAGING}", dir=str(target.parent)))
-    try:
-        receipt = _build_stage(plan, options, log, previous, bundle_sha256, stage, make_environment)
-        old = swap(stage, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            remove_tree(stage)
-        raise
+    with private_copy(options.bundle, plan, bundle_sha256, target.parent, log, prefix=f".{target.name}{STAGING}bundle-",
+                      restrict=_restrict(options)) as copy:
+        stage = Path(tempfile.mkdtemp(prefix=f".{target.name}{STAGING}", dir=str(target.parent)))
+        try:
+            receipt = _build_stage(copy, options, log, previous, stage, make_environment)
+            old = swap(stage, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                remove_tree(stage)
+            raise
     if old is not None:
         try:
             remove_tree(old)
@@ -187,20 +202,21 @@ def _install_locked(plan: InstallPlan, options: Options, log: Log, previous: Opt
     return "deferred" if receipt.selfcheck.deferred_until_reboot else "installed"
 
 
-def _build_stage(plan: InstallPlan, options: Options, log: Log, previous: Optional[Receipt], bundle_sha256: str,
-                 stage: Path, make_environment: MakeEnvironment) -> Receipt:
-    target = options.install_dir
+def _build_stage(copy: PrivateCopy, options: Options, log: Log, previous: Optional[Receipt], stage: Path,
+                 make_environment: MakeEnvironment) -> Receipt:
+    """The install in `stage`, from the private copy only; its receipt records the sha256 each copied file was
+    compared with (never a second reading of it) and the identity of the SHA256SUMS it was compared against."""
+    target, plan = options.install_dir, copy.plan
     if not WINDOWS:
         os.chmod(stage, 0o755)
-    if options.restrict_acl:
-        from .windows_host import restrict_folder  # Windows only: the stage drops the inherited "Users: Modify"
-
-        restrict_folder(stage)
-    known = populate(plan, options.bundle, stage, target, log, make_environment=make_environment,
-                     cache_dir=options.cache_dir)
+    restrict = _restrict(options)
+    if restrict is not None:
+        restrict(stage)  # the stage drops the inherited "Users: Modify"
+    known = populate(plan, copy.folder, stage, target, log, make_environment=make_environment,
+                     cache_dir=options.cache_dir, compared=copy.sums)
     kept = carry_over(previous, target, stage, plan, log)
     receipt = Receipt(install_id=plan.install_id, name=plan.name, version=plan.version, platform=plan.platform,
-                      bundle_sha256=bundle_sha256, installed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                      bundle_sha256=copy.identity, installed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                       install_dir=str(target), python_executable=installed_python(plan, target),
                       python_version="%d.%d.%d" % sys.version_info[:3], selfcheck=SelfcheckOutcome(ran=False),
                       reboot_required=options.reboot_pending, files=hash_tree(stage, (RECEIPT_FILE, *kept), known),
@@ -322,9 +338,11 @@ def _dispatch(args: argparse.Namespace, log: Log) -> int:
             log("dry run: nothing was changed")
         return 0
     if args.command == "make-image":
-        bundle = args.bundle.resolve()
+        bundle, out = args.bundle.resolve(), Path(os.path.abspath(args.out))
         plan = load_plan(bundle)
-        make_image(plan, bundle, verify_bundle(bundle, plan, log), Path(os.path.abspath(args.out)), args.epoch, log)
+        identity = verify_bundle(bundle, plan, log)
+        with private_copy(bundle, plan, identity, out.parent, log, prefix=f".{out.name}.bundle-") as copy:
+            make_image(copy.plan, copy.folder, copy.identity, out, args.epoch, log, compared=copy.sums)
         return 0
     if args.command == "msi-finish":
         from .msi_action import finish

@@ -25,8 +25,9 @@ from .records import InstallPlan, RecordError, SelfcheckReport
 
 
 def make_venv(stage_venv: Path, final_venv: Path) -> None:
-    """`python -m venv --without-pip` on the target Python: no pip or setuptools the bundle did not pin."""
-    proc = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(stage_venv)],
+    """`python -I -m venv --without-pip` on the target Python: no pip or setuptools the bundle did not pin. -I: a
+    `venv/` another user planted in the folder the administrator started the install from must not run (issue 34 §3)."""
+    proc = subprocess.run([sys.executable, "-I", "-m", "venv", "--without-pip", str(stage_venv)],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
     if proc.returncode != 0:
         raise EngineError("install", f"{sys.executable} -m venv --without-pip failed ({proc.returncode}): {proc.stdout.strip()}")
@@ -56,9 +57,13 @@ def _import_installer(wheel: Path):  # type: ignore[no-untyped-def]
 
 
 #: Run by each bytecode worker: compile the (source, name shown in tracebacks) pairs it reads from stdin,
-#: print [pyc, sha256] of each. A file that does not compile stays source-only, as pip leaves it.
+#: print [pyc, sha256] of each. A file that does not compile stays source-only, as pip leaves it. It cannot run
+#: with -I (which ignores the PYTHONHASHSEED that makes its output reproducible), so its first line takes the
+#: caller's current folder off sys.path, before any import can find a `json.py` planted there (issue 34 §3).
 COMPILE_WORKER = """
-import hashlib, json, py_compile, sys
+import sys
+sys.path[:] = [p for p in sys.path if p not in ("", ".")]
+import hashlib, json, py_compile
 done = []
 for source, display in json.load(sys.stdin):
     try:

@@ -16,7 +16,7 @@ import shutil
 import sys
 import time
 from pathlib import Path, PureWindowsPath
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from .bundle_info import BUNDLE_FILE, BundleInfo, BundleInfoError
 from .engine_env import compile_site_files, install_wheels, make_venv, relocate_venv
@@ -31,7 +31,11 @@ MakeEnvironment = Callable[[Path, Path], None]
 IMAGE_FOLDER = "."
 
 
-def copy_entries(entries: Sequence[Tuple[str, str]], source_root: Path, dest_root: Path) -> None:
+def copy_entries(entries: Sequence[Tuple[str, str]], source_root: Path, dest_root: Path,
+                 compared: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """Copy the plan's (from, to) entries; returns {written path: sha256} for each source `compared` ({bundle
+    path: the sha256 it was compared with as it was copied into the private folder}) names, for the receipt."""
+    written = {}
     for source_rel, target_rel in entries:
         source = inside(source_root, source_rel, what=f"{PLAN_FILE} 'from'")
         target = inside(dest_root, target_rel, what=f"{PLAN_FILE} 'to'")
@@ -39,25 +43,32 @@ def copy_entries(entries: Sequence[Tuple[str, str]], source_root: Path, dest_roo
         shutil.copyfile(source, target)
         if not WINDOWS:
             os.chmod(target, 0o755 if target_rel.endswith(".sh") else 0o644)
+        if compared is not None and source_rel in compared:
+            written[os.path.normpath(str(target))] = compared[source_rel]
+    return written
 
 
-def place_runtime(plan: InstallPlan, bundle: Path, stage: Path) -> None:
+def place_runtime(plan: InstallPlan, bundle: Path, stage: Path,
+                  compared: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """The bundled interpreter's files ([python] runtime) are the environment: copied, not created. Its
     bin/ keeps the executable bit even when the bundle was unpacked by a tool that drops modes."""
-    copy_entries([(e.source, e.target) for e in plan.venv.runtime], bundle, stage)
+    written = copy_entries([(e.source, e.target) for e in plan.venv.runtime], bundle, stage, compared)
     if not WINDOWS:
         for entry in plan.venv.runtime:
             if entry.target.startswith(f"{plan.venv.dir}/bin/"):
                 os.chmod(native(stage, entry.target), 0o755)
+    return written
 
 
-def place_files(plan: InstallPlan, bundle: Path, stage: Path, stage_venv: Path, cache_dir: Optional[str]) -> None:
-    copy_entries([(e.source, e.target) for e in plan.copy], bundle, stage)
-    copy_entries([(e.source, e.target) for e in plan.venv.site_packages_files], bundle,
-                 native(stage_venv, plan.venv.site_packages))
-    shutil.copyfile(bundle / PLAN_FILE, stage / PLAN_FILE)
+def place_files(plan: InstallPlan, bundle: Path, stage: Path, stage_venv: Path, cache_dir: Optional[str],
+                compared: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    written = copy_entries([(e.source, e.target) for e in plan.copy], bundle, stage, compared)
+    written.update(copy_entries([(e.source, e.target) for e in plan.venv.site_packages_files], bundle,
+                                native(stage_venv, plan.venv.site_packages), compared))
+    written.update(copy_entries([(PLAN_FILE, PLAN_FILE)], bundle, stage, compared))
     if cache_dir:
         (stage / "cache_dir.txt").write_text(cache_dir + "\n", encoding="utf-8")
+    return written
 
 
 def relocatable(plan: InstallPlan) -> bool:
@@ -75,24 +86,29 @@ def launcher_interpreter(plan: InstallPlan, final_venv: Path) -> str:
 
 
 def populate(plan: InstallPlan, bundle: Path, stage: Path, final_root: Path, log: Log, *,
-             make_environment: MakeEnvironment = make_venv, cache_dir: Optional[str] = None) -> Dict[str, str]:
+             make_environment: MakeEnvironment = make_venv, cache_dir: Optional[str] = None,
+             compared: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """Everything the plan puts into the folder, built in `stage` for the folder `final_root`; returns
-    {staged path: sha256} of the files written here, so the receipt need not read them again."""
+    {staged path: sha256} of the files written here, so the receipt need not read them again: for a file copied
+    as it is, the sha256 it was compared with (`compared`, {bundle path: sha256}) when given."""
     stage_venv, final_venv = native(stage, plan.venv.dir), native(final_root, plan.venv.dir)
+    copied: Dict[str, str] = {}
     if plan.venv.runtime:
         log(f"placing the bundled interpreter in {stage_venv}")
-        place_runtime(plan, bundle, stage)
+        copied = place_runtime(plan, bundle, stage, compared)
     else:
         log(f"creating the environment in {stage_venv}")
         make_environment(stage_venv, final_venv)
         relocate_venv(stage_venv, final_venv, plan.venv.scripts)
     known = install_wheels(plan, bundle, stage_venv, final_venv, launcher_interpreter(plan, final_venv), log)
-    place_files(plan, bundle, stage, stage_venv, cache_dir)
+    known.update(copied)
+    known.update(place_files(plan, bundle, stage, stage_venv, cache_dir, compared))
     known.update(compile_site_files(plan, stage_venv, final_venv))
     return known
 
 
-def make_image(plan: InstallPlan, bundle: Path, bundle_sha256: str, out: Path, epoch: int, log: Log) -> Receipt:
+def make_image(plan: InstallPlan, bundle: Path, bundle_sha256: str, out: Path, epoch: int, log: Log,
+               compared: Optional[Mapping[str, str]] = None) -> Receipt:
     """The tree an install of this bundle holds, in the new folder `out`, with its receipt: only for a
     relocatable bundle, and with the target's Python minor version (bytecode is per minor version)."""
     if not relocatable(plan):
@@ -107,7 +123,7 @@ def make_image(plan: InstallPlan, bundle: Path, bundle_sha256: str, out: Path, e
     except BundleInfoError as exc:
         raise EngineError("integrity", str(exc)) from None
     out.mkdir()
-    known = populate(plan, bundle, out, Path(IMAGE_FOLDER), log)
+    known = populate(plan, bundle, out, Path(IMAGE_FOLDER), log, compared=compared)
     runtime = info.python_runtime or {}
     receipt = Receipt(install_id=plan.install_id, name=plan.name, version=plan.version, platform=plan.platform,
                       bundle_sha256=bundle_sha256, installed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch)),

@@ -14,6 +14,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from .engine_env import run_selfcheck
 from .engine_fs import (
+    WINDOWS,
     EngineError,
     Log,
     entry_sha256,
@@ -114,13 +115,36 @@ def uninstall(install_dir: Path, log: Log, *, name: Optional[str], dry_run: bool
             remove_tree(leftover)
             log(f"removed {leftover}, left by an interrupted run")
         for _, path in present:
-            path.unlink()
+            _remove(path, install_dir)
         folders = [inside(install_dir, rel + "/x", what=RECEIPT_FILE).parent for rel in receipt.folders]
         _remove_empty_folders([path for _, path in paths] + [folder / "x" for folder in folders], install_dir)
         (install_dir / RECEIPT_FILE).unlink()
         with contextlib.suppress(OSError):
             install_dir.rmdir()
     return [rel for rel, _ in present] + [RECEIPT_FILE]
+
+
+def _remove(path: Path, install_dir: Path) -> None:
+    """Unlink one file. Windows: a file of the install folder itself is first renamed out of it, beside it: the
+    uninstall.cmd that cmd.exe is running from that folder is still open (Wine's cmd.exe keeps it open to the end),
+    so deleting it in place would leave it there until cmd.exe exits, and the folder with it (issue 38 §8e)."""
+    if WINDOWS and path.parent == install_dir:
+        aside = install_dir.parent / f".{install_dir.name}.removed-{os.urandom(6).hex()}"
+        try:
+            os.replace(path, aside)
+        except OSError:
+            pass  # another volume or a file in use: deleted in place, as before
+        else:
+            path = aside
+    path.unlink()
+
+
+def leftover_names(install_dir: Path) -> List[str]:
+    """What is still in the install folder after the uninstall: files and folders the installer did not create."""
+    try:
+        return sorted(os.listdir(install_dir))
+    except OSError:
+        return []
 
 
 def _temporary_files(install_dir: Path) -> List[str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 LAUNCH_FILE = "launch.json"
 LAUNCH_FORMAT = 1
@@ -21,6 +21,16 @@ LAUNCH_FORMAT = 1
 #: them equal): what the launcher exits with when it cannot read launch.json, before it knows the bundle's.
 PREREQUISITE_FALLBACK = 12
 ENTRY_KINDS = ("module", "script", "program")
+#: Every Python the launcher starts, the entry point included (issue 34 §3): -I keeps the caller's current folder,
+#: PYTHONPATH, PYTHONHOME and the user site off sys.path (an `ort_bundle/` or a module of the entry point's name
+#: that another user planted in the folder the caller stands in must not run as the caller); -B writes no bytecode.
+ISOLATED = ("-I", "-B")
+#: `python -I -B -c RUN_SCRIPT <script> ARGS...` runs the script as `python <script> ARGS...` would (argv, the
+#: `__main__` name, its own folder first on sys.path, so the modules shipped beside it in app/ import), which -I
+#: alone would leave off sys.path. Standard library modules only, found before anything of the caller's.
+RUN_SCRIPT = ("import os, runpy, sys; del sys.argv[0]; "
+              "sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0]))); "
+              "runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
 class LaunchConfigError(ValueError):
@@ -44,7 +54,6 @@ class LaunchConfig:
     cache_dir: Optional[str]  # [launch] cache_dir: the bundle's default; relative is below the install
     cache_min_free_mb: int  # the start-up hook warns below this much free space in the cache folder
     apply_tuning: bool  # [launch] apply_tuning: ORT_BUNDLE_APPLY_TUNING=1 for the entry point and --profile
-    isolated: bool  # the bundled interpreter ([python] runtime): Python children start with -I -B
     exit_prerequisite: int = PREREQUISITE_FALLBACK
     format: int = field(default=LAUNCH_FORMAT)
 
@@ -72,7 +81,7 @@ class LaunchConfig:
                    env=_env(data), entry_point=_entry_point(data.get("entry_point")),
                    cache_dir=_typed(data, "cache_dir", str, optional=True),
                    cache_min_free_mb=_typed(data, "cache_min_free_mb", int), apply_tuning=_typed(data, "apply_tuning", bool),
-                   isolated=_typed(data, "isolated", bool), exit_prerequisite=_typed(data, "exit_prerequisite", int))
+                   exit_prerequisite=_typed(data, "exit_prerequisite", int))
 
 
 def _typed(data: Dict[str, Any], key: str, kind: type, *, optional: bool = False) -> Any:
@@ -103,3 +112,14 @@ def _entry_point(value: object) -> Optional[EntryPointSpec]:
         return EntryPointSpec(kind=value["kind"], value=value["value"])
     raise LaunchConfigError(f"{LAUNCH_FILE}: entry_point must be null or {{\"kind\": one of {', '.join(ENTRY_KINDS)}, "
                             f"\"value\": a string}}, not {value!r}")
+
+
+def python_command(python: str, kind: Optional[str], entry: Optional[str], args: Sequence[str]) -> List[str]:
+    """The one way a Python entry point starts (the launcher and `run --profile` both use it): `kind` "module"
+    (`-m entry`), "script" (the script at the path `entry`) or None (the interpreter with `args`), always
+    isolated; a script's folder is put first on sys.path by RUN_SCRIPT, never the caller's folder."""
+    if kind == "module" and entry:
+        return [python, *ISOLATED, "-m", entry, *args]
+    if kind == "script" and entry:
+        return [python, *ISOLATED, "-c", RUN_SCRIPT, entry, *args]
+    return [python, *ISOLATED, *args]

@@ -22,12 +22,23 @@ Standard library only, Python 3.8 syntax: it ships in every bundle as `ort_bundl
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .launch_config import LAUNCH_FILE, PREREQUISITE_FALLBACK, EntryPointSpec, LaunchConfig, LaunchConfigError
+from .cache_folder import PER_USER, choose
+from .folder_trust import posix_problem
+from .launch_config import (
+    ISOLATED,
+    LAUNCH_FILE,
+    PREREQUISITE_FALLBACK,
+    EntryPointSpec,
+    LaunchConfig,
+    LaunchConfigError,
+    python_command,
+)
 
 WINDOWS = os.name == "nt"
 #: The switches, and the PowerShell-style names run.cmd and run.ps1 have always taken for them (Windows only).
@@ -38,7 +49,6 @@ WINDOWS_ALIASES = {"-selfcheck": "self-check", "-verify": "verify", "-tune": "tu
 CACHE_FOLDERS = ("tmp", "cuda", "tensorrt", "profiles")
 #: --self-check of an installation without the self-check script: does onnxruntime import, and from where.
 IMPORT_CHECK = "import onnxruntime; print('onnxruntime', onnxruntime.__version__, 'from', onnxruntime.__file__)"
-ISOLATED = ("-I", "-B")  # PYTHONPATH, PYTHONHOME and the user site cannot change what runs; no bytecode written
 
 
 class LaunchError(Exception):
@@ -84,36 +94,87 @@ def switch(args: Sequence[str]) -> Optional[str]:
     return SWITCHES.get(args[0])
 
 
-def cache_folder(root: str, config: LaunchConfig, environ: Mapping[str, str]) -> str:
-    """ORT_BUNDLE_CACHE_DIR, else the install's cache_dir.txt (the installer's cache switch), else the bundle's
-    [launch] cache_dir, else the per-user cache; a relative path is below the install."""
-    chosen = environ.get("ORT_BUNDLE_CACHE_DIR") or _cache_dir_txt(root) or config.cache_dir or _per_user(config.name, environ)
-    return os.path.normpath(os.path.join(root, chosen))  # join keeps an absolute path as it is
-
-
-def _cache_dir_txt(root: str) -> Optional[str]:
+def make_cache(cache: str, code: int, *, source: str = "") -> str:
+    """Create the cache folder and its subfolders, and return the folder to use: on POSIX only one that no other
+    user can write (issue 34: TEMP, CUDA's and TensorRT's caches live there, and what they hold is loaded as code
+    or read as compiled kernels). A folder shared on purpose must be sticky (mode 1777, as /tmp): each user then
+    gets a private `user-<uid>` folder in it. Anything else another user owns or can write is refused."""
     try:
-        with open(os.path.join(root, "cache_dir.txt"), encoding="utf-8") as handle:
-            return handle.readline().rstrip("\r\n") or None
-    except OSError:
-        return None
-
-
-def _per_user(name: str, environ: Mapping[str, str]) -> str:
-    if WINDOWS:
-        base = environ.get("LOCALAPPDATA") or os.path.join(os.path.expanduser("~"), "AppData", "Local")
-    else:
-        base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "ort-bundles", name)
-
-
-def make_cache(cache: str, code: int) -> None:
-    try:
+        if not WINDOWS:
+            cache = _private_cache(cache, source, code)
         for sub in CACHE_FOLDERS:
-            os.makedirs(os.path.join(cache, sub), exist_ok=True)
+            _make_private(os.path.join(cache, sub))
     except OSError as exc:
         raise LaunchError(code, f"cannot create the cache directory {cache} ({exc.strerror or exc}); set "
                                 f"ORT_BUNDLE_CACHE_DIR to a writable folder") from None
+    if not WINDOWS:
+        for sub in CACHE_FOLDERS:
+            _refuse_unsafe(os.path.join(cache, sub), source, code)
+    return cache
+
+
+def _make_private(path: str) -> None:
+    """Every missing folder on the way, each made for this user only (0700), whatever the umask."""
+    missing = []
+    while not os.path.lexists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            pass  # another launcher of the same user made it meanwhile; it is checked below
+
+
+def _private_cache(cache: str, source: str, code: int) -> str:
+    _check_ancestors(cache, source, code)
+    _make_private(cache)
+    info = os.lstat(cache)
+    problem = _cache_problem(info)
+    if problem and source == PER_USER and info.st_uid == os.geteuid() and stat.S_ISDIR(info.st_mode):
+        os.chmod(cache, stat.S_IMODE(info.st_mode) & ~0o022)  # the user's own cache, made under a 002 umask
+        problem = _cache_problem(os.lstat(cache))
+    if problem and stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISVTX and info.st_uid in (0, os.geteuid()):
+        cache = os.path.join(cache, f"user-{os.geteuid()}")  # a shared, sticky folder: a private one inside
+        _make_private(cache)
+        problem = _cache_problem(os.lstat(cache))
+    if problem:
+        raise LaunchError(code, _unsafe(cache, source, problem))
+    return cache
+
+
+def _check_ancestors(cache: str, source: str, code: int) -> None:
+    """Every existing folder above the cache: owned by root or this user, and not writable by others unless
+    sticky (as /tmp): else someone else could move the cache folder away and put theirs in its place."""
+    folder = os.path.dirname(cache)
+    while True:
+        if os.path.isdir(folder):
+            info = os.stat(folder)
+            if info.st_uid not in (0, os.geteuid()):
+                raise LaunchError(code, _unsafe(cache, source, f"{folder} above it is owned by uid {info.st_uid}"))
+            if info.st_mode & stat.S_IWOTH and not info.st_mode & stat.S_ISVTX:
+                raise LaunchError(code, _unsafe(cache, source, f"everyone may write {folder} above it"))
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return
+        folder = parent
+
+
+def _refuse_unsafe(path: str, source: str, code: int) -> None:
+    problem = _cache_problem(os.lstat(path))
+    if problem:
+        raise LaunchError(code, _unsafe(path, source, problem))
+
+
+def _cache_problem(info: os.stat_result) -> Optional[str]:
+    if not stat.S_ISDIR(info.st_mode):
+        return "it is not a folder (a link or a file stands in its place)"
+    return posix_problem(info, euid=os.geteuid())
+
+
+def _unsafe(cache: str, source: str, problem: str) -> str:
+    return (f"the cache directory {cache} (from {source}) is not safe to use: {problem}; use a folder only you (or "
+            f"root) can write, or a shared one with mode 1777 (each user then gets a private folder in it)")
 
 
 def environment(root: str, config: LaunchConfig, caller: Mapping[str, str]) -> Dict[str, str]:
@@ -127,8 +188,9 @@ def environment(root: str, config: LaunchConfig, caller: Mapping[str, str]) -> D
     # put them on PATH already) and without empty ones (an empty LD_LIBRARY_PATH entry is the current folder).
     theirs = [item for item in env.get(variable, "").split(os.pathsep) if item and item not in folders]
     env[variable] = os.pathsep.join(folders + theirs)
-    cache = cache_folder(root, config, env)
-    make_cache(cache, config.exit_prerequisite)
+    choice = choose(root, env, config.cache_dir, name=config.name)
+    assert choice is not None  # a name is given: the per-user cache always answers
+    cache = make_cache(choice.path, config.exit_prerequisite, source=choice.source)
     temp = os.path.join(cache, "tmp")
     env.update({"ORT_BUNDLE_CACHE_DIR": cache, "ORT_BUNDLE_CACHE_MIN_FREE_MB": str(config.cache_min_free_mb),
                 "TEMP": temp, "TMP": temp, "TMPDIR": temp, "CUDA_CACHE_PATH": os.path.join(cache, "cuda"),
@@ -150,14 +212,13 @@ def command(root: str, config: LaunchConfig, args: Sequence[str], env: Dict[str,
     """The process this invocation starts."""
     action, rest = switch(args), list(args[1:])
     python = sys.executable
-    own = [python, *ISOLATED]  # the installation's own tools always run isolated
-    entry_python = [python, *ISOLATED] if config.isolated else [python]
+    own = [python, *ISOLATED]  # every Python started here runs isolated, the entry point included (issue 34 §3)
     if action == "verify":
         return Command(python, (*own, os.path.join(root, "installer", "engine.py"), "verify", "--root", root, *rest), env)
     if action == "self-check":
         script = os.path.join(root, "selfcheck", "selfcheck.py")
         check = [script] if os.path.isfile(script) else ["-c", IMPORT_CHECK]
-        return Command(python, (*entry_python, *check, *rest), env)
+        return Command(python, (*own, *check, *rest), env)
     if action == "apply":  # a delta bundle, applied by this installation's own applier (ort_bundle/delta_apply.py)
         return Command(python, (*own, "-m", "ort_bundle.delta_apply", *rest), env)
     if action in ("tune", "support"):
@@ -169,12 +230,12 @@ def command(root: str, config: LaunchConfig, args: Sequence[str], env: Dict[str,
     if action == "profile":
         return Command(python, (*own, "-m", "ort_bundle.profile", *_profile_entry(root, entry), "--", *rest), env)
     if entry is None:
-        return Command(python, (*entry_python, *args), env)
+        return Command(python, tuple(python_command(python, None, None, args)), env)
     if entry.kind == "module":
-        return Command(python, (*entry_python, "-m", entry.value, *args), env)
+        return Command(python, tuple(python_command(python, "module", entry.value, args)), env)
     path = _below(root, entry.value)
     if entry.kind == "script":
-        return Command(python, (*entry_python, path, *args), env)
+        return Command(python, tuple(python_command(python, "script", path, args)), env)
     return Command(path, (path, *args), env)
 
 

@@ -20,18 +20,15 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from .launch_config import python_command
 from .sessions import PROFILE_DIR_ENV, PROFILE_ENV, PROFILE_RUN_ENV, profile_dir
 
 EXIT_USAGE = 10
 
 
 def entry_command(kind: str, entry: Optional[str], args: Sequence[str]) -> List[str]:
-    """The command the launcher runs for this entry point, with this interpreter."""
-    if kind == "script" and entry:
-        return [sys.executable, entry, *args]
-    if kind == "module" and entry:
-        return [sys.executable, "-m", entry, *args]
-    return [sys.executable, *args]
+    """The command the launcher runs for this entry point, with this interpreter: the same one (isolated)."""
+    return python_command(sys.executable, kind if kind in ("script", "module") else None, entry, args)
 
 
 def run_name() -> str:

@@ -12,7 +12,6 @@ Exit 0 only when no check failed; warnings do not fail.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -22,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from bundler.target.cache_folder import choose
 from bundler.target.check_context import Context, is_below
 from bundler.target.cuda_check import CUDA, check_cuda, failure_exit_code
 from bundler.target.interpreter import check_interpreter
@@ -88,30 +88,12 @@ def check_cpu(ctx: Context) -> Check:
     return Check(id="cpu", status="pass", message="CPU offers AVX2")
 
 
-#: The file the launchers read the install's cache folder from (install --cache-dir, the MSI's CACHEDIR).
-CACHE_DIR_FILE = "cache_dir.txt"
-
-
 def cache_dir(ctx: Context) -> Tuple[Optional[Path], str]:
-    """Where the launchers put the cache, as run.sh/run.cmd/run.ps1 decide it, and where that came from:
-    ORT_BUNDLE_CACHE_DIR (the launchers export their choice), else the install's cache_dir.txt (or the
-    folder the MSI is about to write there), else the bundle's [launch] cache_dir; a relative one lies
-    below the install. None when nothing names one: each user's own cache is unknown at install time."""
-    configured = os.environ.get("ORT_BUNDLE_CACHE_DIR")
-    source = "ORT_BUNDLE_CACHE_DIR"
-    if not configured and ctx.pending_cache_dir:
-        source, configured = f"the MSI's CACHEDIR, which it records in {CACHE_DIR_FILE}", ctx.pending_cache_dir
-    if not configured:
-        source = CACHE_DIR_FILE
-        with contextlib.suppress(OSError, UnicodeDecodeError):
-            lines = (ctx.root / CACHE_DIR_FILE).read_text(encoding="utf-8").splitlines()
-            configured = lines[0].strip() if lines else ""
-    if not configured:
-        source = "the bundle's [launch] cache_dir"
-        configured = ((ctx.bundle.get("manifest") or {}).get("launch") or {}).get("cache_dir")
-    if not configured or not isinstance(configured, str):
-        return None, ""
-    return ctx.root / configured, source  # an absolute path replaces the root
+    """Where the launchers put the cache and where that came from, by the launcher's own precedence
+    (cache_folder.choose): None when nothing names one, as at install time each user's own cache is unknown."""
+    launch = (ctx.bundle.get("manifest") or {}).get("launch") or {}
+    choice = choose(str(ctx.root), os.environ, launch.get("cache_dir"), pending=ctx.pending_cache_dir)
+    return (None, "") if choice is None else (Path(choice.path), choice.source)
 
 
 def min_free_bytes() -> int:

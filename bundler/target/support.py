@@ -203,7 +203,7 @@ def run_selfcheck(root: Path, collection: Collection) -> None:
         collection.lack("selfcheck.json", f"{script} is missing")
         return
     try:
-        proc = subprocess.run([sys.executable, str(script), "--json", "--root", str(root)], capture_output=True,
+        proc = subprocess.run([sys.executable, "-I", "-B", str(script), "--json", "--root", str(root)], capture_output=True,
                               text=True, timeout=SELFCHECK_TIMEOUT, check=False)
     except (OSError, subprocess.SubprocessError) as exc:
         collection.lack("selfcheck.json", f"the self-check did not run: {exc}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from pathlib import Path
 from typing import List, Optional, Tuple
 
@@ -91,3 +92,25 @@ def check_parent_posix(target: Path) -> None:
     if problem:
         raise EngineError("usage", f"the install folder's parent {target.parent} is not safe to install into: {problem}; "
                                    f"choose a folder only you (or root) can write (nothing was changed)")
+
+
+def check_cache_dir_posix(cache_dir: Optional[str], target: Path) -> None:
+    """POSIX: the cache folder the install records (--cache-dir) must not be one another user owns, or can write
+    unless it is sticky (mode 1777, as /tmp: the launcher then gives each user a private folder in it). The
+    launcher checks again at every start; this says so before anything is installed (issue 34, moderate)."""
+    if WINDOWS or not cache_dir:
+        return
+    path = Path(os.path.normpath(os.path.join(str(target), cache_dir)))
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return  # each user's launcher makes it, private to that user
+    if not stat.S_ISDIR(info.st_mode):
+        problem: Optional[str] = "it is not a folder (a link or a file stands in its place)"
+    else:
+        problem = posix_problem(info, euid=os.geteuid())
+        if problem and info.st_mode & stat.S_ISVTX and info.st_uid in (0, os.geteuid()):
+            problem = None  # shared on purpose, as /tmp: each user works in a private folder inside it
+    if problem:
+        raise EngineError("usage", f"--cache-dir {cache_dir}: {path} is not safe as a cache folder: {problem}; use a "
+                                   f"folder only root can write, or a shared one with mode 1777 (nothing was changed)")

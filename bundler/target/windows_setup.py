@@ -316,7 +316,7 @@ def uninstall_main(script_dir: Path, argv: Sequence[str]) -> int:
     """uninstall.cmd / uninstall.ps1, from the install folder (Add/Remove Programs runs that copy) or from the
     bundle. The folder: -InstallDir, else the one this script lives in, else the one the detection value
     records, else the default. "Not installed" is success, as Intune and ConfigMgr expect."""
-    from .installed import uninstall
+    from .installed import leftover_names, uninstall
 
     switches = parse_switches(argv, UNINSTALL_SWITCHES, script="uninstall.cmd")
     host.check_platform()
@@ -345,8 +345,12 @@ def uninstall_main(script_dir: Path, argv: Sequence[str]) -> int:
             if not whatif:
                 unregister(keys, log)
                 delete_selfcheck_task(name, log)
-                if root.is_dir() and any(root.iterdir()):
-                    log(f"kept {root}: it holds files the installer did not create")
+                kept = leftover_names(root)
+                if kept:
+                    more = f" and {len(kept) - 5} more" if len(kept) > 5 else ""
+                    log(f"kept {root}: it holds {', '.join(kept[:5])}{more}, which the installer did not create")
+                elif root.is_dir():
+                    log(f"left the empty folder {root}: a program has it open (as its current folder?)")
     return INSTALL_EXIT_CODES["ok"]
 
 
