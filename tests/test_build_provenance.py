@@ -398,3 +398,44 @@ def test_reproduce_names_a_provenance_that_differs(win_zip: Path, bundler_cache:
     reasons = {d["member"]: d["reason"] for d in json.loads(proc.stdout)["differences"]}
     assert reasons.pop(STATEMENT) == "the build provenance differs: runDetails (the builder or its version)"
     assert set(reasons) == {"SHA256SUMS"}
+
+
+# -- the pieces, without a build --------------------------------------------------------------------------------
+
+
+def test_pae_is_the_dsse_specification_s_encoding() -> None:
+    from bundler.signing.dsse import pae
+
+    # The example in the DSSE protocol specification (protocol.md, "Test cases").
+    assert pae("http://example.com/HelloWorld", b"hello world") == b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+
+
+def test_an_envelope_by_another_key_or_with_a_changed_payload_is_refused(pki: dict[str, Pki]) -> None:
+    from bundler.signing import dsse
+    from bundler.signing.cms import SignatureProblem
+    from bundler.signing.credentials import load_pem_identity
+
+    good = load_pem_identity(pki["good"].cert, pki["good"].key)
+    other = load_pem_identity(pki["other"].cert, pki["other"].key)
+    payload = b'{"_type": "https://in-toto.io/Statement/v1"}'
+    from bundler.assembly.provenance import envelope_line
+
+    line = envelope_line(payload, [dsse.signature(payload, good)])
+    assert Envelope.from_dict(json.loads(line)).verify([sslib_key(pki["good"].cert)], 1)
+    dsse.check(dsse.parse(line, what="it"), good.cert, what="it")  # ours agrees with securesystemslib
+    with pytest.raises(SignatureProblem, match="signed by key"):
+        dsse.check(dsse.parse(line, what="it"), other.cert, what="it")
+    changed = envelope_line(payload + b" ", [dsse.signature(payload, good)])
+    with pytest.raises(SignatureProblem, match="does not match its payload"):
+        dsse.check(dsse.parse(changed, what="it"), good.cert, what="it")
+    with pytest.raises(SignatureProblem, match="payloadType"):
+        dsse.parse(line.replace(b"in-toto+json", b"other+json"), what="it")
+    with pytest.raises(SignatureProblem, match="not signed"):
+        dsse.check(dsse.parse(envelope_line(payload, []), what="it"), good.cert, what="it")
+
+
+def test_the_report_page_reads_the_member_build_writes() -> None:
+    from bundler.assembly.provenance import PROVENANCE_MEMBER
+    from bundler.commands import report
+
+    assert report.PROVENANCE_MEMBER == PROVENANCE_MEMBER == STATEMENT
