@@ -23,7 +23,7 @@ from typing import Any
 import tomli_w
 
 from bundler import __version__
-from bundler.assembly.provenance import ENVELOPE_MEMBER, PROVENANCE_MEMBER, provenance_difference
+from bundler.assembly.provenance import PROVENANCE_MEMBER, provenance_difference
 from bundler.assembly.records import LOCK_FILE
 from bundler.assembly.render import LAUNCH_CONFIG
 from bundler.commands.build import build
@@ -267,7 +267,7 @@ class _Explainer:
 
     def member(self, name: str) -> str | None:
         if name not in self.rebuilt.infos:
-            if is_signature(name) or name == ENVELOPE_MEMBER:
+            if is_signature(name):
                 return "a signature added after the build (`ort-bundler sign`); a rebuild is unsigned"
             return "the bundle has it, the rebuild does not" + self._version_note()
         if name not in self.original.infos:
