@@ -289,8 +289,10 @@ def test_a_builder_statement_of_another_build_is_refused(signed_win: Path, win_z
     assert "names another provenance.intoto.json" in problems
 
 
+@pytest.mark.parametrize("stale", ["another zip", "not an envelope"])
 def test_sign_refuses_a_statement_beside_the_zip_that_names_another_zip(win_zip: Path, pki: dict[str, Pki],
-                                                                        bundler_cache: Path, tmp_path: Path) -> None:
+                                                                        bundler_cache: Path, tmp_path: Path,
+                                                                        stale: str) -> None:
     copy = tmp_path / "in" / win_zip.name
     copy.parent.mkdir()
     copy.write_bytes(win_zip.read_bytes())
@@ -298,9 +300,10 @@ def test_sign_refuses_a_statement_beside_the_zip_that_names_another_zip(win_zip:
     statement = json.loads(base64.b64decode(line["payload"]))
     statement["subject"][0]["digest"]["sha256"] = "0" * 64
     line["payload"] = base64.b64encode(json.dumps(statement).encode()).decode()
-    _copy_beside(win_zip, copy, json.dumps(line).encode() + b"\n")
+    _copy_beside(win_zip, copy, json.dumps(line).encode() + b"\n" if stale == "another zip" else b"{not json\n")
     proc = sign(copy, tmp_path / "out", pki["good"], bundler_cache, check=False)
-    assert proc.returncode == 8 and "describes another build" in proc.stderr
+    expected = "describes another build" if stale == "another zip" else "is not a JSON DSSE envelope"
+    assert proc.returncode == 8 and expected in proc.stderr and f"{win_zip.name}.intoto.jsonl line 1" in proc.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())  # nothing written
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import getpass
+import hashlib
 import json
 import socket
 import tomllib
@@ -105,8 +106,6 @@ def builder_statement(zip_name: str, zip_sha256: str, inner: bytes, *, started: 
     `inner` is the bundle's own statement (read back from the zip, so a reused build gets one too); its
     digest is listed as a byproduct so that the two statements can be matched.
     """
-    import hashlib
-
     definition = json.loads(inner)["predicate"]["buildDefinition"]
     user, host = _who()
     predicate = {

@@ -12,6 +12,7 @@ unsigned bundle is rebuilt from it and must equal the input byte for byte.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import secrets
 import zipfile
@@ -276,8 +277,6 @@ def signed_beside(source: Path, unsigned_digest: str, *, identity: Identity | No
 
 
 def _subject_digests(payload: bytes) -> list[str]:
-    import json
-
     try:
         subjects = json.loads(payload)["subject"]
         return [str(s["digest"]["sha256"]) for s in subjects]
