@@ -133,7 +133,8 @@ def test_removing_the_signatures_gives_back_the_unsigned_build(signed_win: Path,
     with zipfile.ZipFile(win_zip) as unsigned, zipfile.ZipFile(signed_win) as signed:
         before = {i.filename: unsigned.read(i) for i in unsigned.infolist() if not i.is_dir()}
         after = {i.filename: signed.read(i) for i in signed.infolist() if not i.is_dir()}
-    assert set(after) - set(before) == {f"{WIN}/SHA256SUMS.p7s", f"{WIN}/signature.json"}
+    assert set(after) - set(before) == {f"{WIN}/SHA256SUMS.p7s", f"{WIN}/signature.json",
+                                        f"{WIN}/provenance.intoto.dsse.json"}  # the provenance's DSSE envelope
     for name, data in before.items():
         if name.endswith(".ps1"):
             assert split_signature(after[name]).content == data

@@ -8,6 +8,7 @@ The data flows one way: manifest → cached inputs → inspected and derived par
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import logging
 import os
@@ -46,11 +47,22 @@ class BuildResult:
 
 def build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None = None, quiet: bool = True,
           reuse: bool = True) -> BuildResult:
-    """Assemble the bundle, or, with `reuse`, publish the one assembled before from exactly the same inputs.
+    """Assemble the bundle, or, with `reuse`, publish the one assembled before from exactly the same inputs;
+    then the builder's provenance statement beside the zip (`bundler.assembly.provenance`).
 
     A local file the manifest pins that is there with other bytes stops the build (exit 5): the cache would
     otherwise ship the pinned bytes under a manifest whose file says otherwise."""
+    from bundler.assembly.provenance import write_beside
+
     require_local_pins(manifest.inputs(), manifest.path.parent)
+    started = dt.datetime.now(dt.UTC)
+    result = _build(manifest, cache=cache, out_dir=out_dir, jobs=jobs, quiet=quiet, reuse=reuse)
+    write_beside(result.zip_path, result.sha256, top=manifest.bundle.stem, started=started)
+    return result
+
+
+def _build(manifest: Manifest, *, cache: Cache, out_dir: Path, jobs: int | None, quiet: bool,
+           reuse: bool) -> BuildResult:
     lock = load_lock(manifest)
     warn_old_references(lock)
     files = cached_inputs(manifest.inputs() + lock_inputs(lock) + gate_inputs(lock), cache)
@@ -116,6 +128,7 @@ def _assemble(manifest: Manifest, *, lock: Lock | None, files: Mapping[str, Path
               sidecar: Path, jobs: int | None, quiet: bool) -> BuildResult:
     from bundler.assembly.assembly import Assembly, BuildInputs
     from bundler.assembly.parts import add_all
+    from bundler.assembly.provenance import add_provenance
     from bundler.assembly.records import add_records, sha256sums
     from bundler.assembly.sbom import add_sbom, install_sbom
     from bundler.platforms import backend_for
@@ -128,6 +141,7 @@ def _assemble(manifest: Manifest, *, lock: Lock | None, files: Mapping[str, Path
         install_sbom(assembly)  # planned before install-plan.json is written; the SBOM itself comes after it
         add_records(assembly, inputs)
         add_sbom(assembly, manifest=manifest, pins=lock.licenses if lock else ())  # after the records: it describes every member but itself
+        add_provenance(assembly, inputs)  # after the SBOM, before SHA256SUMS: it names every member but those two
         members = [_rooted(stem, m) for m in assembly.members.values()]
         members.append(Member(name=f"{stem}/SHA256SUMS", data=sha256sums(assembly.members).encode("utf-8")))
         with _zip_progress(sum(m.size for m in members), quiet=quiet) as progress:

@@ -42,10 +42,16 @@ def run(args: argparse.Namespace, *, cache: Cache) -> int:
     report = verify_bundle(args.bundle, cache=cache)  # a broken bundle is never published
     if not report.ok:
         raise VerificationError(f"{args.bundle.name}: does not verify, not published: " + "; ".join(report.findings()))
+    from bundler.releases import attestations
+
+    statements = attestations.collect(args.bundle)  # checked before anything is pushed
     result = publish_bundle(args.bundle, registry=registry, tag=registry.ref.tag, force=args.force)
+    referrers = attestations.push(registry, statements, subject=result.digest)
     if args.json:
-        print(json.dumps(result.to_json(), indent=2))
+        print(json.dumps({**result.to_json(), "attestations": str(result.reference.with_tag(referrers)) if referrers else None}, indent=2))
     elif not args.quiet:
         how = "already published (same content)" if result.unchanged else "published"
         print(f"{how}: {result.reference} ({result.digest}): {', '.join(result.files)}")
+        if referrers:
+            print(f"provenance: {len(statements.files)} file(s) under {result.reference.with_tag(referrers)}")
     return 0

@@ -30,7 +30,7 @@ EXAMPLES = """examples:
   ort-bundler report dist/app-1.1.0-win_amd64.zip --against dist/app-1.0.0-win_amd64.zip -o review.html
   ort-bundler report signed/app-1.1.0-win_amd64.zip --trust our-root-ca.pem -o review.html
 the page runs no script and loads nothing: open it in any browser, offline"""
-#: Where `build` puts the bundle's provenance statement (in-toto Statement v1), once it writes one.
+#: Where `build` puts the bundle's provenance statement (in-toto Statement v1): bundler.assembly.provenance.PROVENANCE_MEMBER.
 PROVENANCE_MEMBER = "provenance.intoto.json"
 
 

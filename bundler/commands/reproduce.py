@@ -23,6 +23,7 @@ from typing import Any
 import tomli_w
 
 from bundler import __version__
+from bundler.assembly.provenance import PROVENANCE_MEMBER, provenance_difference
 from bundler.assembly.records import LOCK_FILE
 from bundler.assembly.render import LAUNCH_CONFIG
 from bundler.commands.build import build
@@ -344,6 +345,8 @@ class _Explainer:
             return "lists the hashes of the members that differ"
         if name == "bundle.json":
             return self._bundle_json()
+        if name == PROVENANCE_MEMBER:
+            return provenance_difference(self.original.read(name), self.rebuilt.read(name)) + self._version_note()
         if name in RECORDS:
             return "describes the members that differ" + self._version_note()
         if self.other_version:

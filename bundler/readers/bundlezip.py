@@ -23,8 +23,9 @@ from bundler.errors import InputUnavailableError, VerificationError
 from bundler.hashing import CHUNK
 from bundler.readers.archives import DEFAULT_LIMITS, SafeArchive
 
-# The members a signed bundle carries beside what the build wrote (the `sign` command's detached signature).
-SIGNATURE_SUFFIXES = (".p7s",)
+# The members a signed bundle carries beside what the build wrote (the `sign` command's detached signature,
+# and the DSSE envelope of the build's provenance statement, `bundler.assembly.provenance.ENVELOPE_MEMBER`).
+SIGNATURE_SUFFIXES = (".p7s", ".dsse.json")
 SIGNATURE_BLOCK = re.compile(r"^# SIG # Begin signature block$.*?^# SIG # End signature block$\n?", re.MULTILINE | re.DOTALL)
 LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # the zip local file header, up to the two length fields
 # A bundle is read in place, each member hashed as it streams from the zip and never extracted whole, and a

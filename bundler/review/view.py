@@ -255,14 +255,27 @@ def _flatten(components: Iterable[Any]) -> Iterable[Mapping[str, Any]]:
 
 
 def _provenance(statement: Mapping[str, Any] | None) -> tuple[Row, ...]:
+    """The statement as a reviewer reads it: what kind, how many subjects, the builder, and one row per input
+    (its manifest key, sha256 and source); the manifest and lock themselves are in bundle.json and lock.toml."""
     if not statement:
         return ()
     predicate = _field(statement, "predicate", {})
-    return (Row(label="statement type", value=_text(statement.get("_type"))),
+    definition, run = _field(predicate, "buildDefinition", {}), _field(predicate, "runDetails", {})
+    builder = _field(run, "builder", {})
+    rows = [Row(label="statement type", value=_text(statement.get("_type"))),
             Row(label="predicate type", value=_text(statement.get("predicateType"))),
-            Row(label="subjects", value=str(len(_items(statement.get("subject"))))),
-            Row(label="build definition", value=_text(predicate.get("buildDefinition"))),
-            Row(label="run details", value=_text(predicate.get("runDetails"))))
+            Row(label="subjects", value=f"{len(_items(statement.get('subject')))} members, each with its sha256"),
+            Row(label="build type", value=_text(definition.get("buildType"))),
+            Row(label="internal parameters", value=_text(definition.get("internalParameters"))),
+            Row(label="builder", value=" ".join(filter(None, [_text(builder.get("id")),
+                                                               _text(builder.get("version"))])))]
+    for dependency in _items(definition.get("resolvedDependencies")):
+        if isinstance(dependency, dict):
+            digest = _field(dependency, "digest", {})
+            rows.append(Row(label=f"input {_text(dependency.get('name'))}",
+                            value=" ".join(filter(None, [f"sha256 {_text(digest.get('sha256'))}",
+                                                         _text(dependency.get("uri"))]))))
+    return tuple(rows)
 
 
 def _diff_table(diff: Mapping[str, Any]) -> Table:

@@ -12,20 +12,25 @@ unsigned bundle is rebuilt from it and must equal the input byte for byte.
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import secrets
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bundler.assembly.provenance import BESIDE_SUFFIX, PROVENANCE_MEMBER, envelope_line
 from bundler.assembly.records import to_json
+from bundler.atomic import write_atomic
 from bundler.errors import BuildError, UsageError, VerificationError
 from bundler.hashing import file_sha256
 from bundler.runner import Runner, run
-from bundler.signing import authenticode, cms
+from bundler.signing import authenticode, cms, dsse
 from bundler.signing.credentials import Identity
 from bundler.signing.external import run_signer
 from bundler.signing.layout import (
+    PROVENANCE_ENVELOPE,
     SIGNATURE_RECORD,
     SUMS,
     SUMS_SIGNATURE,
@@ -43,6 +48,7 @@ from bundler.writer.members import Member, MemberCache
 from bundler.writer.zipwriter import write_zip
 
 FORMAT = 1
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,11 +76,18 @@ def sign_bundle(source: Path, dest: Path, *, options: SignOptions, cache: Cache,
     with cache.scratch(prefix="sign-") as work, disk_errors(BuildError, "sign"):
         work.chmod(0o700)  # the unpacked bundle and the (encrypted) key copy are this user's alone
         unpacked = _unpack_verified(source, work / "in")
+        statements = signed_beside(source, unsigned_digest, identity=options.identity)  # checked before any output
         signer = _Signer(options=options, work=work, epoch=unpacked.epoch, runner=runner)
         files = dict(unpacked.files)
         scripts = sorted(rel for rel in files if authenticode.is_script(rel))
         for rel in scripts:
             files[rel] = signer.script(rel, files[rel])
+        envelope = signer.provenance(files)  # before SHA256SUMS: the envelope is listed in it
+        if envelope is not None:
+            files[PROVENANCE_ENVELOPE] = envelope
+        elif PROVENANCE_MEMBER in files:
+            log.warning("%s: no DSSE envelope with --signer (it makes Authenticode and CMS signatures only); "
+                        "SHA256SUMS.p7s covers the statement as a listed member", PROVENANCE_MEMBER)
         record = _record(source.name, unsigned_digest, unpacked, files, scripts, signer)
         files[SIGNATURE_RECORD] = _bytes_file(work / "out" / SIGNATURE_RECORD, to_json(record))
         zip_members = members(unpacked.top, files)  # SHA256SUMS is computed here, over the signed files
@@ -92,8 +105,14 @@ def sign_bundle(source: Path, dest: Path, *, options: SignOptions, cache: Cache,
     if digest != trial:
         msg = f"{dest}: the zip written differs from the one checked (sha256 {digest}, expected {trial})"
         raise BuildError(msg)
+    beside = dest.with_name(dest.name + BESIDE_SUFFIX)
+    if statements is None:
+        beside.unlink(missing_ok=True)  # never leave a statement about another zip beside this one
+    else:
+        write_atomic(beside, statements)  # after the zip, as `build` writes it
     return SignResult(zip_path=dest, sha256=digest, size=dest.stat().st_size, signer=signer.subject or "",
-                      signed=(*scripts, SUMS))
+                      signed=(*scripts, *([PROVENANCE_ENVELOPE] if envelope else []), SUMS,
+                              *([beside.name] if statements else [])))
 
 
 def sign_msi(source: Path, dest: Path, *, options: SignOptions, work: Path, epoch: int, runner: Runner = run) -> str:
@@ -174,6 +193,17 @@ class _Signer:
             raise BuildError(msg)
         self._same_signer(rel, checked)
 
+    def provenance(self, files: dict[str, File]) -> File | None:
+        """The DSSE envelope of the build's provenance statement, signed as it is: its subjects are the unsigned
+        build's members, which `verify` rebuilds from the signed bundle. None without a statement, or with
+        `--signer` (it cannot make a DSSE signature: `bundler.signing.dsse`)."""
+        statement = files.get(PROVENANCE_MEMBER)
+        if statement is None or self.options.identity is None:
+            return None
+        payload = statement.path.read_bytes()
+        dest = self.work / "out" / PROVENANCE_ENVELOPE
+        return _bytes_file(dest, envelope_line(payload, [dsse.signature(payload, self.options.identity)]))
+
     def sums(self, sums_path: Path) -> File:
         dest = self.work / "out" / SUMS_SIGNATURE
         if self.options.signer_command:
@@ -218,7 +248,40 @@ def _record(source_name: str, unsigned_digest: str, unpacked: Unpacked, files: d
         "scripts": [{"path": rel, "sha256": files[rel].sha256, "unsigned_sha256": unpacked.files[rel].sha256}
                     for rel in scripts],
         "timestamp_url": signer.options.timestamp_url,
+        "provenance": {"statement": PROVENANCE_MEMBER if PROVENANCE_MEMBER in files else None,
+                       "envelope": PROVENANCE_ENVELOPE if PROVENANCE_ENVELOPE in files else None},
     }
+
+
+def signed_beside(source: Path, unsigned_digest: str, *, identity: Identity | None) -> bytes | None:
+    """The content of `<signed zip>.intoto.jsonl`, from `<unsigned zip>.intoto.jsonl`: the builder's statement,
+    signed (with `--signer`, copied unsigned). Its subject stays the unsigned zip, which `verify` rebuilds from
+    the signed one. None when the build left no statement beside the zip."""
+    source_beside = source.with_name(source.name + BESIDE_SUFFIX)
+    if not source_beside.is_file():
+        return None
+    lines = []
+    for number, line in enumerate(source_beside.read_bytes().splitlines(), 1):
+        try:
+            envelope = dsse.parse(line, what=f"{source_beside.name} line {number}")
+        except cms.SignatureProblem as exc:
+            raise VerificationError(f"{exc}; rebuild to get a new one, or remove it") from None
+        subjects = _subject_digests(envelope.payload)
+        if subjects != [unsigned_digest]:
+            msg = (f"{source_beside.name} line {number}: its subject is {', '.join(subjects) or 'missing'}, expected "
+                   f"{source.name}'s sha256 {unsigned_digest}; it describes another build: rebuild, or remove it")
+            raise VerificationError(msg)
+        signatures = [dsse.signature(envelope.payload, identity)] if identity is not None else []
+        lines.append(envelope_line(envelope.payload, signatures))
+    return b"".join(lines)
+
+
+def _subject_digests(payload: bytes) -> list[str]:
+    try:
+        subjects = json.loads(payload)["subject"]
+        return [str(s["digest"]["sha256"]) for s in subjects]
+    except (KeyError, TypeError, ValueError):
+        return []
 
 
 def _check_unsigned_view(dest: Path, expected: str, *, work: Path, member_cache: MemberCache) -> None:

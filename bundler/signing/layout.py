@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from bundler.assembly.provenance import ENVELOPE_MEMBER
 from bundler.assembly.records import sha256sums
 from bundler.errors import VerificationError
 from bundler.hashing import CHUNK, file_sha256
@@ -28,7 +29,8 @@ from bundler.writer.zipwriter import write_zip
 SUMS = "SHA256SUMS"
 SUMS_SIGNATURE = "SHA256SUMS.p7s"
 SIGNATURE_RECORD = "signature.json"
-SIGNATURE_FILES = (SUMS_SIGNATURE, SIGNATURE_RECORD)
+PROVENANCE_ENVELOPE = ENVELOPE_MEMBER  # the DSSE envelope of the build's provenance statement (`sign` adds it)
+SIGNATURE_FILES = (SUMS_SIGNATURE, SIGNATURE_RECORD, PROVENANCE_ENVELOPE)
 
 
 @dataclass(frozen=True, kw_only=True)

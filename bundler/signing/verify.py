@@ -29,7 +29,8 @@ from bundler.errors import InputUnavailableError, VerificationError
 from bundler.hashing import CHUNK, file_sha256
 from bundler.signing.check import SignatureCheck, check_signatures
 from bundler.signing.credentials import CredentialError, load_certificates
-from bundler.signing.layout import SIGNATURE_RECORD, SUMS_SIGNATURE, scratch, unpack, unsigned_sha256
+from bundler.signing.layout import SIGNATURE_RECORD, SUMS_SIGNATURE, scratch, unpack, unsigned_files, unsigned_sha256
+from bundler.signing.provenance_check import ProvenanceCheck, provenance_of
 from bundler.sources.cache import Cache
 from bundler.writer.members import MemberCache
 
@@ -69,6 +70,7 @@ class Report:
     unsigned_build: UnsignedBuild | None = None
     # What the user should know but what does not make the bundle fail (a file renamed by a browser or a share).
     notes: tuple[str, ...] = ()
+    provenance: ProvenanceCheck | None = None
 
     @property
     def ok(self) -> bool:
@@ -81,6 +83,7 @@ class Report:
         found += [f"signature {c.path}: {'; '.join(c.problems) or 'not trusted'}" for c in self.signatures if not c.ok]
         if self.unsigned_build and not self.unsigned_build.equal:
             found.append("without its signatures the bundle is not the unsigned build signature.json names")
+        found += [f"provenance: {p}" for p in (self.provenance.problems if self.provenance else ())]
         return found
 
     def to_json(self) -> dict[str, object]:
@@ -89,7 +92,8 @@ class Report:
                 "signed": any(c.signer for c in self.signatures), "trust_anchor": self.anchor,
                 "signatures": [c.to_json() for c in self.signatures],
                 "unsigned_build": self.unsigned_build.to_json() if self.unsigned_build else None,
-                "notes": list(self.notes)}
+                "notes": list(self.notes),
+                "provenance": self.provenance.to_json() if self.provenance else None}
 
     def summary(self) -> str:
         lines = [f"{self.bundle}: {'OK' if self.ok else 'FAILED'} ({self.files} files checked)"]
@@ -103,6 +107,8 @@ class Report:
             verdict = "equals" if self.unsigned_build.equal else "DIFFERS from"
             lines.append(f"  without its signatures the bundle {verdict} the unsigned build "
                          f"(rebuilt sha256 {self.unsigned_build.rebuilt}, recorded {self.unsigned_build.recorded})")
+        if self.provenance:
+            lines.append(self.provenance.summary())
         return "\n".join(lines)
 
 
@@ -127,7 +133,7 @@ def verify_bundle(path: Path, *, trust: Path | None = None, cache: Cache | None 
         if trust is None and SUMS_SIGNATURE not in _member_names(archive):
             return report
         return _with_signatures(report, archive, anchors=anchors, anchor=str(trust) if trust else None,
-                                cache=cache, now=now or dt.datetime.now(dt.UTC))
+                                cache=cache, now=now or dt.datetime.now(dt.UTC), path=path)
 
 
 def _anchors(trust: Path) -> list[x509.Certificate]:
@@ -278,18 +284,23 @@ def _sha256(archive: zipfile.ZipFile, info: zipfile.ZipInfo, problems: list[str]
 
 
 def _with_signatures(report: Report, archive: zipfile.ZipFile, *, anchors: list[x509.Certificate] | None,
-                     anchor: str | None, cache: Cache | None, now: dt.datetime) -> Report:
+                     anchor: str | None, cache: Cache | None, now: dt.datetime, path: Path) -> Report:
     """Signature checks only on a bundle whose structure held: they read members by name."""
     top = archive.infolist()[0].filename.split("/", 1)[0]
     if not report.ok:
         return replace(report, anchor=anchor)
     names = sorted(_member_names(archive) - {""})
     checks = check_signatures(names, lambda rel: archive.read(f"{top}/{rel}"), anchors=anchors, now=now)
-    rebuilt = _unsigned_build(archive, top, cache=cache) if SUMS_SIGNATURE in names else None
-    return replace(report, anchor=anchor, signatures=tuple(checks), unsigned_build=rebuilt)
+    unsigned: dict[str, str] | None = {} if SUMS_SIGNATURE in names else None  # filled by _unsigned_build
+    rebuilt = _unsigned_build(archive, top, cache=cache, unsigned=unsigned) if unsigned is not None else None
+    provenance = provenance_of(archive, top, names, zip_path=path, unsigned=unsigned,
+                               unsigned_zip=rebuilt.rebuilt if rebuilt else None)
+    return replace(report, anchor=anchor, signatures=tuple(checks), unsigned_build=rebuilt, provenance=provenance)
 
 
-def _unsigned_build(archive: zipfile.ZipFile, top: str, *, cache: Cache | None) -> UnsignedBuild:
+def _unsigned_build(archive: zipfile.ZipFile, top: str, *, cache: Cache | None,
+                    unsigned: dict[str, str] | None = None) -> UnsignedBuild:
+    """`unsigned`, when given, receives the unsigned view's members and their sha256 (the provenance's subjects)."""
     recorded = None
     try:
         record = json.loads(archive.read(f"{top}/{SIGNATURE_RECORD}"))
@@ -301,4 +312,7 @@ def _unsigned_build(archive: zipfile.ZipFile, top: str, *, cache: Cache | None) 
         unpacked = unpack(archive, top, work / "in")
         (work / "out").mkdir()
         members = MemberCache(cache.work_dir("members") if cache else work / "members")
+        if unsigned is not None:
+            (work / "view").mkdir()
+            unsigned.update({rel: f.sha256 for rel, f in unsigned_files(unpacked, work / "view").items()})
         return UnsignedBuild(recorded=recorded, rebuilt=unsigned_sha256(unpacked, work / "out", member_cache=members))
