@@ -248,7 +248,8 @@ def closure_problems(provider: Mapping[str, ElfInfo],
     shipped = {lib.name for lib in libraries} | set(provider)
     problems: list[str] = []
     missing: set[str] = set()
-    binaries = [(f"onnxruntime/capi/{name}", info.values("needed"), ()) for name, info in sorted(provider.items())]
+    binaries: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
+        (f"onnxruntime/capi/{name}", info.values("needed"), ()) for name, info in sorted(provider.items())]
     binaries += [(lib.install_path, lib.needed, lib.named) for lib in libraries]
     for label, needed, named in binaries:
         for name in needed:

@@ -96,7 +96,7 @@ def plan_dll_dirs(assembly: Assembly) -> tuple[str, ...]:
 def install_plan(assembly: Assembly, build: BuildInputs) -> InstallPlan:
     """install-plan.json from the members the parts added: the wheels, the engine's installer wheel,
     the files to copy; read back through the target's own definition, so build and engine agree."""
-    bundle, python_env = build.manifest.bundle, assembly.facts.python_env
+    bundle = build.manifest.bundle
     wheels = sorted(name for name in assembly.members if name.startswith(WHEELS) and name.endswith(".whl")
                     and "/" not in name[len(WHEELS):])
     installer = [name for name in assembly.members if name.startswith(ENGINE_DIR) and name.endswith(".whl")]
