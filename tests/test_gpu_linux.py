@@ -172,3 +172,18 @@ def test_linux_cuda12_without_a_library_is_refused_naming_it(tmp_path, linux_fil
         add_gpu(Assembly(), part_inputs(manifest, files=files, work=tmp_path / "a"))
     for text in expected:
         assert text in str(caught.value)
+
+
+def test_the_install_plan_puts_the_gpu_folder_first():
+    """The installer's self-check sets LD_LIBRARY_PATH from the plan's dll_dirs: without gpu/ there, a GPU bundle's
+    self-check found the bundle's CUDA only through the start-up hook's preload (and gpu/ was not guarded)."""
+    from bundler.assembly.facts import GpuFact, PythonEnvFact
+    from bundler.assembly.records import plan_dll_dirs
+
+    capi = "venv/lib/python3.11/site-packages/onnxruntime/capi"
+    for gpu, expected in ((GpuFact(record={}, dlls=(), origins={}, dll_dirs=("gpu",), preload=()), ("gpu", capi)),
+                          (None, (capi,))):
+        assembly = Assembly()
+        assembly.facts.gpu = gpu
+        assembly.facts.python_env = PythonEnvFact(ort=None, wheels=(), dll_dirs=(capi,))  # type: ignore[arg-type]
+        assert plan_dll_dirs(assembly) == expected
