@@ -187,3 +187,14 @@ def test_the_install_plan_puts_the_gpu_folder_first():
         assembly.facts.gpu = gpu
         assembly.facts.python_env = PythonEnvFact(ort=None, wheels=(), dll_dirs=(capi,))  # type: ignore[arg-type]
         assert plan_dll_dirs(assembly) == expected
+
+
+def test_a_provider_built_for_another_cuda_major_is_named_first(stand_ins):
+    from bundler.assembly.gpu_linux import check_gpu_linux
+    from bundler.manifest import Gpu
+
+    gpu = Gpu(cuda="11.8", cudnn="9.10", sources=())
+    with pytest.raises(BuildError) as caught:
+        check_gpu_linux(stand_ins["provider"], stand_ins["libraries"], gpu=gpu, ort_version="1.23.2")
+    assert str(caught.value) == ('[gpu] cuda = "11.8", but libonnxruntime_providers_cuda.so of ONNX Runtime 1.23.2 '
+                                 'needs libcudart.so.12 (CUDA 12); use the GPU libraries that build was made for.')
