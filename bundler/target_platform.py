@@ -114,7 +114,7 @@ LINUX = TargetPlatform(
              ("platform_machine", "x86_64")),
     venv_scripts="bin", interpreter="python", lib_dir="lib/python{python}", script_kind="posix",
     install_dir="/opt/{name}", machine="x86-64", program_suffix="", binary_format="elf",
-    runtime_layout="standalone", archive_os="linux", sections=frozenset(), reserved_name=_no_reserved_names,
+    runtime_layout="standalone", archive_os="linux", sections=frozenset({"gpu"}), reserved_name=_no_reserved_names,
     wheel_platforms=(*_MANYLINUX, "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64"),
     wheel_platform=_MANYLINUX_X86_64,
 )

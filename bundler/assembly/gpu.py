@@ -19,6 +19,7 @@ from pathlib import Path, PurePosixPath
 
 from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.facts import GpuFact, Published
+from bundler.assembly.gpu_linux import add_gpu_linux
 from bundler.assembly.gpu_strings import unexplained_names
 from bundler.errors import BuildError, UnsupportedError
 from bundler.hashing import file_sha256
@@ -99,6 +100,9 @@ def add_gpu(assembly: Assembly, build: BuildInputs) -> None:
     gpu = manifest.gpu
     if gpu is None:
         assembly.facts.gpu = None
+        return
+    if build.target.binary_format == "elf":
+        add_gpu_linux(assembly, build)
         return
     provider = read_provider(manifest, files, work / "gpu-provider")
     dlls = collect_dlls(gpu.sources, files, work / "gpu")

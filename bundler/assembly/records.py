@@ -85,10 +85,18 @@ def _entry(copy: Copy) -> PlanEntry:
     return PlanEntry(source=copy.source, target=copy.target)
 
 
+def plan_dll_dirs(assembly: Assembly) -> tuple[str, ...]:
+    """The folders the installer's self-check puts first on PATH / LD_LIBRARY_PATH, as the launcher does: the GPU
+    libraries' folder first, so on Linux the loader finds the bundle's CUDA rather than a system one (and the
+    folder is guarded: a file added to it would be loaded)."""
+    gpu, python_env = assembly.facts.gpu, assembly.facts.python_env
+    return (*(gpu.dll_dirs if gpu else ()), *(python_env.dll_dirs if python_env else ()))
+
+
 def install_plan(assembly: Assembly, build: BuildInputs) -> InstallPlan:
     """install-plan.json from the members the parts added: the wheels, the engine's installer wheel,
     the files to copy; read back through the target's own definition, so build and engine agree."""
-    bundle, python_env = build.manifest.bundle, assembly.facts.python_env
+    bundle = build.manifest.bundle
     wheels = sorted(name for name in assembly.members if name.startswith(WHEELS) and name.endswith(".whl")
                     and "/" not in name[len(WHEELS):])
     installer = [name for name in assembly.members if name.startswith(ENGINE_DIR) and name.endswith(".whl")]
@@ -103,7 +111,7 @@ def install_plan(assembly: Assembly, build: BuildInputs) -> InstallPlan:
                        platform=bundle.platform, python=bundle.python, dll_path_variable=build.target.dll_path_variable,
                        installer_wheel=installer[0], venv=venv,
                        copy=tuple(_entry(c) for c in sorted(copies, key=lambda c: c.target)),
-                       dll_dirs=tuple(python_env.dll_dirs if python_env else ()))
+                       dll_dirs=plan_dll_dirs(assembly))
     try:
         return InstallPlan.from_json(json.loads(json.dumps(plan.to_json())), source=PLAN_FILE)
     except RecordError as exc:

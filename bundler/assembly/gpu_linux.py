@@ -1,0 +1,337 @@
+"""The GPU component on linux_x86_64: the CUDA provider of onnxruntime-gpu's manylinux wheel with NVIDIA's `*-cu12`
+shared libraries, closure-checked from their ELF `DT_NEEDED` entries and their strings.
+
+On Linux a missing CUDA library is as quiet as on Windows: the provider fails to dlopen and ONNX Runtime runs on
+the CPU. So the build reads every library's `DT_NEEDED` (bundler/readers/elf.py) and the library names in its
+strings (what it dlopens by name at run time), and refuses a bundle where one of them is neither shipped under
+gpu/ nor a system library. The install puts gpu/ first on LD_LIBRARY_PATH (the launcher and the installer's
+self-check, from the plan's dll_dirs) and the start-up hook dlopens each library by absolute path, dependencies
+first, so the loader finds the bundle's copies (glibc matches a later `DT_NEEDED` or dlopen by soname against
+what is already loaded) and no system CUDA is needed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import Path, PurePosixPath
+
+from bundler.assembly.assembly import Assembly, BuildInputs
+from bundler.assembly.facts import GpuFact, Published
+from bundler.errors import BuildError, UnsupportedError
+from bundler.hashing import file_sha256
+from bundler.manifest import Gpu, GpuSource, Manifest
+from bundler.readers.archives import SafeArchive, is_archive
+from bundler.readers.elf import ElfInfo, read_elf
+
+PROVIDER = "libonnxruntime_providers_cuda.so"
+PROVIDER_SHARED = "libonnxruntime_providers_shared.so"
+INSTALL_DIR = "gpu"
+DEFAULT_INCLUDE = ("*.so*",)
+
+# Oldest Linux driver each CUDA major runs on (CUDA Toolkit release notes, table 3, "minor version
+# compatibility"): CUDA 11.x >= 450.80.02, CUDA 12.x >= 525.60.13. The driver's libcuda.so.1 is never bundled.
+MIN_DRIVER_LINUX = {11: "450.80.02", 12: "525.60.13"}
+
+# Libraries of the system, never bundled: glibc's (libc, libm, libdl, libpthread, librt, the loader), GCC's
+# run-time (libgcc_s, libstdc++), which manylinux wheels take from the system by its policy (PEP 600), and the
+# driver's libcuda.so.1 (cudart dlopens it; cuDNN's libcudnn_graph.so.9 and nvJitLink also name the unversioned
+# libcuda.so the driver package installs). libz.so.1 is counted as the system's too: cuDNN 9.10's sub-libraries
+# list it in DT_NEEDED (measured), NVIDIA's wheel does not ship it, and zlib is a required package of every
+# glibc distribution a manylinux_2_27 wheel runs on (Debian/Ubuntu zlib1g "Priority: required"; RHEL's rpm
+# needs it); a target without it fails the strict self-check, never silently.
+SYSTEM = re.compile(r"^(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|libutil|libresolv|libz)\.so(\.\d+)*$"
+                    r"|^ld-linux-x86-64\.so\.2$")
+DRIVER = frozenset({"libcuda.so.1", "libcuda.so"})
+ORT_OWN = frozenset({PROVIDER_SHARED, "libonnxruntime.so.1"})
+
+# Names a GPU library dlopens by name rather than lists in DT_NEEDED (the per-route run-time table, linux_x86_64,
+# CUDA 12 + cuDNN 9), measured 2026-12-06 as strings of the wheels in manifests/gpu-linux-cuda12.toml:
+# cuDNN 9.10's libcudnn.so.9 names libcudnn_{graph,ops,cnn,adv}.so and libcudnn_graph.so.9 names
+# libcudnn_{heuristic,engines_precompiled,engines_runtime_compiled}.so (the major is appended at run time: the
+# wheel ships them as .so.9); cuBLASLt 12.8 and cuDNN's engines name libnvrtc.so.12 / libnvrtc.so (NVRTC, which
+# names libnvrtc-builtins.so.12.8); cuFFT 11.3 names libnvJitLink.so.12 (and libnvrtc.so.12). Sources beside the
+# measurement: NVIDIA's cuDNN 9 API overview ("the cuDNN library is split into sub-libraries ... loaded
+# dynamically"), the cuBLAS 12 docs (cuBLASLt's runtime-fused kernels use NVRTC), the cuFFT 11.3 release notes (LTO
+# callbacks need nvJitLink). An unversioned name ("libcudnn_ops.so") is satisfied by a shipped "libcudnn_ops.so.N".
+RUNTIME_LOADED = re.compile(r"^(libcudnn(_[a-z_]+)?\.so|libcublas(Lt)?\.so|libnvrtc\.so|libnvrtc-builtins\.so"
+                            r"|libnvJitLink\.so)(\.\d+)*$")
+
+# Names found in the strings of NVIDIA's Linux libraries that no bundle ships, each with the reason.
+NOT_LOADS = {
+    "libcask_profile_interface.so": "a profiling-injection library cuDNN 9's libcudnn_engines_precompiled.so.9 names "
+                                    "beside CASK_INJECTION64_PATH (as on Windows); no NVIDIA wheel ships it",
+}
+
+# Where a missing library comes from; `{cuda}` is the CUDA major of [gpu].
+WHERE_FROM = (
+    (re.compile(r"^libcudart\."), "NVIDIA's nvidia-cuda-runtime-cu{cuda} wheel (nvidia/cuda_runtime/lib/)"),
+    (re.compile(r"^libcublas(Lt)?\."), "NVIDIA's nvidia-cublas-cu{cuda} wheel (nvidia/cublas/lib/)"),
+    (re.compile(r"^libcufft"), "NVIDIA's nvidia-cufft-cu{cuda} wheel (nvidia/cufft/lib/)"),
+    (re.compile(r"^libcurand\."), "NVIDIA's nvidia-curand-cu{cuda} wheel (nvidia/curand/lib/)"),
+    (re.compile(r"^libnvrtc"), "NVIDIA's nvidia-cuda-nvrtc-cu{cuda} wheel (nvidia/cuda_nvrtc/lib/)"),
+    (re.compile(r"^libnvJitLink\."), "NVIDIA's nvidia-nvjitlink-cu{cuda} wheel (nvidia/nvjitlink/lib/)"),
+    (re.compile(r"^libcudnn"), "NVIDIA's nvidia-cudnn-cu{cuda} wheel (nvidia/cudnn/lib/)"),
+)
+
+LOAD_RANK = tuple(re.compile(p) for p in (
+    r"^libcudart", r"^libnvrtc-builtins", r"^libnvrtc", r"^libnvJitLink", r"^libcublasLt", r"^libcublas",
+    r"^libcufft", r"^libcurand", r"^libcudnn\.", r"^libcudnn_graph", r"^libcudnn_engines_precompiled",
+    r"^libcudnn_engines_runtime", r"^libcudnn_heuristic", r"^libcudnn_ops", r"^libcudnn_cnn", r"^libcudnn_adv",
+    r"^libcudnn"))
+
+# A library file name in a binary's bytes (the scan the loader-name cross-check reads).
+_SO_NAME = re.compile(rb"lib[A-Za-z0-9_+\-]+\.so(?:\.\d+)*")
+_MAJOR = {"cuda": re.compile(r"^libcudart\.so\.(\d+)$"), "cudnn": re.compile(r"^libcudnn\.so\.(\d+)$")}
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuLibrary:
+    """One shared library the Linux GPU component ships, extracted into the build's work folder."""
+
+    name: str  # the file name, which the loader matches against DT_NEEDED: checked equal to its soname
+    path: Path
+    sha256: str
+    source: str
+    origin: str
+    version: str | None  # the source wheel's version (ELF files carry none the loader reads)
+    needed: tuple[str, ...]
+    named: tuple[str, ...]  # library names in its strings
+
+    @property
+    def install_path(self) -> str:
+        return f"{INSTALL_DIR}/{self.name}"
+
+
+def add_gpu_linux(assembly: Assembly, build: BuildInputs) -> None:
+    """Ship the [gpu] libraries under payload/gpu/ once the CUDA provider is known to load with them."""
+    manifest, gpu = build.manifest, build.manifest.gpu
+    assert gpu is not None
+    provider = read_provider(manifest, build.files, build.work / "gpu-provider")
+    libraries = collect_libraries(gpu.sources, build.files, build.work / "gpu")
+    check_gpu_linux(provider, libraries, gpu=gpu, ort_version=manifest.ort.version)
+    record = gpu_record(gpu, libraries, provider_needed=provider[PROVIDER].values("needed"))
+    for library in libraries:
+        bundle_path = f"payload/{library.install_path}"
+        assembly.add_file(bundle_path, library.path, library.sha256)
+        assembly.plan_copy(bundle_path, library.install_path)
+    origins = {f"payload/{entry['file']}": entry for entry in record["files"]}
+    preload = tuple(lib.install_path for lib in load_order(libraries))
+    assembly.facts.gpu = GpuFact(record=record, dlls=tuple(record["dlls"]), origins=origins, dll_dirs=(INSTALL_DIR,),
+                                 preload=preload)
+
+
+def read_provider(manifest: Manifest, files: Mapping[str, Path], work: Path) -> dict[str, ElfInfo]:
+    """The CUDA provider and the shared-provider library from the ORT wheel's capi/, keyed by file name."""
+    source = manifest.ort.python_source or manifest.ort.archive
+    if source is None:
+        msg = f"{manifest.path.name}: [gpu] needs an ONNX Runtime source in [ort] that holds {PROVIDER}"
+        raise BuildError(msg)
+    path = files[source.key]
+    label = f"{source.key} ({path.name})"
+    if not is_archive(path):
+        msg = f"{label}: found no archive, expected a wheel or archive holding {PROVIDER} for [gpu]"
+        raise BuildError(msg)
+    with SafeArchive.open(path, label=label) as archive:
+        found = {}
+        for wanted in (PROVIDER, PROVIDER_SHARED):
+            names = [e.name for e in archive.entries if not e.is_dir and PurePosixPath(e.name).name == wanted]
+            if len(names) != 1:
+                msg = (f"{label}: found {wanted} {len(names)} times, expected it once (the GPU build of ONNX "
+                       f"Runtime for linux_x86_64: the onnxruntime-gpu manylinux wheel)")
+                raise BuildError(msg)
+            found[wanted] = names[0]
+        archive.extract(work, members=list(found.values()))
+    return {name: read_elf(work.joinpath(*entry.split("/")), label=f"{label}!{entry}") for name, entry in found.items()}
+
+
+def collect_libraries(sources: Sequence[GpuSource], files: Mapping[str, Path], work: Path) -> list[GpuLibrary]:
+    """Every selected shared library of every source, sorted by name; a name shipped twice is an error."""
+    found: dict[str, GpuLibrary] = {}
+    for index, source in enumerate(sources):
+        for library in source_libraries(source, files[source.source.key], work / str(index)):
+            other = found.get(library.name)
+            if other is not None:
+                msg = (f"{other.origin} and {library.origin} both provide {library.name}, expected each library "
+                       f"from exactly one place; narrow the include patterns of [[gpu.sources]]")
+                raise BuildError(msg)
+            found[library.name] = library
+    return sorted(found.values(), key=lambda lib: lib.name)
+
+
+def source_libraries(source: GpuSource, path: Path, work: Path) -> list[GpuLibrary]:
+    key = source.source.key
+    label = f"{key} ({path.name})"
+    if not is_archive(path):
+        msg = f"{label}: found no archive, expected a wheel or archive holding shared libraries (.so)"
+        raise BuildError(msg)
+    patterns = source.include or DEFAULT_INCLUDE
+    with SafeArchive.open(path, label=label) as archive:
+        names = [e.name for e in archive.entries if not e.is_dir]
+        chosen = [n for n in names if any(fnmatchcase(n, p) for p in patterns)]
+        unused = [p for p in patterns if not any(fnmatchcase(n, p) for n in names)]
+        if unused:
+            msg = (f"{label}: include pattern(s) {', '.join(repr(p) for p in unused)} matched nothing, expected each "
+                   f"to select a shared library such as 'nvidia/<name>/lib/lib<name>.so.<major>'")
+            raise BuildError(msg)
+        not_so = [n for n in chosen if ".so" not in PurePosixPath(n).name]
+        if not_so:
+            msg = f"{label}: include selects {', '.join(not_so[:5])}, expected only shared libraries (.so)"
+            raise BuildError(msg)
+        archive.extract(work, members=chosen)
+    version = _wheel_version(path.name)
+    return [_library(work.joinpath(*n.split("/")), source=key, origin=f"{label}!{n}", version=version) for n in chosen]
+
+
+def _wheel_version(file_name: str) -> str | None:
+    parts = file_name.split("-")
+    return parts[1] if file_name.endswith(".whl") and len(parts) >= 3 else None
+
+
+def _library(path: Path, *, source: str, origin: str, version: str | None) -> GpuLibrary:
+    info = read_elf(path, label=origin)
+    soname = info.values("soname")
+    if soname and soname[0] != path.name:
+        msg = (f"{origin}: its soname is {soname[0]}, expected its file name {path.name} (the loader finds a "
+               f"library by the name in DT_NEEDED, which is the soname); select the file named after it")
+        raise BuildError(msg)
+    return GpuLibrary(name=path.name, path=path, sha256=file_sha256(path), source=source, origin=origin,
+                      version=version, needed=info.values("needed"), named=library_names(path))
+
+
+def library_names(path: Path) -> tuple[str, ...]:
+    """The library file names in a binary's bytes, sorted, its own name excluded."""
+    names = {m.group().decode("ascii") for m in _SO_NAME.finditer(path.read_bytes())}
+    return tuple(sorted(names - {path.name}))
+
+
+# -- the checks -------------------------------------------------------------------------------------------
+
+
+def check_gpu_linux(provider: Mapping[str, ElfInfo], libraries: Sequence[GpuLibrary], *, gpu: Gpu,
+                    ort_version: str) -> None:
+    """Root causes first: a provider built for another CUDA or cuDNN major than [gpu], then the gaps."""
+    mismatch = version_problems(provider[PROVIDER].values("needed"), gpu=gpu, ort_version=ort_version)
+    if mismatch:
+        raise BuildError(" ".join(mismatch))
+    problems, missing = closure_problems(provider, libraries)
+    if problems:
+        msg = (f"[gpu]: the CUDA provider of ONNX Runtime {ort_version} cannot load with the libraries the bundle "
+               f"ships: {' '.join(problems)} {where_from(missing, cuda=gpu.cuda)}")
+        raise BuildError(msg)
+
+
+def version_problems(needed: Sequence[str], *, gpu: Gpu, ort_version: str) -> list[str]:
+    problems = []
+    for library, pattern in _MAJOR.items():
+        wanted = getattr(gpu, library)
+        for name in needed:
+            match = pattern.match(name)
+            if match and match.group(1) != wanted.split(".")[0]:
+                problems.append(f"[gpu] {library} = \"{wanted}\", but {PROVIDER} of ONNX Runtime {ort_version} "
+                                f"needs {name} ({'CUDA' if library == 'cuda' else 'cuDNN'} {match.group(1)}); "
+                                f"use the GPU libraries that build was made for.")
+    return problems
+
+
+def is_system(name: str) -> bool:
+    return bool(SYSTEM.match(name)) or name in DRIVER
+
+
+def closure_problems(provider: Mapping[str, ElfInfo],
+                     libraries: Sequence[GpuLibrary]) -> tuple[list[str], list[str]]:
+    """One sentence per library a binary needs (DT_NEEDED) or loads by name (its strings) that nothing provides,
+    and the names missing, for the where-from hint."""
+    shipped = {lib.name for lib in libraries} | set(provider)
+    problems: list[str] = []
+    missing: set[str] = set()
+    binaries: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
+        (f"onnxruntime/capi/{name}", info.values("needed"), ()) for name, info in sorted(provider.items())]
+    binaries += [(lib.install_path, lib.needed, lib.named) for lib in libraries]
+    for label, needed, named in binaries:
+        for name in needed:
+            if name not in shipped and name not in ORT_OWN and not is_system(name):
+                problems.append(f"{label} needs {name} (DT_NEEDED), which the bundle does not provide.")
+                missing.add(name)
+        problems += unexplained_names(label, named, shipped=shipped, missing=missing)
+    return problems, sorted(missing)
+
+
+def unexplained_names(label: str, names: Sequence[str], *, shipped: Collection[str], missing: set[str]) -> list[str]:
+    """A name in the run-time table must be shipped; any other name must be shipped, the system's or explained."""
+    problems = []
+    for name in names:
+        if name in shipped or name in ORT_OWN or is_system(name) or name in NOT_LOADS or _versioned_in(name, shipped):
+            continue
+        if RUNTIME_LOADED.match(name):
+            problems.append(f"{label} loads {name} at run time (by name), which the bundle does not provide.")
+            missing.add(name)
+            continue
+        problems.append(f"{label} names {name} in its strings, which is neither in the bundle nor a system library: "
+                        f"add it to [gpu], or, if it is not loaded, say why in NOT_LOADS "
+                        f"(bundler/assembly/gpu_linux.py).")
+    return problems
+
+
+def _versioned_in(name: str, shipped: Collection[str]) -> bool:
+    """An unversioned name ("libcudnn_ops.so") that the library completes with a major at run time."""
+    return name.endswith(".so") and any(re.fullmatch(re.escape(name) + r"(\.\d+)+", s) for s in shipped)
+
+
+def where_from(missing: Sequence[str], *, cuda: str) -> str:
+    major = cuda.split(".")[0]
+    hints = [f"{name}: {text.format(cuda=major)}" for name in missing
+             for family, text in WHERE_FROM if family.match(name)]
+    return f"Where to get them: {'; '.join(hints)}." if hints else ""
+
+
+# -- records ------------------------------------------------------------------------------------------------
+
+
+def gpu_record(gpu: Gpu, libraries: Sequence[GpuLibrary], *, provider_needed: Sequence[str]) -> Published:
+    major = int(gpu.cuda.split(".")[0])
+    if major not in MIN_DRIVER_LINUX:
+        msg = (f"[gpu] cuda = \"{gpu.cuda}\": ort-bundler knows the minimum NVIDIA Linux driver only for CUDA "
+               f"{', '.join(str(m) for m in MIN_DRIVER_LINUX)}, so it cannot tell the target what it needs")
+        raise UnsupportedError(msg)
+    return {
+        "cuda": gpu.cuda,
+        "cudnn": gpu.cudnn,
+        "dlls": [lib.install_path for lib in libraries],
+        "files": [{"file": lib.install_path, "sha256": lib.sha256, "source": lib.source, "version": lib.version}
+                  for lib in libraries],
+        "provider_imports": list(provider_needed),
+        "min_driver": MIN_DRIVER_LINUX[major],
+    }
+
+
+def load_order(libraries: Sequence[GpuLibrary]) -> list[GpuLibrary]:
+    """Dependencies (DT_NEEDED) before their users; otherwise by LOAD_RANK, then name, so the order is stable."""
+    by_name = {lib.name: lib for lib in libraries}
+    needs = {name: set(lib.needed) & by_name.keys() - {name} for name, lib in by_name.items()}
+    users: dict[str, set[str]] = {name: set() for name in by_name}
+    for name, deps in needs.items():
+        for dep in deps:
+            users[dep].add(name)
+    ready = [(_rank(name), name) for name, deps in needs.items() if not deps]
+    heapq.heapify(ready)
+    order: list[GpuLibrary] = []
+    while ready:
+        _, name = heapq.heappop(ready)
+        order.append(by_name[name])
+        for user in sorted(users[name]):
+            needs[user].discard(name)
+            if not needs[user]:
+                heapq.heappush(ready, (_rank(user), user))
+    if len(order) != len(by_name):
+        cycle = sorted(set(by_name) - {lib.name for lib in order})
+        msg = f"[gpu]: {', '.join(cycle)} need each other in a cycle, expected libraries that load one by one"
+        raise BuildError(msg)
+    return order
+
+
+def _rank(name: str) -> int:
+    return next((i for i, family in enumerate(LOAD_RANK) if family.match(name)), len(LOAD_RANK))
