@@ -102,11 +102,17 @@ def test_the_tables_hold_what_the_bundle_says(packages: Packages) -> None:
     assert properties["ProductCode"] == packages.first["msi"]["product_code"]
     assert properties["UpgradeCode"] == packages.first["msi"]["upgrade_code"]
     assert properties["ALLUSERS"] == "1" and properties["ARPNOMODIFY"] == "1"
+    assert "ARPNOREPAIR" not in properties and int(properties["ARPSIZE"]) > 1024  # KB of the image's files
     assert properties["Manufacturer"] == PUBLISHER  # [bundle] publisher
     assert set(properties["SecureCustomProperties"].split(";")) >= {"CACHEDIR", "NOSELFCHECK"}
     files = table(msi, "File")
     assert len(files) == packages.first["msi"]["files"]
     names = {row["FileName"].split("|")[-1] for row in files}
+    versions = {row["FileName"].split("|")[-1]: row["Version"] for row in files}
+    assert versions["onnxruntime.dll"].startswith("1.23.1") and versions["run.cmd"] == ""
+    hashed = {row["File_"] for row in table(msi, "MsiFileHash")}
+    assert not hashed & {row["File"] for row in files if row["Version"]}
+    assert hashed == {row["File"] for row in files if not row["Version"]}
     assert {"python.exe", "onnxruntime.dll", "receipt.json", "run.cmd", "engine.py"} <= names
     components = table(msi, "Component")
     assert all(int(row["Attributes"]) & 256 for row in components)  # msidbComponentAttributes64bit
@@ -174,6 +180,8 @@ def test_the_intunewin_wraps_the_msi_with_its_product_code(packages: Packages) -
     assert rules == [{"type": "msi", "productCode": packages.first["msi"]["product_code"],
                       "productVersionOperator": "notConfigured"}]
     assert app["win32_app"]["install_command"].startswith("msiexec /i ")
+    assert app["win32_app"]["install_command"].endswith(f'/l*v "%ProgramData%\\Microsoft\\IntuneManagementExtension'
+                                                        f'\\Logs\\{NAME}-1.0.0-msiexec-install.log"')
 
 
 # -- under Wine's msiexec -------------------------------------------------------------------------------------

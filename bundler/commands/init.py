@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -169,6 +170,8 @@ def _check_starter(text: str, output: Path) -> None:
 
 
 def render_starter(output: Path, files: Sequence[Path]) -> str:
+    """The starter manifest; its `upgrade_code` is a fresh random GUID, so this product's MSI GUIDs are its own
+    and no other product of the same name shares them."""
     pins = _classify(files, output.parent)
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
     env.filters.update(toml=toml_value, toml_inline=toml_inline, toml_table=toml_table)
@@ -177,7 +180,7 @@ def render_starter(output: Path, files: Sequence[Path]) -> str:
         filename=output.name, name=_bundle_name(output.stem),
         lock=output.stem + ".lock.toml", platform=pins.platform, ort_version=pins.ort_version,
         ort_python=pins.ort_python, ort_archive=pins.ort_archive, vc_redist=pins.vc_redist, models=pins.models,
-        python=pins.python, python_runtime=pins.python_runtime)
+        python=pins.python, python_runtime=pins.python_runtime, upgrade_code=str(uuid.uuid4()).upper())
 
 
 def write_starter(output: Path, files: Sequence[Path], *, force: bool = False) -> Path:
