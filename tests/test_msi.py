@@ -236,6 +236,7 @@ def test_msiexec_installs_every_file_of_the_receipt_with_detection_and_an_arp_en
     assert detection["InstallDir"].rstrip("\\").lower() == INSTALL_DIR.lower()
     entry = windows.reg_query(UNINSTALL.format(code=packages.first["msi"]["product_code"]))
     assert entry is not None and entry["DisplayVersion"] == "1.0.0" and entry["Publisher"] == PUBLISHER, entry
+    assert entry["InstallLocation"].rstrip("\\").lower() == INSTALL_DIR.lower(), entry  # ARPINSTALLLOCATION
     assert "the self-check passed" in msi_log(windows, "1.0.0")
 
 
