@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
@@ -109,7 +110,9 @@ def test_the_tables_hold_what_the_bundle_says(packages: Packages) -> None:
     assert len(files) == packages.first["msi"]["files"]
     names = {row["FileName"].split("|")[-1] for row in files}
     versions = {row["FileName"].split("|")[-1]: row["Version"] for row in files}
-    assert versions["onnxruntime.dll"].startswith("1.23.1") and versions["run.cmd"] == ""
+    # ORT 1.23.1's DLL says 1.23.25.1002 (its own build numbering), python.exe 3.11.9150.1013; scripts have none
+    assert re.fullmatch(r"1\.23\.\d+\.\d+", versions["onnxruntime.dll"]) and versions["run.cmd"] == ""
+    assert re.fullmatch(r"3\.11\.\d+\.\d+", versions["python.exe"])
     hashed = {row["File_"] for row in table(msi, "MsiFileHash")}
     assert not hashed & {row["File"] for row in files if row["Version"]}
     assert hashed == {row["File"] for row in files if not row["Version"]}
