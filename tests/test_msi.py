@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
@@ -102,11 +103,19 @@ def test_the_tables_hold_what_the_bundle_says(packages: Packages) -> None:
     assert properties["ProductCode"] == packages.first["msi"]["product_code"]
     assert properties["UpgradeCode"] == packages.first["msi"]["upgrade_code"]
     assert properties["ALLUSERS"] == "1" and properties["ARPNOMODIFY"] == "1"
+    assert "ARPNOREPAIR" not in properties and int(properties["ARPSIZE"]) > 1024  # KB of the image's files
     assert properties["Manufacturer"] == PUBLISHER  # [bundle] publisher
     assert set(properties["SecureCustomProperties"].split(";")) >= {"CACHEDIR", "NOSELFCHECK"}
     files = table(msi, "File")
     assert len(files) == packages.first["msi"]["files"]
     names = {row["FileName"].split("|")[-1] for row in files}
+    versions = {row["FileName"].split("|")[-1]: row["Version"] for row in files}
+    # ORT 1.23.1's DLL says 1.23.25.1002 (its own build numbering), python.exe 3.11.9150.1013; scripts have none
+    assert re.fullmatch(r"1\.23\.\d+\.\d+", versions["onnxruntime.dll"]) and versions["run.cmd"] == ""
+    assert re.fullmatch(r"3\.11\.\d+\.\d+", versions["python.exe"])
+    hashed = {row["File_"] for row in table(msi, "MsiFileHash")}
+    assert not hashed & {row["File"] for row in files if row["Version"]}
+    assert hashed == {row["File"] for row in files if not row["Version"]}
     assert {"python.exe", "onnxruntime.dll", "receipt.json", "run.cmd", "engine.py"} <= names
     components = table(msi, "Component")
     assert all(int(row["Attributes"]) & 256 for row in components)  # msidbComponentAttributes64bit
@@ -174,6 +183,8 @@ def test_the_intunewin_wraps_the_msi_with_its_product_code(packages: Packages) -
     assert rules == [{"type": "msi", "productCode": packages.first["msi"]["product_code"],
                       "productVersionOperator": "notConfigured"}]
     assert app["win32_app"]["install_command"].startswith("msiexec /i ")
+    assert app["win32_app"]["install_command"].endswith(f'/l*v "%ProgramData%\\Microsoft\\IntuneManagementExtension'
+                                                        f'\\Logs\\{NAME}-1.0.0-msiexec-install.log"')
 
 
 # -- under Wine's msiexec -------------------------------------------------------------------------------------
@@ -228,6 +239,7 @@ def test_msiexec_installs_every_file_of_the_receipt_with_detection_and_an_arp_en
     assert detection["InstallDir"].rstrip("\\").lower() == INSTALL_DIR.lower()
     entry = windows.reg_query(UNINSTALL.format(code=packages.first["msi"]["product_code"]))
     assert entry is not None and entry["DisplayVersion"] == "1.0.0" and entry["Publisher"] == PUBLISHER, entry
+    assert entry["InstallLocation"].rstrip("\\").lower() == INSTALL_DIR.lower(), entry  # ARPINSTALLLOCATION
     assert "the self-check passed" in msi_log(windows, "1.0.0")
 
 

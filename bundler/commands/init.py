@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -196,6 +197,8 @@ def _check_starter(text: str, output: Path) -> None:
 
 
 def render_starter(output: Path, files: Sequence[Path]) -> str:
+    """The starter manifest; its `upgrade_code` is a fresh random GUID, so this product's MSI GUIDs are its own
+    and no other product of the same name shares them."""
     return _render(output, _classify(files, output.parent))
 
 
@@ -207,7 +210,7 @@ def _render(output: Path, pins: _Pins) -> str:
         filename=output.name, name=_bundle_name(output.stem),
         lock=output.stem + ".lock.toml", platform=pins.platform, ort_version=pins.ort_version,
         ort_python=pins.ort_python, ort_archive=pins.ort_archive, vc_redist=pins.vc_redist, models=pins.models,
-        python=pins.python, python_runtime=pins.python_runtime)
+        python=pins.python, python_runtime=pins.python_runtime, upgrade_code=str(uuid.uuid4()).upper())
 
 
 def write_starter(output: Path, files: Sequence[Path], *, force: bool = False) -> Starter:

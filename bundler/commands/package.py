@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -198,10 +199,13 @@ def _msi(info: BundleInfo, unpacked: Unpacked, staging: Path, signing: SignOptio
     """The MSI of the bundle unpacked in `staging/bundle` (signed when `signing` says how), with its `.sha256`, in
     `staging/out`."""
     from bundler.atomic import write_atomic
-    from bundler.packaging.msi import build_msi, image_bytes, signed
+    from bundler.packaging.msi import build_msi, image_bytes, missing_upgrade_code, signed
     from bundler.signing.bundle import sign_msi
     from bundler.target.records import PLAN_FILE, InstallPlan
 
+    warning = missing_upgrade_code(info)
+    if warning:
+        logging.getLogger("bundler").warning("warning: %s", warning)
     folder = staging / "bundle" / unpacked.top
     plan = InstallPlan.loads((folder / PLAN_FILE).read_text(encoding="utf-8"), source=f"{unpacked.top}/{PLAN_FILE}")
     image = image_bytes(folder, plan)

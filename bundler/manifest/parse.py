@@ -43,6 +43,9 @@ from bundler.target_platform import TARGETS
 #: The publisher Add/Remove Programs and the MSI show: no control characters or line breaks.
 PUBLISHER_RE = re.compile(r"[^\x00-\x1f\x7f]{1,128}")
 
+#: `[bundle] upgrade_code`: a GUID, with or without braces (the MSI's UpgradeCode and its GUID namespace).
+GUID_RE = re.compile(r"\{?[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\}?")
+
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Environment variables the launchers (templates/run.*.j2) and the runtime beneath them own: a manifest that
 # set one could point the launcher, the dynamic loader or Python at a folder that nothing verifies. Compared
@@ -61,7 +64,7 @@ RESERVED_ENV_PREFIXES = ("ORT_BUNDLE_", "DYLD_", "LD_")
 
 SECTIONS = {"bundle", "ort", "python", "vc_redist", "gpu", "models", "launch"}
 KEYS = {
-    "bundle": {"name", "version", "platform", "python", "source_date_epoch", "publisher"},
+    "bundle": {"name", "version", "platform", "python", "source_date_epoch", "publisher", "upgrade_code"},
     "ort": {"version", "archive", "wheel", "capi", "dependencies", "allow_unsigned", "allow_test_signed"},
     "python": {"lock", "requirements", "runtime"},
     "vc_redist": INPUT_KEYS | {"min_version", "allow_unsigned"},
@@ -179,10 +182,12 @@ def _bundle(table: Mapping[str, Any] | None, problems: Problems) -> Bundle | Non
         epoch = None
     publisher = string_at(table, "publisher", "bundle", problems, pattern=PUBLISHER_RE, required=False,
                           expected="1 to 128 characters without control characters, as Add/Remove Programs shows them")
+    upgrade_code = string_at(table, "upgrade_code", "bundle", problems, pattern=GUID_RE, required=False,
+                             expected="a GUID such as '8c0f6f3e-2b1a-4d5e-9f00-1a2b3c4d5e6f' (the MSI's UpgradeCode)")
     if name is None or version is None or platform is None or python is None or epoch is None:
         return None
     return Bundle(name=name, version=version, platform=platform, python=python, source_date_epoch=epoch,
-                  publisher=publisher)
+                  publisher=publisher, upgrade_code=upgrade_code)
 
 
 def _ort(table: Mapping[str, Any] | None, base: Path, problems: Problems) -> Ort | None:

@@ -66,6 +66,7 @@ class Bundle:
     python: str
     source_date_epoch: int
     publisher: str | None = None  # Add/Remove Programs' and the MSI's publisher; "ort-bundler" when unset
+    upgrade_code: str | None = None  # the MSI's UpgradeCode and GUID namespace; from the name when unset
 
     @property
     def python_tag(self) -> str:

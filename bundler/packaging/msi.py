@@ -9,7 +9,9 @@ Steps, each a tool that is not ours where one exists:
 2. The source: bundler/packaging/msi_source.py, from the image's receipt (every file, and the receipt).
 3. `wixl -a x64` (Debian package `wixl`), in the image folder, every file dated the bundle's time, in UTC; `msibuild` (package `msitools`) marks the
    public properties secure, so a managed install passes CACHEDIR and NOSELFCHECK to the server side, adds
-   the MsiLockPermissionsEx row wixl cannot author and sets the strings' code page (msi_source's docstring).
+   the MsiLockPermissionsEx row wixl cannot author, writes the Upgrade table wixl cannot (a same-version
+   range), sets each PE file's version and drops wixl's MD5 rows of versioned files, and sets the strings'
+   code page (msi_source's docstring).
 4. The summary information: wixl writes a random PackageCode and the build's clock into it (docs/facts.md §9),
    so both are rewritten in place with `olefile`: the PackageCode from the image's receipt digest and the
    two FILETIMEs from the bundle's SOURCE_DATE_EPOCH. Two runs then give the same bytes.
@@ -23,6 +25,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -31,12 +34,17 @@ from bundler.hashing import file_sha256
 from bundler.packaging.msi_source import (
     CODEPAGE_TABLE,
     LOCK_TABLE,
+    NAMESPACE,
     MsiProduct,
+    braced,
     check_text,
     guid,
+    identifier,
     product_version,
+    upgrade_table,
     wxs,
 )
+from bundler.readers.pe_identity import file_version
 from bundler.target.bundle_info import BundleInfo
 from bundler.target.records import PLAN_FILE, RECEIPT_FILE, InstallPlan, Receipt
 
@@ -44,6 +52,8 @@ from bundler.target.records import PLAN_FILE, RECEIPT_FILE, InstallPlan, Receipt
 #: The outside programs the MSI work runs, and the Debian package of each.
 TOOLS = {"wixl": "wixl", "msibuild": "msitools", "msiinfo": "msitools", "msiextract": "msitools",
          "osslsigncode": "osslsigncode"}
+#: The files whose version resource the File table carries.
+PE_SUFFIXES = (".dll", ".pyd", ".exe")
 SUMMARY_STREAM = "\x05SummaryInformation"
 #: Summary information property ids (MS-OLEPS; Windows Installer's "Summary Information Stream Property Set").
 PID_REVISION, PID_CREATE_TIME, PID_LAST_SAVE_TIME = 9, 12, 13
@@ -87,12 +97,13 @@ def build_msi(bundle: Path, info: BundleInfo, work: Path, output: Path, *, epoch
         msg = (f"{info.name} {info.version} runs on the target's own Python, so its installed tree depends on that "
                f"machine; an MSI needs a bundle that carries its interpreter: add [python] runtime to the manifest")
         raise UnsupportedError(msg)
-    product = msi_product(info, plan, bundle_sha256="0" * 64, source=f"{bundle.name}/bundle.json")
+    product = msi_product(info, plan, bundle_sha256="0" * 64, receipt=b"", source=f"{bundle.name}/bundle.json")
     check_text(product, [])  # before the image is made: the publisher or name alone refuses at once
     tool("wixl"), tool("msibuild")  # and a missing tool
     image = work / "image"
     receipt = make_image(bundle, image, plan, epoch=epoch, work=work)
-    product = replace(product, bundle_sha256=receipt.bundle_sha256)
+    product = msi_product(info, plan, bundle_sha256=receipt.bundle_sha256, receipt=(image / RECEIPT_FILE).read_bytes(),
+                          source=f"{bundle.name}/bundle.json")
     files = image_files(receipt)
     _date_files(image, files, epoch)
     write_database(product, files, image=image, output=output, work=work)
@@ -102,14 +113,38 @@ def build_msi(bundle: Path, info: BundleInfo, work: Path, output: Path, *, epoch
                package_code=code, files=len(files))
 
 
-def msi_product(info: BundleInfo, plan: InstallPlan, *, bundle_sha256: str, source: str) -> MsiProduct:
+def msi_product(info: BundleInfo, plan: InstallPlan, *, bundle_sha256: str, receipt: bytes, source: str) -> MsiProduct:
     """What the MSI says about the product: from the bundle's own records (package reads them in the bundle,
-    verify in the image the MSI installs)."""
+    verify in the image the MSI installs). `receipt`: the image's receipt, whose digest makes the ProductCode
+    (another content, another product; see msi_source's Identity)."""
+    table = info.manifest.get("bundle") or {}
+    owned = table.get("upgrade_code")
+    namespace = uuid.UUID(str(owned)) if owned else NAMESPACE
+    upgrade_code = braced(namespace) if owned else legacy_upgrade_code(info.name)
+    content = hashlib.sha256(receipt).hexdigest()
     return MsiProduct(name=info.name, version=info.version, product_version=product_version(info.version, source=source),
-                      publisher=str((info.manifest.get("bundle") or {}).get("publisher") or "ort-bundler"),
-                      product_code=guid(info.name, "product", info.version), upgrade_code=guid(info.name, "upgrade"),
-                      bundle_sha256=bundle_sha256, interpreter=f"{plan.venv.dir}/{plan.venv.interpreter}",
-                      vc_runtime_min=_vc_minimum(info.vc_runtime_min))
+                      publisher=str(table.get("publisher") or "ort-bundler"),
+                      product_code=guid(info.name, "product", info.version, content, namespace=namespace),
+                      upgrade_code=upgrade_code, bundle_sha256=bundle_sha256,
+                      interpreter=f"{plan.venv.dir}/{plan.venv.interpreter}",
+                      vc_runtime_min=_vc_minimum(info.vc_runtime_min), namespace=namespace)
+
+
+def legacy_upgrade_code(name: str) -> str:
+    """The UpgradeCode of a manifest without `[bundle] upgrade_code`: from the name alone, in ort-bundler's
+    namespace (what every MSI had before the key existed, so those installs still upgrade)."""
+    return guid(name, "upgrade")
+
+
+def missing_upgrade_code(info: BundleInfo) -> str | None:
+    """The warning for a manifest without `[bundle] upgrade_code`, with the exact line to add; None with one."""
+    if (info.manifest.get("bundle") or {}).get("upgrade_code"):
+        return None
+    code = legacy_upgrade_code(info.name)
+    return (f"the manifest has no [bundle] upgrade_code, so the MSI's UpgradeCode {code} comes from the name "
+            f"{info.name!r} alone and any other product of that name shares it (each would remove the other); add "
+            f'upgrade_code = "{code.strip("{}")}" to [bundle] to keep upgrading what is installed, or a new GUID for a '
+            f"product not shipped yet")
 
 
 def image_files(receipt: Receipt) -> list[str]:
@@ -129,18 +164,39 @@ def write_database(product: MsiProduct, files: list[str], *, image: Path, output
     every table, so there is one description of what an MSI of ours holds."""
     wixl, msibuild = tool("wixl", purpose=purpose), tool("msibuild", purpose=purpose)
     source = work / "product.wxs"
-    source.write_text(wxs(product, files), encoding="utf-8")
+    size = sum((image / relative).stat().st_size for relative in files)
+    source.write_text(wxs(product, files, estimated_kb=-(-size // 1024)), encoding="utf-8")
     _run([wixl, "-a", "x64", "-o", str(output), str(source)], cwd=image, what="wixl")
+    versions = file_versions(image, files)
+    if versions:  # each query names one versioned file: its Version set, wixl's MD5 row (only for unversioned) gone
+        queries = [f"UPDATE `File` SET `Version` = '{version}' WHERE `File` = '{identifier('f', path)}'"
+                   for path, version in versions.items()]
+        queries += [f"DELETE FROM `MsiFileHash` WHERE `File_` = '{identifier('f', path)}'" for path in versions]
+        _run([msibuild, str(output), *(part for query in queries for part in ("-q", query))], cwd=work,
+             what="msibuild")
     secure = ";".join(("INSTALLDIR", "CACHEDIR", "NOSELFCHECK", "NEWER_VERSION_FOUND", "OLDER_VERSION_FOUND"))
     _run([msibuild, str(output), "-q",
           f"UPDATE `Property` SET `Value` = '{secure}' WHERE `Property` = 'SecureCustomProperties'"],
          cwd=work, what="msibuild")
     tables = work / "tables"
     tables.mkdir(exist_ok=True)
-    for name, text in (("MsiLockPermissionsEx", LOCK_TABLE), ("_ForceCodepage", CODEPAGE_TABLE)):
+    for name, text in (("MsiLockPermissionsEx", LOCK_TABLE), ("_ForceCodepage", CODEPAGE_TABLE),
+                       ("Upgrade", upgrade_table(product))):
         with open(tables / f"{name}.idt", "w", encoding="ascii", newline="") as idt:
             idt.write(text)
         _run([msibuild, str(output), "-i", str(tables / f"{name}.idt")], cwd=work, what="msibuild")
+
+
+def file_versions(image: Path, files: list[str]) -> dict[str, str]:
+    """{file: its VS_FIXEDFILEINFO version} for the image's PE files that have one: Windows Installer's file rules
+    (repair, upgrade) compare these; a file without is unversioned and keeps its MsiFileHash row."""
+    found = {}
+    for relative in files:
+        if relative.lower().endswith(PE_SUFFIXES):
+            version = file_version(image / relative)
+            if version is not None:
+                found[relative] = version
+    return found
 
 
 def image_bytes(bundle: Path, plan: InstallPlan) -> int:

@@ -5,12 +5,20 @@ WiX v3 syntax, custom actions of type 18 (an installed exe with arguments) only,
 honoured and rollback/commit actions ignored, no util extension, random GUIDs for `Id="*"` (so every
 GUID is given). Choices:
 
-- Identity. ProductCode from name and version, UpgradeCode from the name, one component per file
-  with a GUID from name and path (UUIDv5 in ort-bundler's namespace): the same bundle gives the same
-  MSI, and a file keeps its component across versions (what Windows Installer's component rules ask).
+- Identity. ProductCode from name, version and the image's receipt digest (so from every file: a rebuilt 1.0.0
+  with other content is another product, not Windows Installer's 1638 "another version is installed"),
+  UpgradeCode the manifest's `[bundle] upgrade_code` (else, as before it existed, from the name), one component
+  per file with a GUID from name and path (UUIDv5 in the namespace of `upgrade_code`, else ort-bundler's): the
+  same bundle gives the same MSI, and a file keeps its component across versions (what Windows Installer's
+  component rules ask).
 - Upgrade. The Upgrade table is written out (not `MajorUpgrade`, which wixl schedules after
   InstallValidate, outside the transaction) and RemoveExistingProducts runs after InstallInitialize,
-  inside it: an upgrade whose self-check fails rolls back to the version that was installed.
+  inside it: an upgrade whose self-check fails rolls back to the version that was installed. Its range
+  includes the same version, so a rebuild of one version with other content replaces the installed one.
+- Add/Remove Programs. InstallLocation is set from INSTALLDIR (ARPINSTALLLOCATION, a type-51 action after
+  CostFinalize), EstimatedSize from the image's files (ARPSIZE, in KB), and repair is offered (no ARPNOREPAIR).
+- Repair. The File table carries each PE file's own version (wixl writes none; msibuild sets it) and
+  MsiFileHash (wixl's MD5 rows) keeps only unversioned files, as Windows Installer's file rules want.
 - Proof. The self-check runs as a deferred, no-impersonate custom action on the installed python.exe
   (`engine.py msi-finish`) before InstallFinalize; its non-zero exit rolls the install back. Briefcase's
   immediate action after InstallFinalize runs unelevated for per-machine installs (beeware/briefcase#2722).
@@ -50,7 +58,7 @@ DETECTION_KEY = "SOFTWARE\\ort-bundler\\{name}"
 #: Where our actions go in InstallExecuteSequence, by number: wixl 0.101 places Before=/After= actions wrongly
 #: (a custom action "Before InstallFinalize" lands at 1, ahead of the files). The standard actions' numbers:
 #: AppSearch 50, InstallInitialize 1500, RemoveFiles 3500, InstallFiles 4000, InstallFinalize 6600.
-SEQUENCE = {"app_search": 50, "remove_existing": 1510, "forget": 3490, "finish": 6500}
+SEQUENCE = {"app_search": 50, "arp_location": 1001, "remove_existing": 1510, "forget": 3490, "finish": 6500}
 #: The install folder's ACL, as the zip route's `icacls /inheritance:r /grant:r *S-1-5-32-544:(OI)(CI)F
 #: *S-1-5-18:(OI)(CI)F *S-1-5-32-545:(OI)(CI)RX`: "P" protects it from inheritance; FA is full control and
 #: 0x1200a9 read and execute (FILE_GENERIC_READ | FILE_GENERIC_EXECUTE), each inherited by files and folders.
@@ -65,13 +73,16 @@ LOCK_TABLE = ("MsiLockPermissionsEx\tLockObject\tTable\tSDDLText\tCondition\r\n"
 #: installing machine's", which misreads them on a machine whose ANSI code page is not 1252).
 CODEPAGE = 1252
 CODEPAGE_TABLE = f"\r\n\r\n{CODEPAGE}\t_ForceCodepage\r\n"
+#: The Upgrade table's attribute bits (msidbUpgradeAttributes*).
+ONLY_DETECT, MIN_INCLUSIVE, MAX_INCLUSIVE = 2, 256, 512
 #: MSI's ProductVersion limits: major.minor.build (Windows Installer ignores a fourth field).
 VERSION_LIMITS = (255, 255, 65535)
 
 
 @dataclass(frozen=True)
 class MsiProduct:
-    """What the MSI says about the product, all derived from the bundle."""
+    """What the MSI says about the product, all derived from the bundle. `namespace`: the UUIDv5 namespace of
+    the component GUIDs (the manifest's upgrade_code when it has one)."""
 
     name: str
     version: str  # the bundle's version
@@ -82,10 +93,16 @@ class MsiProduct:
     bundle_sha256: str
     interpreter: str  # image-relative, '/'-separated: python/python.exe
     vc_runtime_min: tuple[int, int, int] | None
+    namespace: uuid.UUID = NAMESPACE
 
 
-def guid(*parts: str) -> str:
-    return "{" + str(uuid.uuid5(NAMESPACE, "/".join(parts))).upper() + "}"
+def guid(*parts: str, namespace: uuid.UUID = NAMESPACE) -> str:
+    return "{" + str(uuid.uuid5(namespace, "/".join(parts))).upper() + "}"
+
+
+def braced(value: uuid.UUID) -> str:
+    """A GUID as Windows Installer writes it: upper case in braces."""
+    return "{" + str(value).upper() + "}"
 
 
 def product_version(version: str, *, source: str) -> str:
@@ -144,9 +161,10 @@ def _vc_condition(minimum: tuple[int, int, int]) -> str:
             f'(VCRT_MINOR = "#{minor:02d}" AND VCRT_BLD >= "#{build:05d}")))')
 
 
-def wxs(product: MsiProduct, files: Sequence[str]) -> str:
+def wxs(product: MsiProduct, files: Sequence[str], *, estimated_kb: int | None = None) -> str:
     """The .wxs for the image's `files` ('/'-separated, the receipt included), named relative to the image's
-    folder, where wixl runs (it refuses absolute source paths)."""
+    folder, where wixl runs (it refuses absolute source paths). `estimated_kb`: their size, for Add/Remove
+    Programs' EstimatedSize."""
     if product.interpreter not in files:
         msg = f"the install image has no {product.interpreter}, which the MSI's self-check action runs"
         raise UnsupportedError(msg)
@@ -158,7 +176,7 @@ def wxs(product: MsiProduct, files: Sequence[str]) -> str:
     ET.SubElement(node, "Package", InstallerVersion="500", Compressed="yes", InstallScope="perMachine",
                   Description=f"{product.name} {product.version}", Manufacturer=product.publisher)
     ET.SubElement(node, "Media", Id="1", Cabinet="payload.cab", EmbedCab="yes")
-    _properties(node, product)
+    _properties(node, product, estimated_kb)
     _conditions(node, product)
     _upgrade(node, product)
     components = _tree(node, product, files)
@@ -170,8 +188,11 @@ def wxs(product: MsiProduct, files: Sequence[str]) -> str:
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def _properties(node: ET.Element, product: MsiProduct) -> None:
-    for name, value in (("ARPNOMODIFY", "1"), ("ARPNOREPAIR", "1"), ("MSIRESTARTMANAGERCONTROL", "Disable")):
+def _properties(node: ET.Element, product: MsiProduct, estimated_kb: int | None) -> None:
+    fixed = [("ARPNOMODIFY", "1"), ("MSIRESTARTMANAGERCONTROL", "Disable")]
+    if estimated_kb is not None:
+        fixed.append(("ARPSIZE", str(estimated_kb)))
+    for name, value in fixed:
         ET.SubElement(node, "Property", Id=name, Value=value)
     searches = [("ORT_ROUTE", DETECTION_KEY.format(name=product.name), "Route"),
                 ("INSTALLDIR", DETECTION_KEY.format(name=product.name), "InstallDir")]
@@ -199,7 +220,7 @@ def _upgrade(node: ET.Element, product: MsiProduct) -> None:
     ET.SubElement(upgrade, "UpgradeVersion", Minimum=product.product_version, IncludeMinimum="no",
                   OnlyDetect="yes", Property="NEWER_VERSION_FOUND")
     ET.SubElement(upgrade, "UpgradeVersion", Minimum="0.0.0", Maximum=product.product_version, IncludeMinimum="yes",
-                  IncludeMaximum="no", Property="OLDER_VERSION_FOUND")
+                  IncludeMaximum="yes", Property="OLDER_VERSION_FOUND")  # wixl drops IncludeMaximum: see upgrade_table
     ET.SubElement(node, "Condition", Message=f"a newer version of {product.name} is already installed").text = \
         "Installed OR NOT NEWER_VERSION_FOUND"
 
@@ -213,11 +234,13 @@ def _tree(node: ET.Element, product: MsiProduct, files: Sequence[str]) -> list[s
     for path in sorted(files):
         parent = _folder(folders, path.rpartition("/")[0])
         component = identifier("c", path)
-        element = ET.SubElement(parent, "Component", Id=component, Guid=guid(product.name, "file", path), Win64="yes")
+        element = ET.SubElement(parent, "Component", Id=component, Guid=guid(product.name, "file", path, namespace=product.namespace),
+                                 Win64="yes")
         ET.SubElement(element, "File", Id=identifier("f", path), Name=PurePosixPath(path).name, KeyPath="yes",
                       Source=path)
         components.append(component)
-    registry = ET.SubElement(folders[""], "Component", Id="Detection", Guid=guid(product.name, "detection"), Win64="yes")
+    registry = ET.SubElement(folders[""], "Component", Id="Detection", Guid=guid(product.name, "detection", namespace=product.namespace),
+                             Win64="yes")
     ET.SubElement(registry, "CreateFolder")  # INSTALLDIR's CreateFolder row, which its MsiLockPermissionsEx row names
     key = DETECTION_KEY.format(name=product.name)
     for name, value in (("Version", product.version), ("InstallDir", "[INSTALLDIR]"), ("Route", "msi"),
@@ -226,6 +249,18 @@ def _tree(node: ET.Element, product: MsiProduct, files: Sequence[str]) -> list[s
         ET.SubElement(registry, "RegistryValue", Root="HKLM", Key=key, Name=name, Value=value, Type="string",
                       KeyPath="yes" if name == "Version" else "no")
     return [*components, "Detection"]
+
+
+def upgrade_table(product: MsiProduct) -> str:
+    """The Upgrade table as an .idt for `msibuild -i`, replacing wixl's: wixl 0.101 ignores IncludeMaximum, and the
+    older-version row must include this version (a same-version rebuild with other content, which has another
+    ProductCode, replaces the installed one). The key columns cannot be UPDATEd, so the table is written whole."""
+    version = product.product_version
+    return ("UpgradeCode\tVersionMin\tVersionMax\tLanguage\tAttributes\tRemove\tActionProperty\r\n"
+            "s38\tS20\tS20\tS255\ti4\tS255\ts72\r\n"
+            "Upgrade\tUpgradeCode\tVersionMin\tVersionMax\tLanguage\tAttributes\r\n"
+            f"{product.upgrade_code}\t{version}\t\t\t{ONLY_DETECT}\t\tNEWER_VERSION_FOUND\r\n"
+            f"{product.upgrade_code}\t0.0.0\t{version}\t\t{MIN_INCLUSIVE | MAX_INCLUSIVE}\t\tOLDER_VERSION_FOUND\r\n")
 
 
 def _folder(folders: dict[str, ET.Element], relative: str) -> ET.Element:
@@ -256,7 +291,10 @@ def _actions(node: ET.Element, product: MsiProduct, python: str) -> None:
                   Value="[INSTALLDIR]", Execute="firstSequence")
     ET.SubElement(node, "CustomAction", Id="OrtRestoreInstallDir", Property="INSTALLDIR",
                   Value="[ORT_CMDLINE_INSTALLDIR]", Execute="firstSequence")
+    # Add/Remove Programs' InstallLocation: INSTALLDIR once costing has resolved it (a type-51 action).
+    ET.SubElement(node, "CustomAction", Id="OrtArpInstallLocation", Property="ARPINSTALLLOCATION", Value="[INSTALLDIR]")
     sequence = ET.SubElement(node, "InstallExecuteSequence")
+    ET.SubElement(sequence, "Custom", Action="OrtArpInstallLocation", Sequence=str(SEQUENCE["arp_location"]))
     ET.SubElement(sequence, "Custom", Action="OrtSaveInstallDir", Sequence=str(SEQUENCE["app_search"] - 1))
     ET.SubElement(sequence, "Custom", Action="OrtRestoreInstallDir",
                   Sequence=str(SEQUENCE["app_search"] + 1)).text = "ORT_CMDLINE_INSTALLDIR"

@@ -111,7 +111,8 @@ def table_differences(msi: Path, root: Path, receipt: Receipt, *, work: Path) ->
     work.mkdir()
     rebuilt = work / "rebuilt.msi"
     try:
-        product = msi_product(info, plan, bundle_sha256=receipt.bundle_sha256, source=f"{msi.name}: {BUNDLE_FILE}")
+        product = msi_product(info, plan, bundle_sha256=receipt.bundle_sha256,
+                              receipt=(root / RECEIPT_FILE).read_bytes(), source=f"{msi.name}: {BUNDLE_FILE}")
         write_database(product, image_files(receipt), image=root, output=rebuilt, work=work,
                        purpose="verifying an MSI")
     except BundleError as exc:

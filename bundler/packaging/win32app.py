@@ -26,6 +26,8 @@ DETECTION_KEY = HKLM + "\\SOFTWARE\\ort-bundler\\{name}"
 VC_REDIST_SWITCHES = "/quiet /norestart"
 #: README-INSTALL's requirement: 64-bit Windows 10 / Server 2016 or later (1607 is Intune's oldest choice).
 MINIMUM_OS = "Windows 10 1607"
+#: msiexec's verbose logs (`/l*v`) of the Win32 app's commands: Intune's management extension's log folder.
+MSI_LOG_FOLDER = "%ProgramData%\\Microsoft\\IntuneManagementExtension\\Logs"
 #: README-INSTALL: free disk space of about three times the payload size.
 DISK_FACTOR = 3
 
@@ -116,8 +118,8 @@ def msi_app(info: BundleInfo, *, msi_file: str, product_code: str, payload_bytes
     """The bundle's MSI: msiexec's commands and codes, detected by its product code (Intune's MSI rule)."""
     codes = INSTALL_EXIT_CODES
     return Win32App(display_name=f"{info.name} {info.version}", setup_file=msi_file,
-                    install_command=f'msiexec /i "{msi_file}" /qn /norestart',
-                    uninstall_command=f"msiexec /x {product_code} /qn /norestart",
+                    install_command=f'msiexec /i "{msi_file}" /qn /norestart /l*v "{msi_log(info, "install")}"',
+                    uninstall_command=f'msiexec /x {product_code} /qn /norestart /l*v "{msi_log(info, "uninstall")}"',
                     return_codes=(ReturnCode(code=codes["ok"], type="success"),
                                   ReturnCode(code=1707, type="success"),
                                   ReturnCode(code=codes["reboot"], type="softReboot"),
@@ -126,6 +128,14 @@ def msi_app(info: BundleInfo, *, msi_file: str, product_code: str, payload_bytes
                     detection=(), msi_product_code=product_code,
                     minimum_free_disk_mb=-(-DISK_FACTOR * payload_bytes // 2**20),
                     dependencies=_dependencies(info, vc_redist_package))
+
+
+def msi_log(info: BundleInfo, action: str) -> str:
+    """Where msiexec writes its verbose log for the Win32 app: Intune's own log folder, which exists on every
+    machine that runs Win32 apps (msiexec does not create a missing folder) and which Intune's "collect
+    diagnostics" gathers. The install engine's own log (`<name>-<version>-msi.log`) stays where the custom action
+    writes it, %SystemRoot%\\Logs\\Software."""
+    return f"{MSI_LOG_FOLDER}\\{info.name}-{info.version}-msiexec-{action}.log"
 
 
 def _dependencies(info: BundleInfo, vc_redist_package: str | None) -> tuple[Dependency, ...]:

@@ -70,7 +70,7 @@ def pe_identity(path: Path, *, label: str) -> PeIdentity:
         digest = authenticode_digest(data, pe, algorithm="sha256", padded=True).hex().upper()
         chain = embedded_chain(data, pe) if evidence.verified else ()
         strings = version_strings(pe)
-        fixed = _fixed_version(pe)
+        fixed = fixed_version(pe)
         pe.close()
     return PeIdentity(path=label, size=path.stat().st_size, authenticode_sha256=digest,
                       original_filename=strings.get("OriginalFilename") or None,
@@ -107,7 +107,24 @@ def _publisher(chain: tuple[x509.Certificate, ...]) -> Publisher | None:
                      ca_name=_common_name(ca), ca_tbs_hash=tbs_hash(ca))
 
 
-def _fixed_version(pe: pefile.PE) -> str | None:
+def file_version(path: Path) -> str | None:
+    """The VS_FIXEDFILEINFO file version of the PE file at `path` ("1.23.1.0"), or None when it is no PE file or
+    has no version resource: the version Windows Installer's file rules compare (MsiGetFileVersion)."""
+    try:
+        pe = pefile.PE(str(path), fast_load=True)
+    except pefile.PEFormatError:
+        return None
+    try:
+        pe.parse_data_directories(directories=[_RESOURCE])
+        return fixed_version(pe)
+    except pefile.PEFormatError:
+        return None
+    finally:
+        pe.close()
+
+
+def fixed_version(pe: pefile.PE) -> str | None:
+    """The file version of a parsed PE's VS_FIXEDFILEINFO, as "major.minor.build.revision"."""
     fixed = getattr(pe, "VS_FIXEDFILEINFO", None)
     if not fixed:
         return None

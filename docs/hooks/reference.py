@@ -240,6 +240,8 @@ KEY_DOCS: dict[str, str] = {
     "bundle.python": "the target's Python, such as `\"3.11\"`",
     "bundle.source_date_epoch": "optional: the zip's timestamps (default 1980-01-01)",
     "bundle.publisher": "optional: Add/Remove Programs' and the MSI's publisher (default `\"ort-bundler\"`)",
+    "bundle.upgrade_code": "optional: a GUID the organisation owns, the MSI's UpgradeCode and the namespace of its "
+                           "other GUIDs (`init` writes a fresh one; unset: from the name, and `package --msi` warns)",
     "ort.version": "the ONNX Runtime version, such as `\"1.23.1\"`",
     "ort.capi": INPUT + ": a zip, wheel or folder with `onnxruntime/capi/`, from which the ORT wheel is rebuilt",
     "ort.wheel": INPUT + ": an ORT wheel used as it is (instead of `capi`)",
