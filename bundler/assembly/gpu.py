@@ -10,7 +10,6 @@ run time, is shipped.
 
 from __future__ import annotations
 
-import heapq
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -21,6 +20,7 @@ from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.facts import GpuFact, Published
 from bundler.assembly.gpu_linux import add_gpu_linux
 from bundler.assembly.gpu_strings import unexplained_names
+from bundler.assembly.load_order import dependency_order
 from bundler.errors import BuildError, UnsupportedError
 from bundler.hashing import file_sha256
 from bundler.manifest import Gpu, GpuSource, Input, Manifest
@@ -345,29 +345,10 @@ def gpu_record(gpu: Gpu, dlls: Sequence[GpuDll], *, provider_imports: Sequence[s
 def load_order(dlls: Sequence[GpuDll]) -> list[GpuDll]:
     """Dependencies before their importers; otherwise by LOAD_RANK, then name, so the order is stable."""
     by_name = {dll.name.lower(): dll for dll in dlls}
-    needs = {name: {i.lower() for i in (*dll.info.imports, *dll.info.delay_imports)} & by_name.keys() - {name}
-             for name, dll in by_name.items()}
-    users: dict[str, set[str]] = {name: set() for name in by_name}
-    for name, deps in needs.items():
-        for dep in deps:
-            users[dep].add(name)
-    ready = [(_rank(name), name) for name, deps in needs.items() if not deps]
-    heapq.heapify(ready)
-    order: list[GpuDll] = []
-    while ready:
-        _, name = heapq.heappop(ready)
-        order.append(by_name[name])
-        for user in sorted(users[name]):
-            needs[user].discard(name)
-            if not needs[user]:
-                heapq.heappush(ready, (_rank(user), user))
-    if len(order) != len(by_name):
-        done = {dll.name.lower() for dll in order}
-        cycle = sorted(dll.name for dll in dlls if dll.name.lower() not in done)
-        msg = f"[gpu]: {', '.join(cycle)} import each other in a cycle, expected DLLs that can be loaded one by one"
+    needs = {name: {i.lower() for i in (*dll.info.imports, *dll.info.delay_imports)} for name, dll in by_name.items()}
+    order, cycle = dependency_order(needs, LOAD_RANK)
+    if cycle:
+        names = ", ".join(sorted(by_name[name].name for name in cycle))
+        msg = f"[gpu]: {names} import each other in a cycle, expected DLLs that can be loaded one by one"
         raise BuildError(msg)
-    return order
-
-
-def _rank(name: str) -> int:
-    return next((i for i, family in enumerate(LOAD_RANK) if family.match(name)), len(LOAD_RANK))
+    return [by_name[name] for name in order]

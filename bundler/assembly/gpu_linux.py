@@ -12,7 +12,6 @@ what is already loaded) and no system CUDA is needed.
 
 from __future__ import annotations
 
-import heapq
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pathlib import Path, PurePosixPath
 
 from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.facts import GpuFact, Published
+from bundler.assembly.load_order import dependency_order
 from bundler.errors import BuildError, UnsupportedError
 from bundler.hashing import file_sha256
 from bundler.manifest import Gpu, GpuSource, Manifest
@@ -311,27 +311,8 @@ def gpu_record(gpu: Gpu, libraries: Sequence[GpuLibrary], *, provider_needed: Se
 def load_order(libraries: Sequence[GpuLibrary]) -> list[GpuLibrary]:
     """Dependencies (DT_NEEDED) before their users; otherwise by LOAD_RANK, then name, so the order is stable."""
     by_name = {lib.name: lib for lib in libraries}
-    needs = {name: set(lib.needed) & by_name.keys() - {name} for name, lib in by_name.items()}
-    users: dict[str, set[str]] = {name: set() for name in by_name}
-    for name, deps in needs.items():
-        for dep in deps:
-            users[dep].add(name)
-    ready = [(_rank(name), name) for name, deps in needs.items() if not deps]
-    heapq.heapify(ready)
-    order: list[GpuLibrary] = []
-    while ready:
-        _, name = heapq.heappop(ready)
-        order.append(by_name[name])
-        for user in sorted(users[name]):
-            needs[user].discard(name)
-            if not needs[user]:
-                heapq.heappush(ready, (_rank(user), user))
-    if len(order) != len(by_name):
-        cycle = sorted(set(by_name) - {lib.name for lib in order})
+    order, cycle = dependency_order({name: set(lib.needed) for name, lib in by_name.items()}, LOAD_RANK)
+    if cycle:
         msg = f"[gpu]: {', '.join(cycle)} need each other in a cycle, expected libraries that load one by one"
         raise BuildError(msg)
-    return order
-
-
-def _rank(name: str) -> int:
-    return next((i for i, family in enumerate(LOAD_RANK) if family.match(name)), len(LOAD_RANK))
+    return [by_name[name] for name in order]
