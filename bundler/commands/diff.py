@@ -30,8 +30,7 @@ from bundler.errors import VerificationError
 from bundler.readers.bundlezip import BundleZip, is_signature, open_bundle, script_text
 from bundler.readers.pe import inspect_pe, is_pe
 
-RECORDS = {"SHA256SUMS", "bundle.json", "install-plan.json", "sbom.cdx.json", "lock.toml",
-           "provenance.intoto.json"}  # the build provenance (bundler.assembly.provenance): it names every member
+RECORDS = {"SHA256SUMS", "bundle.json", "install-plan.json", "sbom.cdx.json", "lock.toml", "provenance.intoto.json"}
 SCRIPT_SUFFIXES = (".ps1", ".psm1", ".cmd", ".bat", ".sh", ".py", ".pth")
 BINARY_SUFFIXES = (".dll", ".pyd")
 BUNDLE_FIELDS = ("name", "version", "platform", "python")
