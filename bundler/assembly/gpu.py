@@ -94,6 +94,10 @@ class GpuDll:
         return f"{INSTALL_DIR}/{self.name}"
 
 
+#: The GPU part of targets whose binaries are not PE files, by the target's binary format.
+_BY_BINARY_FORMAT = {"elf": add_gpu_linux}
+
+
 def add_gpu(assembly: Assembly, build: BuildInputs) -> None:
     """Ship the [gpu] DLLs under payload/gpu/ once the CUDA provider is known to load with them."""
     manifest, files, work = build.manifest, build.files, build.work
@@ -101,8 +105,8 @@ def add_gpu(assembly: Assembly, build: BuildInputs) -> None:
     if gpu is None:
         assembly.facts.gpu = None
         return
-    if build.target.binary_format == "elf":
-        add_gpu_linux(assembly, build)
+    if (other := _BY_BINARY_FORMAT.get(build.target.binary_format)) is not None:
+        other(assembly, build)  # Linux's libraries: the same part, read from ELF files (bundler/assembly/gpu_linux.py)
         return
     provider = read_provider(manifest, files, work / "gpu-provider")
     dlls = collect_dlls(gpu.sources, files, work / "gpu")
