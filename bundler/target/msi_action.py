@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .engine_env import run_selfcheck
-from .engine_fs import EngineError, Log, read_receipt, write_receipt
-from .folder_trust import DescriptorError, parse_descriptor, windows_problem
+from .engine_fs import WINDOWS, EngineError, Log, read_receipt, write_receipt
+from .folder_trust import DescriptorError, parse_descriptor, posix_problem, windows_problem
 from .records import PLAN_FILE, RECEIPT_FILE, InstallPlan, RecordError
 
 #: The file the launchers read the model cache folder from (the zip route writes it at install).
@@ -54,14 +54,18 @@ def windows_security() -> FolderSecurity:
     return FolderSecurity(descriptor=folder_security, current_user=current_user_sid)
 
 
-def check_folders(root: Path, security: FolderSecurity) -> None:
-    """Refuse an INSTALLDIR whose parent, or which itself, others could write (see the module docstring)."""
-    user = security.current_user()
+def check_folders(root: Path, security: Optional[FolderSecurity]) -> None:
+    """Refuse an INSTALLDIR whose parent, or which itself, others could write (see the module docstring). Without
+    a `security` reader off Windows (the engine's own tests run msi-finish on Linux) the POSIX rule applies."""
+    user = security.current_user() if security is not None else None
     for folder, what in ((root.parent, "INSTALLDIR's parent"), (root, "INSTALLDIR")):
-        try:
-            problem = windows_problem(parse_descriptor(security.descriptor(folder)), current_user=user)
-        except DescriptorError as exc:
-            problem = f"its security descriptor cannot be read ({exc})"
+        if security is None:
+            problem = posix_problem(os.stat(folder), euid=os.geteuid())
+        else:
+            try:
+                problem = windows_problem(parse_descriptor(security.descriptor(folder)), current_user=user)
+            except DescriptorError as exc:
+                problem = f"its security descriptor cannot be read ({exc})"
         if problem:
             raise EngineError("usage", f"{what} {folder} is not safe to run the installed code from as SYSTEM: "
                                        f"{problem}; install into a folder only administrators can write, such as "
@@ -80,7 +84,7 @@ def finish(root: Path, *, cache_dir: Optional[str], self_check: bool, remove: bo
         with contextlib.suppress(FileNotFoundError):
             (root / CACHE_DIR_FILE).unlink()
         return 0
-    check_folders(root, security or windows_security())
+    check_folders(root, security or (windows_security() if WINDOWS else None))
     log(f"{root} and its parent are writable only by administrators, SYSTEM and the installing account")
     try:
         plan = InstallPlan.loads((root / PLAN_FILE).read_text(encoding="utf-8"), source=str(root / PLAN_FILE))
