@@ -203,9 +203,6 @@ def _msi(info: BundleInfo, unpacked: Unpacked, staging: Path, signing: SignOptio
     from bundler.signing.bundle import sign_msi
     from bundler.target.records import PLAN_FILE, InstallPlan
 
-    warning = missing_upgrade_code(info)
-    if warning:
-        logging.getLogger("bundler").warning("warning: %s", warning)
     folder = staging / "bundle" / unpacked.top
     plan = InstallPlan.loads((folder / PLAN_FILE).read_text(encoding="utf-8"), source=f"{unpacked.top}/{PLAN_FILE}")
     image = image_bytes(folder, plan)
@@ -225,6 +222,8 @@ def _msi(info: BundleInfo, unpacked: Unpacked, staging: Path, signing: SignOptio
         built = signed(built, signer=signer)
     write_atomic(built.path.with_name(built.path.name + ".sha256"), f"{built.sha256}  {built.path.name}\n".encode())
     shutil.rmtree(work)
+    if warning := missing_upgrade_code(info):  # said once the MSI exists: a refusal stays one sentence
+        logging.getLogger("bundler").warning("warning: %s", warning)
     return built
 
 
