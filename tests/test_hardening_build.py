@@ -64,11 +64,15 @@ def failed_build(cache: Path, out: Path, manifest: Path = MANIFESTS / "quickstar
     return proc.returncode, lines[0]
 
 
+#: What a complete build leaves in its output folder: the zip, its sidecar and the builder's provenance statement.
+COMPLETE = (f"{STEM}.zip", f"{STEM}.zip.intoto.jsonl", f"{STEM}.zip.sha256")
+
+
 def leftovers(cache: Path, out: Path) -> list[str]:
     """Everything a dead build could leave that a complete one must not."""
     found = [f"tmp/{p.name}" for p in (cache / "tmp").iterdir()] if (cache / "tmp").is_dir() else []
     found += [f"members/{p.parent.name}/{p.name}" for p in (cache / "members").glob("deflate-*/.tmp-*")]
-    found += [f"out/{p.name}" for p in out.iterdir() if p.name not in (f"{STEM}.zip", f"{STEM}.zip.sha256")]
+    found += [f"out/{p.name}" for p in out.iterdir() if p.name not in COMPLETE]
     return found
 
 
@@ -226,7 +230,7 @@ def test_a_read_only_cache_holding_the_kept_bundle_still_serves_a_rebuild(privat
     finally:
         subprocess.run(["umount", str(view)], check=True)
     assert sha256_of(tmp_path / "out" / f"{STEM}.zip") == expected
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [f"{STEM}.zip", f"{STEM}.zip.sha256"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(COMPLETE)
 
 
 def test_sigkill_while_a_kept_bundle_is_published_leaves_nothing_after_the_next_build(private_cache: Path,

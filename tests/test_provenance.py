@@ -28,9 +28,11 @@ from bundler.assembly.facts import Facts, GpuFact
 from bundler.assembly.launch import add_scripts
 from bundler.assembly.licenses import add_licenses
 from bundler.assembly.parts import add_all
+from bundler.assembly.provenance import PROVENANCE_MEMBER
 from bundler.assembly.sbom import (
     PATH_PROPERTY,
     SBOM,
+    SUMS,
     add_sbom,
     install_sbom,
     schema_errors,
@@ -54,6 +56,9 @@ from bundler.readers.signatures import SignatureEvidence
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import cached_inputs
 from bundler.sources.inputs import all_inputs, load_lock
+
+#: Members that hold the SBOM's hash, so they are written after it: listed in it, their hash not stated.
+WRITTEN_AFTER = (SUMS, PROVENANCE_MEMBER)
 
 ORT_WHEEL = "onnxruntime-1.23.1-cp311-cp311-win_amd64.whl"
 ORT_DLL = "onnxruntime/capi/onnxruntime.dll"
@@ -238,7 +243,7 @@ def test_sbom_validates_and_lists_every_member(tmp_path: Path) -> None:
     assert_valid_cyclonedx(data)
     document = json.loads(data)
     paths = covered_paths(document)
-    assert sorted(paths) == sorted({*assembly.members, "SHA256SUMS"} - {SBOM})
+    assert sorted(paths) == sorted({*assembly.members, *WRITTEN_AFTER} - {SBOM})
     assert document["specVersion"] == "1.6"
     assert document["metadata"]["timestamp"] == "2026-01-01T00:00:00+00:00"
     assert document["serialNumber"].startswith("urn:uuid:")
@@ -337,7 +342,7 @@ def test_win_quickstart_sbom_validates_and_lists_every_files_component(win_quick
     data = assembly.members[SBOM].data
     assert_valid_cyclonedx(data)
     document = json.loads(data)
-    assert sorted(covered_paths(document)) == sorted({*assembly.members, "SHA256SUMS"} - {SBOM})
+    assert sorted(covered_paths(document)) == sorted({*assembly.members, *WRITTEN_AFTER} - {SBOM})
     wheels = {c["bom-ref"]: c for c in document["components"] if c.get("purl", "").startswith("pkg:pypi/")}
     # The environment's wheels and, as its own component, the pinned pypa installer the install engine uses.
     assert set(wheels) == {p for p in assembly.members if p.startswith(("payload/wheels/", "payload/installer/"))
@@ -386,7 +391,7 @@ def test_linux_quickstart_has_no_binaries_to_sign_and_a_valid_sbom(bundler_cache
     assert {"numpy", "onnxruntime", "protobuf"} <= {e["component"] for e in assembly.facts.licenses}
     data = assembly.members[SBOM].data
     assert_valid_cyclonedx(data)
-    assert sorted(covered_paths(json.loads(data))) == sorted({*assembly.members, "SHA256SUMS"} - {SBOM})
+    assert sorted(covered_paths(json.loads(data))) == sorted({*assembly.members, *WRITTEN_AFTER} - {SBOM})
 
 
 # -- tampered and unsigned binaries -------------------------------------------------------------------------------
@@ -597,7 +602,7 @@ def test_every_zip_member_but_the_sbom_is_in_a_component_with_its_hash(built: Bu
     assert sorted(files) == sorted(set(built.members) - {SBOM})
     assert {"SHA256SUMS", "bundle.json", "install-plan.json"} <= set(files)
     for path, component in files.items():
-        if path == "SHA256SUMS":  # holds the SBOM's hash, so it is written after it: said, not hashed
+        if path in WRITTEN_AFTER:  # holds the SBOM's hash, so it is written after it: said, not hashed
             assert "hashes" not in component
             assert any(p["name"] == "ort-bundler:hash" and p["value"].startswith("not stated")
                        for p in component["properties"])

@@ -49,6 +49,7 @@ from bundler.assembly.licenses import (
     wheel_facts,
     wheel_license,
 )
+from bundler.assembly.provenance import PROVENANCE_MEMBER
 from bundler.assembly.runtime import LICENSE_COMPONENT, PSF_FINDING, RUNTIME_BUNDLE_DIR
 from bundler.assembly.wheelbuild import MARKER_FIELD, PROVENANCE_FILE
 from bundler.errors import BuildError
@@ -61,7 +62,7 @@ from bundler.writer.members import Member
 
 SBOM = "sbom.cdx.json"
 SUMS = "SHA256SUMS"
-RECORDS = ("bundle.json", "install-plan.json", SUMS)  # describe the bundle; written after every part
+RECORDS = ("bundle.json", "install-plan.json", PROVENANCE_MEMBER, SUMS)  # describe the bundle; written after every part
 _SCHEMA = SchemaVersion.V1_6
 # The official CycloneDX 1.6 JSON schema and the schemas it refers to, as cyclonedx-python-lib ships them.
 _SCHEMA_PACKAGE = "cyclonedx.schema._res"
@@ -197,7 +198,9 @@ def member_components(assembly: Assembly, *, manifest: Manifest, pins: Iterable[
         origin = gpu_files.get(path, {})
         key = f"gpu:{origin['source']}" if origin else _group_key(path)
         grouped.setdefault(key, []).append(_file_component(path, member, version=origin.get("version")))
-    grouped.setdefault("records", []).append(_sums_component())
+    grouped.setdefault("records", []).extend(
+        _later_component(name, f"not stated: {name} holds the hash of {SBOM} and is written after it")
+        for name in (PROVENANCE_MEMBER, SUMS))
     for component in singles:
         if component.name in _without_license_files(assembly):
             component.properties.add(Property(name=LICENSE_FILES_PROPERTY, value=f"none: the package {NO_LICENSE_FILE}"))
@@ -300,11 +303,11 @@ def _file_component(path: str, member: Member, *, version: str | None) -> Compon
                      hashes=[_sha256(member.digest)], properties=_path_property(path))
 
 
-def _sums_component() -> Component:
-    """SHA256SUMS lists the SBOM's own hash, so it is written after the SBOM and its hash cannot be stated here."""
-    why = f"not stated: {SUMS} holds the hash of {SBOM} and is written after it"
-    return Component(type=ComponentType.FILE, name=SUMS, bom_ref=SUMS,
-                     properties=[*_path_property(SUMS), Property(name=HASH_PROPERTY, value=why)])
+def _later_component(name: str, why: str) -> Component:
+    """A member written after the SBOM because it holds the SBOM's own hash (SHA256SUMS, the provenance statement):
+    listed, its hash said to be not stated here."""
+    return Component(type=ComponentType.FILE, name=name, bom_ref=name,
+                     properties=[*_path_property(name), Property(name=HASH_PROPERTY, value=why)])
 
 
 GROUP_PREFIXES = (
