@@ -129,7 +129,9 @@ def test_the_applier_never_compresses(releases, made, tmp_path) -> None:
 def test_delta_json_and_diff_agree_on_what_changed(releases, made) -> None:
     old, new = releases
     _, report = made
-    diff = json.loads(run_cli("diff", "--json", str(old), str(new)).stdout)
+    differs = run_cli("diff", "--json", str(old), str(new), check=False)
+    assert differs.returncode == 1, differs.stderr  # diff(1)'s convention: 1 when the bundles differ
+    diff = json.loads(differs.stdout)
     assert report["changes"] == diff["changes"]
     assert [(c["kind"], c["change"], c["subject"]) for c in diff["changes"]] == [
         ("bundle", "changed", "version"), ("wheel", "added", "six"), ("model", "changed", "tiny-mlp"),

@@ -45,14 +45,17 @@ def test_a_signature_whose_signer_is_unknown_does_not_say_none() -> None:
 
 
 @pytest.mark.integration
-def test_signing_a_linux_bundle_counts_one_signature(linux_zip: Path, tmp_path: Path) -> None:
-    """A Linux bundle has no scripts to Authenticode-sign: its one signature is SHA256SUMS.p7s ("1 signatures")."""
+def test_signing_a_linux_bundle_counts_its_three_signatures(linux_zip: Path, tmp_path: Path) -> None:
+    """A Linux bundle has no scripts to Authenticode-sign: its signatures are SHA256SUMS.p7s and the DSSE
+    envelopes of its two provenance statements, the one in the bundle and the one beside the zip (said as
+    "3 signatures", never "1 signatures")."""
     pki = Pki.make(tmp_path / "pki", "good")
     proc = run_cli("sign", "--cache", str(CACHE), str(linux_zip), "-o", str(tmp_path / "signed"), "--cert",
                    str(pki.cert), "--key", str(pki.key), "--chain", str(pki.chain))
-    assert ": 1 signature\n" in proc.stdout, proc.stdout
+    assert ": 3 signatures\n" in proc.stdout, proc.stdout
     with zipfile.ZipFile(tmp_path / "signed" / linux_zip.name) as archive:
-        assert f"{LINUX}/SHA256SUMS.p7s" in archive.namelist()
+        assert {f"{LINUX}/SHA256SUMS.p7s", f"{LINUX}/provenance.intoto.dsse.json"} <= set(archive.namelist())
+    assert (tmp_path / "signed" / f"{linux_zip.name}.intoto.jsonl").is_file()
 
 
 @pytest.mark.parametrize(("platform", "expected"), [
