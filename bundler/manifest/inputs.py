@@ -14,6 +14,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from bundler.manifest.problems import Problems
 from bundler.manifest.records import Input, InputKind
+from bundler.manifest.schema import INPUT_KEYS
 from bundler.names import file_name_problem, redact_url
 
 # Paths and URLs longer than this are refused up front: file systems cap a path at 4096 bytes (PATH_MAX)
@@ -22,7 +23,6 @@ MAX_LOCATION_LENGTH = 2048
 
 
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-INPUT_KEYS = {"url", "path", "requirement", "sha256", "size", "allow_outside"}
 
 
 def parse_input(table: Any, where: str, base: Path, problems: Problems, *, required: bool = True,

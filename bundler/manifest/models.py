@@ -12,16 +12,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bundler.manifest.inputs import INPUT_KEYS, parse_input
+from bundler.manifest.inputs import parse_input
 from bundler.manifest.problems import Problems, string_at
 from bundler.manifest.records import NAME_RE, Model, ModelData
+from bundler.manifest.schema import KEYS
 from bundler.names import location_problem
 
 # What a model's self-check may synthesise: the sum over its inputs of the product of the [[models]] shapes
 # dimensions. synth.py holds an int64 index array of that many elements (128 MiB at this cap).
 MAX_SHAPE_ELEMENTS = 1 << 24
-MODEL_KEYS = INPUT_KEYS | {"name", "shapes", "license", "data"}
-DATA_KEYS = INPUT_KEYS | {"location"}
+MODEL_KEYS = KEYS["models"]
+DATA_KEYS = KEYS["models.data"]
 
 
 def parse_models(data: Mapping[str, Any], base: Path, problems: Problems) -> list[Model]:

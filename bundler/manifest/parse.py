@@ -17,7 +17,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from bundler.errors import ManifestError
-from bundler.manifest.inputs import INPUT_KEYS, parse_input
+from bundler.manifest.inputs import parse_input
 from bundler.manifest.models import parse_models
 from bundler.manifest.problems import Problems, string_at
 from bundler.manifest.records import (
@@ -38,6 +38,7 @@ from bundler.manifest.records import (
     Python,
     VcRedist,
 )
+from bundler.manifest.schema import KEYS, SECTIONS
 from bundler.target_platform import TARGETS
 
 #: The publisher Add/Remove Programs and the MSI show: no control characters or line breaks.
@@ -58,20 +59,6 @@ RESERVED_ENV = frozenset({
     "ROOT", "PYTHON", "PROGRAM", "CACHE", "CACHEFILE", "LIBRARY_PATH", "NEED", "FOLDER",
 })
 RESERVED_ENV_PREFIXES = ("ORT_BUNDLE_", "DYLD_", "LD_")
-
-
-# -- the schema ------------------------------------------------------------------------------------
-
-SECTIONS = {"bundle", "ort", "python", "vc_redist", "gpu", "models", "launch"}
-KEYS = {
-    "bundle": {"name", "version", "platform", "python", "source_date_epoch", "publisher", "upgrade_code"},
-    "ort": {"version", "archive", "wheel", "capi", "dependencies", "allow_unsigned", "allow_test_signed"},
-    "python": {"lock", "requirements", "runtime"},
-    "vc_redist": INPUT_KEYS | {"min_version", "allow_unsigned"},
-    "gpu": {"cuda", "cudnn", "sources", "providers"},
-    "gpu.sources": INPUT_KEYS | {"include"},
-    "launch": {"module", "script", "program", "cache_dir", "env", "apply_tuning"},
-}
 
 
 def load(path: Path) -> Manifest:

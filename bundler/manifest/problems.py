@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ class Problems:
     def found(self, key: str, value: object, expected: str) -> None:
         self.add(key, f"found {show(value)}, expected {expected}")
 
-    def unknown_keys(self, key: str, table: Mapping[str, Any], allowed: set[str]) -> None:
+    def unknown_keys(self, key: str, table: Mapping[str, Any], allowed: AbstractSet[str]) -> None:
         for name in table:
             if name in allowed:
                 continue

@@ -229,97 +229,27 @@ def exit_codes_markdown() -> str:
 
 # -- the manifest's keys -------------------------------------------------------------------------------------
 
-INPUT = "an input table (`url`, `path` or `requirement`, and `sha256`; see [Inputs](#inputs))"
+def manifest_tables() -> dict[str, dict[str, str]]:
+    """Each table of the manifest and what each of its keys means, from the parser's own schema."""
+    from bundler.manifest.schema import INPUT, TABLES
 
-#: What each key means. The key sets themselves are the parser's (`manifest_tables`); a key the parser knows and
-#: this does not describe fails the build, and so does a description of a key the parser does not know.
-KEY_DOCS: dict[str, str] = {
-    "bundle.name": "the bundle's name: letters, digits, `.`, `_`, `-`",
-    "bundle.version": "the bundle's version",
-    "bundle.platform": "the TARGET: `win_amd64` or `linux_x86_64`",
-    "bundle.python": "the target's Python, such as `\"3.11\"`",
-    "bundle.source_date_epoch": "optional: the zip's timestamps (default 1980-01-01)",
-    "bundle.publisher": "optional: Add/Remove Programs' and the MSI's publisher (default `\"ort-bundler\"`)",
-    "bundle.upgrade_code": "optional: a GUID the organisation owns, the MSI's UpgradeCode and the namespace of its "
-                           "other GUIDs (`init` writes a fresh one; unset: from the name, and `package --msi` warns)",
-    "ort.version": "the ONNX Runtime version, such as `\"1.23.1\"`",
-    "ort.capi": INPUT + ": a zip, wheel or folder with `onnxruntime/capi/`, from which the ORT wheel is rebuilt",
-    "ort.wheel": INPUT + ": an ORT wheel used as it is (instead of `capi`)",
-    "ort.archive": INPUT + ": the C/C++ release archive (zip or tgz); the bundle then carries `payload/sdk/`",
-    "ort.dependencies": "only for a `capi` tree without dist-info: its requirements, such as `[\"numpy>=1.21.6\"]`",
-    "ort.allow_unsigned": "a custom ORT build: its binaries need not carry Microsoft's signature",
-    "ort.allow_test_signed": "files signed with Microsoft's test certificate allowed by name and sha256: "
-                             "`[{ file = \"onnxruntime_providers_cuda.dll\", sha256 = \"…\" }]`",
-    "python.lock": "the lock file `ort-bundler lock` writes, such as `\"app.lock.toml\"`",
-    "python.requirements": "extra wheels, locked together with ORT's own",
-    "python.runtime": INPUT + ": bundle the interpreter (python.org's embeddable package or a "
-                      "python-build-standalone `install_only` archive)",
-    "vc_redist.min_version": "may raise, never lower, the VC++ minimum computed from the binaries",
-    "vc_redist.allow_unsigned": "your organisation's repackaged redistributable, without Microsoft's signature",
-    "gpu.cuda": "the CUDA version, such as `\"11.8\"`",
-    "gpu.cudnn": "the cuDNN version, such as `\"8.6\"`",
-    "gpu.providers": "the execution providers the self-check must find running, default "
-                     "`[\"CUDAExecutionProvider\"]`",
-    "gpu.sources": "the `[[gpu.sources]]` tables: wheels or archives that supply the GPU DLLs",
-    "gpu.sources.include": "glob patterns of the files to take, such as `[\"nvidia/*/bin/*.dll\"]`",
-    "models.name": "the model's name (unique in the bundle)",
-    "models.shapes": "dynamic dimensions for the smoke run, such as `{ input = [1, 3, 224, 224] }` (at most "
-                     "16,777,216 elements in all)",
-    "models.license": "optional SPDX expression (`LicenseRef-<name>` for your own terms); the SBOM says "
-                      "\"unknown\" without it",
-    "models.data": "the `[[models.data]]` tables: a model's external data files, each pinned",
-    "models.data.location": "as the model's tensors name it, relative to the model's folder (default: the file's "
-                            "name)",
-    "launch.module": "the entry point as a module, such as `\"myapp.main\"`",
-    "launch.script": INPUT + ": the entry point as a script",
-    "launch.program": INPUT + ": the entry point as a native program, such as `app.exe`",
-    "launch.cache_dir": "the application's cache folder on the target",
-    "launch.env": "your application's environment variables, `{ NAME = \"value\" }`",
-    "launch.apply_tuning": "the entry point's sessions get the options `run --tune` chose (default false)",
-    "input.url": "`https://…`, `http://…` or `file:…` (a relative `file:` URL is below the manifest's folder)",
-    "input.path": "a file relative to the manifest's folder",
-    "input.requirement": "`name==version`, fetched with `pip download` through your own pip configuration",
-    "input.sha256": "the file's SHA-256, 64 lowercase hex digits (for a `requirement`, a list: one per acceptable "
-                    "wheel)",
-    "input.size": "optional: the most bytes a download may bring",
-    "input.allow_outside": "a `path` outside the manifest's folder is allowed",
-}
+    return {table.name: dict(table.keys) for table in (*TABLES, INPUT)}
 
 
-def manifest_tables() -> dict[str, set[str]]:
-    """Each table of the manifest and the keys the parser accepts in it, from the parser's own sets."""
-    from bundler.manifest.inputs import INPUT_KEYS
-    from bundler.manifest.models import DATA_KEYS, MODEL_KEYS
-    from bundler.manifest.parse import KEYS, SECTIONS
+def _input_keys(table: str) -> dict[str, str]:
+    """The input table's keys, where `table` is an input table, described by reference to [Inputs](#inputs)."""
+    from bundler.manifest.schema import INPUT, TABLES
 
-    tables: dict[str, set[str]] = {section: set(KEYS.get(section, set())) for section in sorted(SECTIONS)}
-    tables.update({name: set(keys) for name, keys in KEYS.items()})
-    tables["models"] = set(MODEL_KEYS)
-    tables["models.data"] = set(DATA_KEYS)
-    tables["input"] = set(INPUT_KEYS)
-    return tables
-
-
-def _key_doc(table: str, key: str) -> str | None:
-    """A key's description: its own, or, for an input key inside another table, the input table's."""
-    from bundler.manifest.inputs import INPUT_KEYS
-
-    own = KEY_DOCS.get(f"{table}.{key}")
-    if own is None and key in INPUT_KEYS and table != "input":
-        return f"as in [an input table](#inputs): {KEY_DOCS[f'input.{key}']}"
-    return own
+    if not any(t.name == table and t.takes_input for t in TABLES):
+        return {}
+    return {key: f"as in [an input table](#inputs): {doc}" for key, doc in INPUT.keys.items()}
 
 
 def manifest_keys_markdown() -> str:
     tables = manifest_tables()
-    known = {f"{table}.{key}" for table, keys in tables.items() for key in keys}
-    undescribed = sorted(name for name in known if _key_doc(*name.rsplit(".", 1)) is None)
-    stale = sorted(set(KEY_DOCS) - known)
-    if undescribed or stale:
-        msg = (f"docs/hooks/reference.py KEY_DOCS: no description for {', '.join(undescribed) or 'none'}; "
-               f"describes keys the parser does not know: {', '.join(stale) or 'none'}")
-        raise ValueError(msg)
-    arrays = {"models", "models.data", "gpu.sources"}
+    from bundler.manifest.schema import TABLES
+
+    arrays = {table.name for table in TABLES if table.array}
     lines: list[str] = []
     for table in sorted(tables, key=lambda t: (t == "input", t)):
         if table == "input":
@@ -334,8 +264,7 @@ def manifest_keys_markdown() -> str:
             intro = ""
         lines += [f"### {heading}", ""] + ([intro, ""] if intro else [])
         lines += ["| key | what it is |", "|---|---|"]
-        for key in sorted(tables[table]):
-            doc = _key_doc(table, key) or ""
+        for key, doc in sorted({**_input_keys(table), **tables[table]}.items()):
             lines.append(f"| `{key}` | {doc} |")
         lines.append("")
     return "\n".join(lines)
