@@ -1,5 +1,9 @@
-"""No module of bundler over 450 lines (issue 25): past that, a module holds more than one concern and gets
-split by concern, not trimmed. The same limit for every subpackage, the shipped target code included.
+"""No module of bundler over 600 lines: a smoke alarm, not the rule.
+
+The rule is one concern per module (issue 35): a module is split where it holds two concerns, and a small one
+merged into the neighbour that shares its concern, whatever their lengths. Past 600 lines a module has almost
+certainly grown a second concern, so the suite stops there. The same limit for every subpackage, the shipped
+target code included.
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from pathlib import Path
 import bundler
 
 PACKAGE = Path(bundler.__file__).parent
-LIMIT = 450
+LIMIT = 600
 
 
 def too_long(root: Path) -> list[str]:
@@ -18,7 +22,7 @@ def too_long(root: Path) -> list[str]:
     return [f"{path.relative_to(root)}: {lines} lines" for path, lines in counted if lines > LIMIT]
 
 
-def test_no_module_of_bundler_is_over_450_lines() -> None:
+def test_no_module_of_bundler_is_over_600_lines() -> None:
     found = too_long(PACKAGE)
     assert list(PACKAGE.rglob("*.py")) and not found, \
         f"split these by concern (at most {LIMIT} lines each):\n" + "\n".join(found)
