@@ -22,7 +22,9 @@ from pathlib import Path
 import pytest
 from docs_site import ROOT
 from packaging.requirements import Requirement
-from wine import require_tool
+from wine import require
+
+from bundler.integrations import tools
 
 #: Only the test and docs extras may ask for these: a user's install never gets them.
 DEVELOPER_TOOLS = {"pytest", "pytest-xdist", "ruff", "mypy", "import-linter", "tree-sitter", "tree-sitter-pwsh",
@@ -117,7 +119,7 @@ def test_pipx_install_of_the_wheel_gives_a_working_ort_bundler(wheel: Path, tmp_
     """pipx's own pip (its "shared libraries", which it would make and then upgrade from the package index) is
     made here first, offline, as `python -m venv` makes any venv's pip (ensurepip's bundled wheel): pipx then
     finds it current and goes straight to installing the wheel."""
-    pipx = require_tool(shutil.which("pipx"), "pipx (Debian package pipx)")
+    pipx = require(tools.PIPX)
     subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "pipx" / "shared")], check=True, timeout=300)
     env = {**os.environ, "PIPX_HOME": str(tmp_path / "pipx"), "PIPX_BIN_DIR": str(tmp_path / "bin"),
            "PIPX_MAN_DIR": str(tmp_path / "man"), "HOME": str(tmp_path), "PIPX_DEFAULT_PYTHON": sys.executable,

@@ -31,7 +31,9 @@ from conftest import run_cli
 from signing_pki import Pki
 from windows_bundles import build_zip, manifest
 from windows_python import WindowsPython, windows_python  # noqa: F401  (fixture)
-from wine import Wine, require_tool, wine  # noqa: F401  (fixture)
+from wine import Wine, require, wine  # noqa: F401  (fixture)
+
+from bundler.integrations import tools
 
 pytestmark = [pytest.mark.integration, pytest.mark.wine]
 
@@ -63,8 +65,8 @@ def package(bundle: Path, out: Path, cache: Path, *flags: str) -> dict:
 
 @pytest.fixture(scope="module")
 def packages(windows_python: WindowsPython, bundler_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Packages:
-    for tool, package_name in (("wixl", "wixl"), ("msibuild", "msitools"), ("msiinfo", "msitools")):
-        require_tool(shutil.which(tool), f"{tool} (Debian package {package_name})")
+    for tool in (tools.WIXL, tools.MSIBUILD, tools.MSIINFO):
+        require(tool)
     work = tmp_path_factory.mktemp("msi-bundles")
     zips = {}
     for version, numpy in (("1.0.0", "numpy<2"), ("1.0.1", "numpy<2"), ("1.0.2", "numpy>=2")):

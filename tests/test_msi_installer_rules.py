@@ -23,8 +23,10 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
+from wine import require
 
 from bundler.errors import ManifestError
+from bundler.integrations import tools
 from bundler.manifest import load
 from bundler.packaging.msi import legacy_upgrade_code, missing_upgrade_code, msi_product, write_database
 from bundler.packaging.msi_source import NAMESPACE, SEQUENCE, guid, identifier, wxs
@@ -76,9 +78,8 @@ def table(msi: Path, name: str) -> list[dict[str, str]]:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[str]]:
     """An MSI of a three-file image made by package's own write_database (real wixl and msibuild)."""
-    for tool in ("wixl", "msibuild", "msiinfo"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed (Debian package {'wixl' if tool == 'wixl' else 'msitools'})")
+    for tool in (tools.WIXL, tools.MSIBUILD, tools.MSIINFO):
+        require(tool)
     if not WINE_DLL.is_file():
         pytest.skip(f"{WINE_DLL} (Wine's kernel32.dll, the real versioned PE read here) is not installed")
     root = tmp_path_factory.mktemp("msi-rules")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import posixpath
 import re
 import shutil
@@ -33,13 +32,14 @@ from sdk_fixtures import (
     wheel_member,
     windows_release_archive,
 )
-from wine import mingw_gcc, wine  # noqa: F401
+from wine import mingw_gcc, require, wine  # noqa: F401
 
 from bundler.assembly.assembly import Assembly
 from bundler.assembly.facts import GpuFact
 from bundler.assembly.models import add_selfcheck
 from bundler.assembly.sdk import add_sdk
 from bundler.errors import BuildError, UnsafeArchiveError
+from bundler.integrations import tools
 from bundler.manifest import Manifest, load
 from bundler.readers.ortarchive import inspect_ort_archive
 from bundler.target.image import copy_entries
@@ -100,12 +100,7 @@ def cmake(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[st
 
 @pytest.fixture(scope="module")
 def cmake_tool() -> str:
-    found = shutil.which("cmake")
-    if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("cmake is not installed")
-        pytest.skip("cmake is not installed")
-    return found
+    return require(tools.CMAKE)
 
 
 # -- fast: the archive checks ------------------------------------------------------------------------------
@@ -332,11 +327,7 @@ def win_dlls(ort_win_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> l
 
 @pytest.fixture(scope="module")
 def win_implib(win_dlls: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    dlltool = shutil.which("x86_64-w64-mingw32-dlltool")
-    if dlltool is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("x86_64-w64-mingw32-dlltool is not installed")
-        pytest.skip("x86_64-w64-mingw32-dlltool is not installed")
+    dlltool = require(tools.MINGW_DLLTOOL)
     return import_library(win_dlls[0], tmp_path_factory.mktemp("implib"), dlltool)
 
 

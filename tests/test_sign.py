@@ -316,7 +316,7 @@ def test_a_missing_osslsigncode_names_the_tool_and_how_to_install_it(win_zip: Pa
     empty.mkdir()
     proc = sign(win_zip, tmp_path / "out", pki["good"], check=False, env={**os.environ, "PATH": str(empty)})
     assert proc.returncode == 4
-    assert "osslsigncode was not found" in proc.stderr and "apt-get install osslsigncode" in proc.stderr
+    assert "osslsigncode is not installed" in proc.stderr and "install the Debian package osslsigncode" in proc.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 

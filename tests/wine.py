@@ -20,8 +20,11 @@ from pathlib import Path, PureWindowsPath
 
 import pytest
 
+from bundler.integrations import tools
+from bundler.integrations.tools import Tool
+
 WINE_CANDIDATES = ("/usr/lib/wine/wine64", "wine64", "wine")
-MINGW_GCC = "x86_64-w64-mingw32-gcc"
+MINGW_GCC = tools.MINGW_GCC.program
 
 
 def _find_wine() -> str | None:
@@ -30,6 +33,11 @@ def _find_wine() -> str | None:
         if found:
             return found
     return None
+
+
+def require(tool: Tool) -> str:
+    """The path of one of the program's outside tools (bundler/integrations/tools.py): skipped locally, failed in CI."""
+    return require_tool(shutil.which(tool.program), f"{tool.program} (Debian package {tool.debian_package})")
 
 
 def require_tool(path: str | None, what: str) -> str:
@@ -169,7 +177,7 @@ def wine(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def mingw_gcc() -> str:
-    return require_tool(shutil.which(MINGW_GCC), f"{MINGW_GCC} (Debian package gcc-mingw-w64-x86-64)")
+    return require(tools.MINGW_GCC)
 
 
 def compile_windows_exe(gcc: str, source: Path, output: Path, *extra: str) -> Path:

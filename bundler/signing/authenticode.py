@@ -19,14 +19,12 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from asn1crypto import cms
 
-from bundler.errors import InputUnavailableError
+from bundler.integrations import tools
 from bundler.runner import Runner
 from bundler.signing.cms import HASHES, SignatureProblem, load_signed_data
 
@@ -34,15 +32,6 @@ HEADER = b"# SIG # Begin signature block"
 FOOTER = b"# SIG # End signature block"
 CRLF = b"\r\n"
 SCRIPT_SUFFIXES = (".ps1", ".psm1", ".psd1")
-MIN_VERSION = (2, 8)
-INSTALL_HINT = ("install it with `apt-get install osslsigncode` (on Debian 12 from bookworm-backports: 2.8 or "
-                "later signs PowerShell scripts), or hand the signing to your own tool with --signer COMMAND")
-
-
-class ToolMissingError(InputUnavailableError):
-    """A program the signing needs is not installed."""
-
-
 @dataclass(frozen=True, kw_only=True)
 class SplitScript:
     """A script cut at its signature block: `content` is what was signed, `block` the signature (or None)."""
@@ -123,17 +112,8 @@ def load_script_signature(data: bytes) -> tuple[SplitScript, cms.SignedData, byt
 
 def osslsigncode(runner: Runner) -> str:
     """The osslsigncode program, 2.8 or later (the first to sign PowerShell scripts), or a clear error."""
-    found = shutil.which("osslsigncode")
-    if found is None:
-        msg = f"osslsigncode was not found on PATH; it signs the PowerShell scripts: {INSTALL_HINT}"
-        raise ToolMissingError(msg)
-    first = (runner([found, "--version"]).splitlines() or [""])[0]
-    match = re.match(r"osslsigncode (\d+)\.(\d+)", first)
-    if match is None or (int(match.group(1)), int(match.group(2))) < MIN_VERSION:
-        msg = (f"{found} is {first.strip() or 'of an unknown version'}; signing PowerShell scripts needs osslsigncode "
-               f"{MIN_VERSION[0]}.{MIN_VERSION[1]} or later: {INSTALL_HINT}")
-        raise ToolMissingError(msg)
-    return found
+    return tools.find(tools.OSSLSIGNCODE, "signing the PowerShell scripts", runner=runner,
+                      instead="hand the signing to your own tool with --signer COMMAND")
 
 
 def sign_script(source: Path, dest: Path, *, tool: str, certs: Path, key: Path, passphrase: str, runner: Runner,
