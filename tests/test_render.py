@@ -244,3 +244,14 @@ def test_readme_install_says_how_to_try_the_bundle_in_windows_sandbox() -> None:
     assert "vc_redist.log" not in runtime_cpu and "entry-point.txt" not in runtime_cpu
     linux = render_scripts(context("linux_x86_64"))["README-INSTALL.txt"].decode()
     assert "Sandbox" not in linux
+
+
+@pytest.mark.parametrize("platform", ["win_amd64", "linux_x86_64"])
+def test_readme_install_describes_every_switch_the_launcher_takes(platform: str) -> None:
+    """An admin reads README-INSTALL.txt, not the launcher: a switch it takes and the README leaves out is unusable."""
+    from bundler.target.launcher import SWITCHES
+
+    text = render_scripts(context(platform))["README-INSTALL.txt"].decode().replace("\r\n", "\n")
+    launcher = "run.cmd" if platform == "win_amd64" else "run.sh"
+    missing = [switch for switch in SWITCHES if f'"{launcher} {switch}' not in text]
+    assert not missing, f"README-INSTALL.txt ({platform}) does not describe {missing}"
