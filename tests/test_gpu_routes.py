@@ -124,9 +124,9 @@ def test_the_gpu_providers_default_to_cuda_and_are_read(tmp_path):
 
 
 @pytest.mark.parametrize(("value", "expected"), [
-    ('["DmlExecutionProvider"]', "gpu.toml: gpu.providers: found 'DmlExecutionProvider', expected a list of "
-                                 "execution providers from 'CUDAExecutionProvider'; the DmlExecutionProvider route "
-                                 "is not implemented yet"),
+    ('["TensorrtExecutionProvider"]', "gpu.toml: gpu.providers: found 'TensorrtExecutionProvider', expected a list "
+                                      "of execution providers from 'CUDAExecutionProvider', 'DmlExecutionProvider'; "
+                                      "the TensorrtExecutionProvider route is not implemented yet"),
     ('["CUDAExecutionProvider", "TensorrtExecutionProvider"]', "the TensorrtExecutionProvider route is not "
                                                                 "implemented yet"),
     ('["CUDA"]', "gpu.toml: gpu.providers: found 'CUDA', expected a list of execution providers"),
