@@ -81,6 +81,15 @@ def test_a_directml_gpu_table_that_cannot_be_is_named(tmp_path, gpu, platform, e
     assert expected in str(caught.value)
 
 
+def test_directml_without_the_python_binding_is_named(tmp_path):
+    data = manifest_data()
+    data["ort"] = {"version": "1.24.4", "archive": {"path": "ort.zip", "sha256": "a" * 64}}
+    with pytest.raises(ManifestError) as caught:
+        parsed(data, tmp_path)
+    assert ("dml.toml: gpu.providers: found 'DmlExecutionProvider' with no [ort] wheel or capi, expected the "
+            "onnxruntime-directml wheel there") in str(caught.value)
+
+
 # -- lock: the wrong wheel, two distributions ---------------------------------------------------------------------
 
 

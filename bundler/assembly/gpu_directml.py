@@ -30,7 +30,8 @@ DML = "DmlExecutionProvider"
 DIRECTML = "DirectML.dll"
 BINDING = "onnxruntime_pybind11_state.pyd"
 CAPI = "onnxruntime/capi"
-# What the target needs besides the bundle: DirectML runs on Direct3D 12 (docs/facts.md §10).
+# What the target needs besides the bundle: DirectML runs on Direct3D 12, part of Windows since Windows 10
+# 1903 (Microsoft's DirectML version history).
 REQUIRES = "a DirectX 12 capable GPU and its driver (Windows 10 1903 or later ships the Direct3D 12 runtime)"
 
 
@@ -38,10 +39,7 @@ def add_gpu_directml(assembly: Assembly, build: BuildInputs) -> None:
     """Record the wheel's DirectML.dll as the GPU library to preload, once the wheel is known to work with it."""
     manifest = build.manifest
     source = manifest.ort.python_source
-    if source is None:
-        msg = (f"{manifest.path.name}: [gpu] providers = ['{DML}'] needs the onnxruntime-directml wheel as [ort] "
-               f"wheel or capi; the C/C++ archive route has no Python binding to load DirectML for")
-        raise BuildError(msg)
+    assert source is not None  # the parser refuses DirectML without [ort] wheel or capi
     path = build.files[source.key]
     label = f"{source.key} ({path.name})"
     binaries = read_binaries(path, label=label, work=build.work / "gpu-directml")

@@ -119,6 +119,9 @@ def parse(data: Mapping[str, Any], *, path: Path) -> Manifest:
         _check_reserved_names(bundle, models, problems)
     if bundle and ort:
         _check_wheel_serves(ort, bundle, problems)
+    if ort and gpu is not None and gpu.directml and ort.python_source is None:
+        problems.add("gpu.providers", f"found '{DML}' with no [ort] wheel or capi, expected the onnxruntime-directml "
+                     "wheel there: DirectML is loaded by ORT's Python binding, which the C/C++ archive lacks")
     if problems.items:
         raise ManifestError(problems.items)
     assert bundle and ort  # no problems means both parsed
@@ -353,11 +356,18 @@ def _directml(table: Mapping[str, Any], providers: tuple[str, ...], problems: Pr
     return Gpu(cuda="", cudnn="", sources=(), providers=providers)
 
 
-# The execution providers a [gpu] component can be proved for; the others ONNX Runtime ships are named so that
-# asking for one says it is not implemented rather than "unknown" (issue 36: TensorRT to come).
+# The execution providers a [gpu] component can be proved for; the others ONNX Runtime ships are named with what
+# blocks them, so that asking for one says why rather than "unknown" (checked 2026-12-06, docs/facts.md §10).
 DML = "DmlExecutionProvider"
 GPU_PROVIDERS = ("CUDAExecutionProvider", DML)
-NOT_YET = ("TensorrtExecutionProvider",)
+NOT_YET = {
+    "TensorrtExecutionProvider": (
+        "the TensorrtExecutionProvider route is not implemented: ONNX Runtime's TensorRT provider imports "
+        "nvinfer_10.dll and nvonnxparser_10.dll (libnvinfer.so.10 and libnvonnxparser.so.10 on Linux), and the "
+        "package index serves NVIDIA's tensorrt-cu12-libs only as a wheel-stub sdist that downloads the libraries "
+        "from NVIDIA's own index while it is built, so there is no pinned TensorRT file to fetch and check "
+        "(tensorrt-lean-cu12-libs holds only the lean runtime, which cannot parse ONNX models)"),
+}
 
 
 def _gpu_providers(value: Any, problems: Problems) -> tuple[str, ...]:
@@ -368,7 +378,7 @@ def _gpu_providers(value: Any, problems: Problems) -> tuple[str, ...]:
         return GPU_PROVIDERS[:1]
     for name in value:
         if name in NOT_YET:
-            problems.found("gpu.providers", name, f"{expected}; the {name} route is not implemented yet")
+            problems.found("gpu.providers", name, f"{expected}; {NOT_YET[name]}")
         elif name not in GPU_PROVIDERS:
             problems.found("gpu.providers", name, expected)
     return tuple(dict.fromkeys(p for p in value if p in GPU_PROVIDERS)) or GPU_PROVIDERS[:1]
