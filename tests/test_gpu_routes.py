@@ -124,11 +124,12 @@ def test_the_gpu_providers_default_to_cuda_and_are_read(tmp_path):
 
 
 @pytest.mark.parametrize(("value", "expected"), [
-    ('["DmlExecutionProvider"]', "gpu.toml: gpu.providers: found 'DmlExecutionProvider', expected a list of "
-                                 "execution providers from 'CUDAExecutionProvider'; the DmlExecutionProvider route "
-                                 "is not implemented yet"),
-    ('["CUDAExecutionProvider", "TensorrtExecutionProvider"]', "the TensorrtExecutionProvider route is not "
-                                                                "implemented yet"),
+    ('["TensorrtExecutionProvider"]', "gpu.toml: gpu.providers: found 'TensorrtExecutionProvider', expected a list "
+                                      "of execution providers from 'CUDAExecutionProvider', 'DmlExecutionProvider'; "
+                                      "the TensorrtExecutionProvider route is not implemented: ONNX Runtime's "
+                                      "TensorRT provider imports nvinfer_10.dll and nvonnxparser_10.dll"),
+    ('["CUDAExecutionProvider", "TensorrtExecutionProvider"]', "the package index serves NVIDIA's "
+                                                                "tensorrt-cu12-libs only as a wheel-stub sdist"),
     ('["CUDA"]', "gpu.toml: gpu.providers: found 'CUDA', expected a list of execution providers"),
     ("[]", "gpu.toml: gpu.providers: found [], expected"),
 ])
@@ -163,3 +164,14 @@ def test_cudnns_nvrtc_template_needs_a_shipped_nvrtc():
     assert unexplained_names("gpu/cudnn_graph64_9.dll", names, shipped=set(), target_python="3.11") == [
         "gpu/cudnn_graph64_9.dll loads nvrtc64_%d_0.dll at run time, and the bundle ships no such DLL: add NVIDIA's "
         "NVRTC to [gpu]."]
+
+
+def test_lock_refuses_tensorrt_naming_what_blocks_it(tmp_path):
+    """No pinned TensorRT file can be fetched from the package index: `lock` says so before fetching anything."""
+    manifest = tmp_path / "gpu.toml"
+    manifest.write_text(gpu_table('providers = ["CUDAExecutionProvider", "TensorrtExecutionProvider"]\n'))
+    result = run_cli("lock", "--cache", str(tmp_path / "cache"), str(manifest), check=False)
+    assert result.returncode == 3, result.stderr  # ManifestError
+    assert "gpu.toml: gpu.providers: found 'TensorrtExecutionProvider'" in result.stderr
+    assert "tensorrt-cu12-libs only as a wheel-stub sdist" in result.stderr
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "gpu.lock.toml").exists()

@@ -18,6 +18,7 @@ from pathlib import Path, PurePosixPath
 
 from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.facts import GpuFact, Published
+from bundler.assembly.gpu_directml import add_gpu_directml
 from bundler.assembly.gpu_linux import add_gpu_linux
 from bundler.assembly.gpu_strings import unexplained_names
 from bundler.assembly.load_order import dependency_order
@@ -104,6 +105,9 @@ def add_gpu(assembly: Assembly, build: BuildInputs) -> None:
     gpu = manifest.gpu
     if gpu is None:
         assembly.facts.gpu = None
+        return
+    if gpu.directml:  # the parser allows it for Windows only; DirectML.dll ships inside the ORT wheel
+        add_gpu_directml(assembly, build)
         return
     if (other := _BY_BINARY_FORMAT.get(build.target.binary_format)) is not None:
         other(assembly, build)  # Linux's libraries: the same part, read from ELF files (bundler/assembly/gpu_linux.py)

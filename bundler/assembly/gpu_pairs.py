@@ -28,6 +28,7 @@ INFO_FILES = ("onnxruntime/capi/build_and_package_info.py", "onnxruntime/capi/ve
 # The distributions that install the `onnxruntime` module (the package index's names).
 ORT_DISTRIBUTIONS = frozenset({"onnxruntime", "onnxruntime-gpu", "onnxruntime-directml", "onnxruntime-openvino",
                                "onnxruntime-qnn", "onnxruntime-training", "ort-nightly", "ort-nightly-gpu"})
+DIRECTML_DISTRIBUTION = "onnxruntime-directml"
 # NVIDIA's library wheels name the CUDA major they belong to: nvidia-cublas-cu11, nvidia-cudnn-cu12, ...
 NVIDIA_CUDA_WHEEL = re.compile(r"^nvidia-([a-z0-9-]+?)-cu(\d+)$")
 # Where builds for each major are (docs/facts.md §10): the package index's onnxruntime-gpu.
@@ -80,8 +81,11 @@ def _literal_assignments(source: str) -> dict[str, str]:
 def pair_problems(manifest: Manifest, build: OrtBuild) -> list[str]:
     """One sentence per wrong pair of this ORT build with [gpu] and its [[gpu.sources]] requirements."""
     gpu = manifest.gpu
-    if gpu is None or build.cuda is None:
+    if gpu is None:
         return []
+    wrong_wheel = _provider_wheel_problem(manifest.path.name, gpu, build)
+    if wrong_wheel is not None or gpu.directml or build.cuda is None:
+        return [wrong_wheel] if wrong_wheel is not None else []
     name = manifest.path.name
     problems = []
     cuda, cudnn = _major(build.cuda), _major(build.cudnn) if build.cudnn else None
@@ -94,6 +98,23 @@ def pair_problems(manifest: Manifest, build: OrtBuild) -> list[str]:
                         f"(its capi/version_info.py: cudnn_version = \"{build.cudnn}\"); expected cuDNN {cudnn}.x.")
     problems.extend(_source_problems(name, gpu, build, cuda=cuda, cudnn=cudnn))
     return problems
+
+
+def _provider_wheel_problem(name: str, gpu: Gpu, build: OrtBuild) -> str | None:
+    """The DirectML provider lives only in onnxruntime-directml, the CUDA provider never in it (their
+    build_and_package_info.py names the distribution; a wheel that names none is judged at build time)."""
+    if build.distribution is None:
+        return None
+    directml_wheel = canonicalize_name(build.distribution) == DIRECTML_DISTRIBUTION
+    if gpu.directml and not directml_wheel:
+        return (f"{name}: [gpu] providers = ['DmlExecutionProvider'], but [ort]'s wheel is {build.label} (its "
+                f"capi/build_and_package_info.py), which has no DirectML provider; expected "
+                f"{DIRECTML_DISTRIBUTION} (the package index serves 1.15.0 to 1.24.4).")
+    if not gpu.directml and directml_wheel:
+        return (f"{name}: [gpu] providers = {list(gpu.providers)}, but [ort]'s wheel is {build.label}, which has "
+                f"no CUDA provider; expected onnxruntime-gpu, or providers = ['DmlExecutionProvider'] without "
+                f"cuda, cudnn and [[gpu.sources]].")
+    return None
 
 
 def _source_problems(name: str, gpu: Gpu, build: OrtBuild, *, cuda: int, cudnn: int | None) -> list[str]:

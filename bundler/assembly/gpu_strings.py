@@ -15,13 +15,17 @@ from bundler.readers.dllclosure import DepKind, classify
 
 # Names found in the strings of NVIDIA's libraries that no bundle needs, each with the reason (measured on the
 # Windows wheels of cuDNN 8.9.5 and 9.10.2.21, cuBLAS 11.11 and 12.8, cuFFT 10.9 and 11.3, NVRTC 11.8 and 12.8,
-# nvJitLink 12.8; 2026-12-06).
+# nvJitLink 12.8, and DirectML 1.15.4 of onnxruntime-directml 1.24.4; 2026-12-06).
 NOT_LOADS = {
     "zlibwapi.dll": "cuDNN 8.9.5 and 9.10 name it only in the list their load-failure diagnostic probes "
                     "('Successfully loaded zlib independently. Unknown dll missing.'); zlib is linked into cuDNN",
     "cask_profile_interface.dll": "a profiling-injection library cuDNN names beside CASK_INJECTION64_PATH and "
                                   "InitializeInjectionCask; no NVIDIA wheel ships it",
     "nvrtc-builtins.dll": "NVRTC's unversioned name in its own strings; NVRTC loads nvrtc-builtins64_NNN.dll",
+    "winpixeventruntime.dll": "PIX's event runtime (Microsoft's GPU debugger): DirectML 1.15.4 names it in its UTF-16 "
+                              "strings beside 'directml.wpix' for PIX captures; no ONNX Runtime package ships it "
+                              "(onnxruntime-directml 1.24.4 carries DirectML.dll alone), so DirectML runs without it",
+    "winpixeventruntime_uap.dll": "the UWP build of PIX's event runtime, named beside WinPixEventRuntime.dll (above)",
     "cuda.dll": "nvJitLink 12.8 names it beside cuInit, probing for a driver ('no cuInit so no …'): a driver "
                 "library, never bundled (Windows' is nvcuda.dll)",
 }

@@ -53,7 +53,7 @@ from bundler.assembly.provenance import PROVENANCE_MEMBER
 from bundler.assembly.runtime import LICENSE_COMPONENT, PSF_FINDING, RUNTIME_BUNDLE_DIR
 from bundler.assembly.wheelbuild import MARKER_FIELD, PROVENANCE_FILE
 from bundler.errors import BuildError
-from bundler.manifest import Input, Manifest
+from bundler.manifest import Gpu, Input, Manifest
 from bundler.readers.pe import inspect_pe
 from bundler.readers.wheels import wheel_metadata  # noqa: F401  (re-exported: python_env, commands/inspect)
 from bundler.sources.license_pins import LicensePin, pinned
@@ -327,6 +327,13 @@ def _group_key(path: str) -> str:
     return next((key for prefix, key in GROUP_PREFIXES if path.startswith(prefix)), "installer")
 
 
+def _gpu_version(gpu: Gpu | None) -> str | None:
+    """The GPU stack's version: CUDA's and cuDNN's; DirectML's route has no CUDA (its DLL is in the ORT wheel)."""
+    if gpu is None:
+        return None
+    return "directml" if gpu.directml else f"cuda-{gpu.cuda}+cudnn-{gpu.cudnn}"
+
+
 def _groups(manifest: Manifest, licenses: dict[str, LicenseFinding]) -> dict[str, Group]:
     bundle, ort = manifest.bundle, manifest.ort
     archive = ort.archive
@@ -339,7 +346,7 @@ def _groups(manifest: Manifest, licenses: dict[str, LicenseFinding]) -> dict[str
                      purl=_archive_purl("onnxruntime", ort.version, archive),
                      sha256=archive.sha256[0] if archive else None, sources=_source_names([archive] if archive else [])),
         "gpu": Group(name="gpu-runtime", type=ComponentType.LIBRARY,
-                     version=f"cuda-{gpu.cuda}+cudnn-{gpu.cudnn}" if gpu else None,
+                     version=_gpu_version(gpu),
                      license=_unknown("DLLs placed without a source the manifest names"),
                      sources=_source_names([s.source for s in gpu.sources] if gpu else [])),
         "selfcheck": Group(name="ort-bundler-selfcheck", type=ComponentType.APPLICATION, version=__version__,

@@ -100,9 +100,15 @@ def parse(data: Mapping[str, Any], *, path: Path) -> Manifest:
     launch = _launch(table_at(data, "launch", problems), base, problems)
     if bundle:
         _check_sections(bundle, problems, vc_redist=vc_redist is not None, gpu=gpu is not None)
+        if gpu is not None and gpu.directml and TARGETS[bundle.platform].binary_format != "pe":
+            problems.add("gpu.providers", f"found '{DML}' for platform '{bundle.platform}', expected it only for "
+                         "Windows: DirectML is a DirectX 12 library")
         _check_reserved_names(bundle, models, problems)
     if bundle and ort:
         _check_wheel_serves(ort, bundle, problems)
+    if ort and gpu is not None and gpu.directml and ort.python_source is None:
+        problems.add("gpu.providers", f"found '{DML}' with no [ort] wheel or capi, expected the onnxruntime-directml "
+                     "wheel there: DirectML is loaded by ORT's Python binding, which the C/C++ archive lacks")
     if problems.items:
         raise ManifestError(problems.items)
     assert bundle and ort  # no problems means both parsed
@@ -295,6 +301,9 @@ def _gpu(data: Mapping[str, Any], base: Path, problems: Problems) -> Gpu | None:
     table = table_at(data, "gpu", problems)
     if table is None:
         return None
+    providers = _gpu_providers(table.get("providers", list(GPU_PROVIDERS[:1])), problems)
+    if DML in providers:
+        return _directml(table, providers, problems)
     cuda = string_at(table, "cuda", "gpu", problems, pattern=re.compile(r"^\d+\.\d+$"), expected="a CUDA version such as '11.8'")
     cudnn = string_at(table, "cudnn", "gpu", problems, pattern=re.compile(r"^\d+(\.\d+)*$"), expected="a cuDNN version such as '8.6'")
     entries = table.get("sources", [])
@@ -315,16 +324,37 @@ def _gpu(data: Mapping[str, Any], base: Path, problems: Problems) -> Gpu | None:
             include = []
         if source:
             sources.append(GpuSource(source=source, include=tuple(include)))
-    providers = _gpu_providers(table.get("providers", list(GPU_PROVIDERS)), problems)
     if cuda is None or cudnn is None:
         return None
     return Gpu(cuda=cuda, cudnn=cudnn, sources=tuple(sources), providers=providers)
 
 
-# The execution providers a [gpu] component can be proved for; the others ONNX Runtime ships are named so that
-# asking for one says it is not implemented rather than "unknown" (issue 36: TensorRT, DirectML to come).
-GPU_PROVIDERS = ("CUDAExecutionProvider",)
-NOT_YET = ("TensorrtExecutionProvider", "DmlExecutionProvider")
+def _directml(table: Mapping[str, Any], providers: tuple[str, ...], problems: Problems) -> Gpu | None:
+    """The DirectML route names no CUDA stack and no sources: its DirectML.dll is a file of the ORT wheel."""
+    if providers != (DML,):
+        problems.found("gpu.providers", list(providers), f"['{DML}'] alone: onnxruntime-directml carries no other "
+                       "GPU provider, and one bundle holds one ONNX Runtime distribution")
+        return None
+    extra = sorted(key for key in ("cuda", "cudnn", "sources") if key in table)
+    if extra:
+        problems.found(f"gpu.{extra[0]}", table[extra[0]], f"no {', '.join(extra)} with providers = ['{DML}']: "
+                       "DirectML needs no CUDA, and its DirectML.dll comes inside the onnxruntime-directml wheel")
+        return None
+    return Gpu(cuda="", cudnn="", sources=(), providers=providers)
+
+
+# The execution providers a [gpu] component can be proved for; the others ONNX Runtime ships are named with what
+# blocks them, so that asking for one says why rather than "unknown" (checked 2026-12-06, docs/facts.md §10).
+DML = "DmlExecutionProvider"
+GPU_PROVIDERS = ("CUDAExecutionProvider", DML)
+NOT_YET = {
+    "TensorrtExecutionProvider": (
+        "the TensorrtExecutionProvider route is not implemented: ONNX Runtime's TensorRT provider imports "
+        "nvinfer_10.dll and nvonnxparser_10.dll (libnvinfer.so.10 and libnvonnxparser.so.10 on Linux), and the "
+        "package index serves NVIDIA's tensorrt-cu12-libs only as a wheel-stub sdist that downloads the libraries "
+        "from NVIDIA's own index while it is built, so there is no pinned TensorRT file to fetch and check "
+        "(tensorrt-lean-cu12-libs holds only the lean runtime, which cannot parse ONNX models)"),
+}
 
 
 def _gpu_providers(value: Any, problems: Problems) -> tuple[str, ...]:
@@ -332,13 +362,13 @@ def _gpu_providers(value: Any, problems: Problems) -> tuple[str, ...]:
     expected = f"a list of execution providers from {', '.join(repr(p) for p in GPU_PROVIDERS)}"
     if not isinstance(value, list) or not value or not all(isinstance(p, str) for p in value):
         problems.found("gpu.providers", value, expected)
-        return GPU_PROVIDERS
+        return GPU_PROVIDERS[:1]
     for name in value:
         if name in NOT_YET:
-            problems.found("gpu.providers", name, f"{expected}; the {name} route is not implemented yet")
+            problems.found("gpu.providers", name, f"{expected}; {NOT_YET[name]}")
         elif name not in GPU_PROVIDERS:
             problems.found("gpu.providers", name, expected)
-    return tuple(dict.fromkeys(p for p in value if p in GPU_PROVIDERS)) or GPU_PROVIDERS
+    return tuple(dict.fromkeys(p for p in value if p in GPU_PROVIDERS)) or GPU_PROVIDERS[:1]
 
 
 def _launch(table: Mapping[str, Any] | None, base: Path, problems: Problems) -> Launch:

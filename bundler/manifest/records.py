@@ -123,11 +123,18 @@ class GpuSource:
 
 @dataclass(frozen=True, kw_only=True)
 class Gpu:
+    # The CUDA route's stack; both empty for the DirectML route (`providers = ["DmlExecutionProvider"]`), whose
+    # one library, DirectML.dll, comes inside the onnxruntime-directml wheel itself (bundler/assembly/gpu_directml.py).
     cuda: str
     cudnn: str
     sources: tuple[GpuSource, ...]
     # The execution providers the self-check must find running (`[gpu] providers`, default CUDA alone).
     providers: tuple[str, ...] = ("CUDAExecutionProvider",)
+
+    @property
+    def directml(self) -> bool:
+        """The DirectML route: the parser allows DmlExecutionProvider only alone, without cuda/cudnn/sources."""
+        return "DmlExecutionProvider" in self.providers
 
 
 @dataclass(frozen=True, kw_only=True)

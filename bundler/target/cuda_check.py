@@ -168,9 +168,73 @@ def check_cuda(ctx: Context, ort: Any) -> Check:
 
 
 def failure_exit_code(checks: List[Check]) -> int:
-    """EXIT_NO_GPU_DRIVER when the CUDA check failed for want of the driver (the root cause of whatever else
-    failed with it), otherwise 1."""
+    """EXIT_NO_GPU_DRIVER when the CUDA or DirectML check failed for want of the driver or device (the root cause
+    of whatever else failed with it), otherwise 1."""
     for check in checks:
-        if check.id == "cuda" and check.status == "fail" and check.details.get("missing_driver"):
+        if check.id in ("cuda", "directml") and check.status == "fail" and check.details.get("missing_driver"):
             return EXIT_NO_GPU_DRIVER
     return 1
+
+
+# ---------------------------------------------------------------- DirectML
+
+DML = "DmlExecutionProvider"
+# What ORT says when Direct3D 12 has no device for it: dxcore.dll missing (older Windows, Wine), no DXGI factory,
+# no adapter (measured under Wine with onnxruntime-directml 1.24.4: "Failed to load dxcore.dll").
+NO_D3D12_DEVICE = re.compile(r"dxcore|DXGI|D3D12CreateDevice|adapter|DXGI_ERROR_UNSUPPORTED|0x887A0004",
+                             re.IGNORECASE)
+
+
+def dml_session_problem(ctx: Context, ort: Any) -> tuple[str | None, str]:
+    """Why a session asking for DirectML alone does not run on it (None when it does), and ORT's evidence.
+
+    onnxruntime's Python layer catches the provider's error, prints it to stdout and retries on the CPU (its
+    documented fallback), so both streams are captured and the session's providers are read back."""
+    import io
+
+    available = ort.get_available_providers()
+    if DML not in available:
+        return f"the installed onnxruntime offers only {available}", ""
+    identity = ctx.root / ctx.bundle["selfcheck"]["identity_model"]
+    captured: list[str] = []
+    printed = io.StringIO()
+    with warnings.catch_warnings(record=True) as caught, native_stderr(captured), \
+            contextlib.redirect_stdout(printed):
+        warnings.simplefilter("always")
+        try:
+            session = ort.InferenceSession(str(identity), session_options(ort, log_level=2), providers=[DML])
+        except Exception as exc:  # ORT's pybind error classes carry the reason as text
+            evidence = " ".join([str(exc), printed.getvalue(), *captured, *(str(w.message) for w in caught)])
+            return "a session requesting only DirectML failed", evidence
+    evidence = " ".join([printed.getvalue(), *captured, *(str(w.message) for w in caught)])
+    if DML not in session.get_providers():
+        return f"a session requesting only DirectML ran on {session.get_providers()}", evidence
+    return None, evidence
+
+
+def check_directml(ctx: Context, ort: Any) -> Check:
+    """A DirectML bundle must not quietly run on the CPU: ask for DirectML alone and say which provider ran."""
+    problem, evidence = dml_session_problem(ctx, ort)
+    if problem is None:
+        return Check(id="directml", status="pass", message=f"a session requesting only DirectML runs on {DML}")
+    details = {"problem": problem, "evidence": " ".join(evidence.split())[:2000]}
+    if problem.startswith("the installed onnxruntime offers only"):
+        cause, fix = ("the installed onnxruntime is a build without DirectML",
+                      "Rebuild the bundle with the onnxruntime-directml wheel.")
+    elif NO_D3D12_DEVICE.search(evidence):
+        details["missing_driver"] = "a DirectX 12 device"
+        found = NO_D3D12_DEVICE.search(evidence)
+        cause = (f"no DirectX 12 device: ORT could not create one ({found.group(0) if found else ''} named in "
+                 f"its log: {' '.join(evidence.split())[:300]})")
+        fix = ("Run on Windows 10 1903 or later with a DirectX 12 capable GPU and its vendor's driver "
+               "(under Wine, or in a session without a GPU, DirectML has no device).")
+    else:
+        cause = f"ORT says: {' '.join(evidence.split())[:600] or 'nothing'}"
+        fix = "Run with --json and compare the loaded DirectML.dll below with the bundle's."
+    if ctx.allow_cpu_fallback:
+        return Check(id="directml", status="warn", details=details, fix=fix,
+                     message=f"DirectML is unavailable ({problem}): {cause}; the models run on "
+                             f"CPUExecutionProvider, which --allow-cpu-fallback allows")
+    return Check(id="directml", status="fail", details=details, fix=fix,
+                 message=f"DirectML is expected but unavailable ({problem}): {cause}; the bundle's [gpu] "
+                         f"requires {DML}, so a CPU run is not a pass (--allow-cpu-fallback allows it)")

@@ -1,4 +1,4 @@
-"""The loaded-libraries part of the self-check: which ONNX Runtime, VC++ runtime, CUDA and cuDNN files this
+"""The loaded-libraries part of the self-check: which ONNX Runtime, VC++ runtime, CUDA, cuDNN and DirectML files this
 process really mapped, with their versions, and which onnxruntime.dll a native program would load."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ LIBRARY_FAMILIES = (
     ("msvcp140", re.compile(r"^msvcp140", re.IGNORECASE)),
     ("vcruntime140", re.compile(r"^vcruntime140", re.IGNORECASE)),
     ("driver", re.compile(r"^(nvcuda\.dll|libcuda\.so)", re.IGNORECASE)),
+    ("directml", re.compile(r"^directml\.dll$", re.IGNORECASE)),
     ("cudnn", re.compile(r"^(lib)?cudnn", re.IGNORECASE)),
     ("cuda", re.compile(r"^(lib)?(cudart|cublas|cufft|curand|cusparse|cusolver|nvrtc|nvinfer|nvonnxparser)",
                         re.IGNORECASE)),
@@ -115,7 +116,7 @@ def library_problem(ctx: Context, library: Dict[str, Any]) -> str | None:
     minimum = ctx.bundle.get("vc_runtime_min")
     if family == "msvcp140" and minimum and version and version_tuple(version) < version_tuple(minimum):
         return f"{path} is version {version}, older than the VC++ runtime {minimum} the bundle needs"
-    bundled = family == "onnxruntime" or (family in ("cuda", "cudnn") and ctx.gpu.get("dlls"))
+    bundled = family == "onnxruntime" or (family in ("cuda", "cudnn", "directml") and ctx.gpu.get("dlls"))
     if bundled and not is_below(Path(path).resolve(), ctx.root.resolve()):
         return f"{path} was loaded from outside the installation, which ships its own {family} libraries"
     return None

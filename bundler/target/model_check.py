@@ -10,7 +10,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Dict, List
 
 from bundler.target.check_context import Context
-from bundler.target.cuda_check import CUDA, session_options
+from bundler.target.cuda_check import CUDA, DML, session_options
 from bundler.target.records import Check
 from bundler.target.synth import compare_output, describe_io, output_digest, synthesize_inputs
 
@@ -19,10 +19,11 @@ LATENCY_RUNS = 5
 LATENCY_BUDGET_SECONDS = 5.0
 
 
-def session_providers(ctx: Context, ort: Any, *, cuda_ok: bool) -> list[str]:
+def session_providers(ctx: Context, ort: Any, *, cuda_ok: bool, dml_ok: bool = True) -> list[str]:
     expected = ctx.bundle.get("expected_providers", [CPU])
     available = ort.get_available_providers()
-    chosen = [name for name in expected if name in available and (name != CUDA or cuda_ok)]
+    chosen = [name for name in expected if name in available and (name != CUDA or cuda_ok)
+              and (name != DML or dml_ok)]
     return chosen if CPU in chosen else [*chosen, CPU]
 
 

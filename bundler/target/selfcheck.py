@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from bundler.target.cache_folder import choose
 from bundler.target.check_context import Context, is_below
-from bundler.target.cuda_check import CUDA, check_cuda, failure_exit_code
+from bundler.target.cuda_check import CUDA, DML, check_cuda, check_directml, failure_exit_code
 from bundler.target.interpreter import check_interpreter
 from bundler.target.libraries import check_libraries, check_native_runtime
 from bundler.target.model_check import CPU, check_identity, check_model, session_providers
@@ -184,12 +184,15 @@ def load_bundle(root: Path) -> tuple[Dict[str, Any] | None, Check | None]:
 
 def onnxruntime_checks(ctx: Context, ort: Any) -> list[Check]:
     checks = [check_providers(ctx, ort)]
-    cuda_ok = False
+    cuda_ok = dml_ok = False
     if CUDA in ctx.bundle.get("expected_providers", []):
         checks.append(check_cuda(ctx, ort))
         cuda_ok = checks[-1].status == "pass"
+    if DML in ctx.bundle.get("expected_providers", []):
+        checks.append(check_directml(ctx, ort))
+        dml_ok = checks[-1].status == "pass"
     checks.append(check_identity(ctx, ort))
-    providers = session_providers(ctx, ort, cuda_ok=cuda_ok)
+    providers = session_providers(ctx, ort, cuda_ok=cuda_ok, dml_ok=dml_ok)
     checks.extend(check_model(ctx, ort, record, providers) for record in ctx.bundle.get("models", []))
     return checks
 
