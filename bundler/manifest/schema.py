@@ -65,9 +65,10 @@ TABLES: tuple[Table, ...] = (
         "allow_unsigned": "your organisation's repackaged redistributable, without Microsoft's signature",
     }, takes_input=True),
     Table("gpu", {
-        "cuda": "the CUDA version, such as `\"11.8\"`",
-        "cudnn": "the cuDNN version, such as `\"8.6\"`",
-        "providers": "the execution providers the self-check must find running, default `[\"CUDAExecutionProvider\"]`",
+        "cuda": "the CUDA version, such as `\"11.8\"` (not with DirectML)",
+        "cudnn": "the cuDNN version, such as `\"8.6\"` (not with DirectML)",
+        "providers": "the execution providers the self-check must find running, default `[\"CUDAExecutionProvider\"]`; "
+                     "`[\"DmlExecutionProvider\"]` alone for DirectML (Windows, no cuda, cudnn or sources)",
         "sources": "the `[[gpu.sources]]` tables: wheels or archives that supply the GPU DLLs",
     }),
     Table("gpu.sources", {
