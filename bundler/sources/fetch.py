@@ -284,13 +284,14 @@ class _Fetcher:
 
     def _from_pip(self, item: Input) -> Path:
         """pip download through the user's own pip configuration (index, proxy, certificates), pip checking the
-        hash (`--require-hashes`) as it saves the file: not read again here (bundler/sources/pip_batch.py)."""
+        hash (`--require-hashes`): a file it downloaded is not read again here (bundler/sources/pip_batch.py)."""
         from bundler.sources.pip_batch import pip_download, verified_sha256
 
         target = self.targets.get(item.key, self.target)
         with self.cache.scratch(prefix="pip-") as tmp:
             try:
-                dest = pip_download([item], target=target, folder=tmp, runner=self.runner, progress=self.progress)
+                dest, downloaded = pip_download([item], target=target, folder=tmp, runner=self.runner,
+                                                progress=self.progress)
             except BundleError as exc:
                 if "DO NOT MATCH THE HASHES" in str(exc):
                     actual = re.findall(r"Got\s+([0-9a-f]{64})", str(exc))
@@ -304,7 +305,7 @@ class _Fetcher:
             if len(files) != 1:
                 msg = f"{item.display}: pip produced {len(files)} files, expected exactly one wheel"
                 raise InputUnavailableError(msg)
-            return self._adopt(item, files[0], verified_sha256(item, files[0]), files[0].name)
+            return self._adopt(item, files[0], verified_sha256(item, files[0], downloaded=downloaded), files[0].name)
 
     def _from_mirror(self, item: Input) -> Path:
         mirror = self.options.mirror

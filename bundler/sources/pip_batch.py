@@ -3,8 +3,15 @@
 One pip per wheel paid pip's start-up, its index look-ups and our own second hashing pass for every file
 (issue 37: 1.4-2.0x a plain `pip download` of the same wheels). Here pip runs once per target with every
 wheel's pinned hashes in its requirements file and `--require-hashes`: pip refuses to save a file whose
-sha256 is not among the ones given for it, so a wheel pip saved is adopted under the hash it was held to
-without reading it again. Only an input pinned with several hashes is hashed here, to learn which one it is.
+sha256 is not among the ones given for it, so a wheel pip downloaded is adopted under the hash it was held to
+without reading it again.
+
+That holds for what pip downloaded (or took from its own HTTP cache): it writes the file into its temporary
+folder, which is pointed into this process's private scratch folder, checks the hash there and copies that
+file. A wheel pip found on a local path (a `file://` index, `--find-links DIR`) is checked where it lies and
+copied from there afterwards, so whoever can write that folder could swap it in between: such a file, and one
+pinned with several hashes (to learn which), is hashed here again. pip's own log says which is which
+("Downloading …" / "Using cached …"); a line it does not write means hashing, never trust.
 
 pip does the transport, so its configuration (index, find-links, proxy, certificates, credentials) is the
 user's own. While it runs, the bytes it has written so far (in its temporary folder, pointed into our scratch
@@ -20,10 +27,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from urllib.parse import unquote
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -86,16 +95,17 @@ def download_batch(items: Sequence[Input], *, target: Target, cache: Cache, runn
     The caller holds the cache's lock of every item."""
     with cache.scratch(prefix="pip-") as folder:
         try:
-            dest = pip_download(items, target=target, folder=folder, runner=runner, progress=progress)
+            dest, downloaded = pip_download(items, target=target, folder=folder, runner=runner, progress=progress)
         except BundleError as exc:
             logger.info("pip could not fetch the %d wheels together; fetching them one by one: %s", len(items), exc)
             return {}
-        return _adopt_all(items, dest, cache)
+        return _adopt_all(items, dest, cache, downloaded)
 
 
 def pip_download(items: Sequence[Input], *, target: Target, folder: Path, runner: Runner,
-                 progress: ByteProgress) -> Path:
-    """Run pip for `items` in `folder` (a scratch folder of the cache) and return the folder pip saved them in.
+                 progress: ByteProgress) -> tuple[Path, frozenset[str]]:
+    """Run pip for `items` in `folder` (a scratch folder of the cache): the folder pip saved them in, and the file
+    names pip says it downloaded (into its temporary folder, ours) rather than took from a local path.
 
     pip's temporary files go to `folder` too (TMPDIR), where they are watched for progress and removed with it."""
     dest, pip_tmp = folder / "out", folder / "tmp"
@@ -105,17 +115,27 @@ def pip_download(items: Sequence[Input], *, target: Target, folder: Path, runner
     requirements.write_text("".join(requirement_line(item) + "\n" for item in items), encoding="utf-8")
     env = {**os.environ, "TMPDIR": str(pip_tmp), "TEMP": str(pip_tmp), "TMP": str(pip_tmp)}
     with _watch((pip_tmp, dest), progress):
-        runner(pip_download_command(requirements, dest, target), env=env)
-    return dest
+        log = runner(pip_download_command(requirements, dest, target), env=env)
+    return dest, downloaded_names(log)
 
 
-def verified_sha256(item: Input, path: Path) -> str:
-    """The sha256 of a file pip saved for `item` under `--require-hashes`: pip refused any other, so with one
-    pinned hash it is that one; with several, the file is hashed to learn which."""
-    return item.sha256[0] if len(item.sha256) == 1 else file_sha256(path)
+def downloaded_names(log: str) -> frozenset[str]:
+    """The wheel file names pip's log says it downloaded or took from its HTTP cache (by file name or by URL)."""
+    return frozenset(unquote(match.group(1).rsplit("/", 1)[-1]) for match in _DOWNLOADED.finditer(log))
 
 
-def _adopt_all(items: Sequence[Input], dest: Path, cache: Cache) -> dict[str, Path]:
+_DOWNLOADED = re.compile(r"^\s*(?:Downloading|Using cached) (\S+\.whl)(?:\s|$)", re.MULTILINE)
+
+
+def verified_sha256(item: Input, path: Path, *, downloaded: frozenset[str]) -> str:
+    """The sha256 of a file pip saved for `item` under `--require-hashes`. pip refused any other, so for a file
+    it downloaded into our scratch folder with one pinned hash, it is that one; any other file is hashed."""
+    if len(item.sha256) == 1 and path.name in downloaded:
+        return item.sha256[0]
+    return file_sha256(path)
+
+
+def _adopt_all(items: Sequence[Input], dest: Path, cache: Cache, downloaded: frozenset[str]) -> dict[str, Path]:
     """Each saved wheel under the hash pip held it to; nothing when the files do not map one-to-one."""
     by_name: dict[str, Path] = {}
     for path in sorted(dest.iterdir()):
@@ -132,8 +152,8 @@ def _adopt_all(items: Sequence[Input], dest: Path, cache: Cache) -> dict[str, Pa
     adopted = {}
     for name, item in wanted.items():
         path = by_name[name]
-        sha256 = verified_sha256(item, path)
-        if sha256 not in item.sha256:  # pip let through a hash we did not give it: trust neither
+        sha256 = verified_sha256(item, path, downloaded=downloaded)
+        if sha256 not in item.sha256:  # changed after pip's check: left to `fetch_one`, which names the mismatch
             logger.info("pip saved %s with sha256 %s, not pinned for %s", path.name, sha256, item.key)
             continue
         adopted[item.key] = cache.adopt(path, sha256=sha256, filename=path.name)
