@@ -8,7 +8,10 @@ per target (the bundle's, and the model gate's machine when the lock has a [gate
 `requirement` input, through the same pip configuration. The two take turns; the fastest of `--repeat` runs
 of each counts.
 
-Run: python bench/fetch.py [--manifest manifests/quickstart-win.toml] [--repeat 3]
+`--compare DIR` also times the fetch of another ort-bundler source tree (e.g. a checkout before a change) in the
+same turns, and prints its ratio too.
+
+Run: python bench/fetch.py [--manifest manifests/quickstart-win.toml] [--repeat 3] [--compare ../old-checkout]
 (the GPU manifests, manifests/gpu-*.toml, bring gigabytes: pass them on purpose only).
 """
 
@@ -56,8 +59,19 @@ def timed(commands: list[list[str]], env: dict[str, str] | None = None) -> float
     subprocess.run(["sync"], check=True)
     start = time.perf_counter()
     for command in commands:
-        subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
+        done = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr}")
     return time.perf_counter() - start
+
+
+def source_env(tree: Path) -> dict[str, str]:
+    """The environment that runs `python -m bundler` from `tree`."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))}
+
+
+def fetch_command(manifest: Path, cache: Path) -> list[list[str]]:
+    return [[sys.executable, "-m", "bundler", "fetch", "-q", "--cache", str(cache), str(manifest)]]
 
 
 def parse_args() -> argparse.Namespace:
@@ -66,30 +80,36 @@ def parse_args() -> argparse.Namespace:
                         help="the manifest whose inputs are fetched (default: manifests/quickstart-linux.toml)")
     parser.add_argument("--repeat", type=int, default=3, help="time each side this many times, keep the fastest")
     parser.add_argument("--workdir", type=Path, default=None, help="where to work (default: a temp dir)")
+    parser.add_argument("--compare", type=Path, default=None,
+                        help="another ort-bundler source tree whose fetch is timed in the same turns")
     return parser.parse_args()
 
 
 def main() -> None:
     args = parse_args()
     manifest = args.manifest.resolve()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     print(f"machine: {machine()}")
     print(f"manifest: {manifest}")
     with workspace(args.workdir) as work:
-        fetches, pips = [], []
+        times: dict[str, list[float]] = {"fetch": [], "pip": [], "compare": []}
         for run in range(args.repeat):
             dest = work / f"pip-{run}"
             dest.mkdir()
-            pips.append(timed(pip_commands(manifest, dest)))
-            fetch = [sys.executable, "-m", "bundler", "fetch", "-q", "--cache", str(work / f"cache-{run}"), str(manifest)]
-            fetches.append(timed([fetch], env))
-        wheels = sum(1 for path in work.glob("pip-0/wheels-*/*") if path.is_file())
-        size = sum(path.stat().st_size for path in work.glob("pip-0/wheels-*/*") if path.is_file())
-        fetch_s, pip_s = min(fetches), min(pips)
-        print(f"wheels: {wheels}, {size / 2**20:.1f} MiB")
-        print(f"ort-bundler fetch:             {fetch_s:6.2f} s  (runs: {', '.join(f'{t:.2f}' for t in fetches)})")
-        print(f"pip download --require-hashes: {pip_s:6.2f} s  (runs: {', '.join(f'{t:.2f}' for t in pips)})")
-        print(f"fetch/pip ratio: {fetch_s / pip_s:.2f}  (target <= 1.1)")
+            times["pip"].append(timed(pip_commands(manifest, dest)))
+            times["fetch"].append(timed(fetch_command(manifest, work / f"cache-{run}"), source_env(REPO)))
+            if args.compare:
+                times["compare"].append(timed(fetch_command(manifest, work / f"compare-{run}"),
+                                              source_env(args.compare.resolve())))
+        saved = [path for path in work.glob("pip-0/wheels-*/*") if path.is_file()]
+        print(f"wheels: {len(saved)}, {sum(path.stat().st_size for path in saved) / 2**20:.1f} MiB")
+        pip = min(times["pip"])
+        rows = [("ort-bundler fetch", "fetch", REPO)] + ([("  compared", "compare", args.compare)] if args.compare else [])
+        for label, key, tree in rows:
+            print(f"{label} ({tree}): {min(times[key]):6.2f} s  (runs: {', '.join(f'{t:.2f}' for t in times[key])})")
+        print(f"pip download --require-hashes: {pip:6.2f} s  (runs: {', '.join(f'{t:.2f}' for t in times['pip'])})")
+        print(f"fetch/pip ratio: {min(times['fetch']) / pip:.2f}  (target <= 1.1)")
+        if args.compare:
+            print(f"compared fetch/pip ratio: {min(times['compare']) / pip:.2f}")
 
 
 if __name__ == "__main__":
