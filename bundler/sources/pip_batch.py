@@ -164,6 +164,9 @@ def _adopt_all(items: Sequence[Input], dest: Path, cache: Cache, downloaded: fro
 def _watch(folders: Sequence[Path], progress: ByteProgress) -> Iterator[None]:
     """Report, while the block runs, the bytes written below `folders` (a file pip copies from its temporary
     folder to the download folder counts once: by name, the larger of its two sizes)."""
+    if progress.quiet:  # nothing to show: no thread walking the folders
+        yield
+        return
     stop = threading.Event()
     seen = 0
 
