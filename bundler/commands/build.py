@@ -153,14 +153,15 @@ def _assemble(manifest: Manifest, *, lock: Lock | None, files: Mapping[str, Path
 
 @contextlib.contextmanager
 def _zip_progress(total: int, *, quiet: bool) -> Iterator[Callable[[int], object] | None]:
-    """The zip's progress bar; a quiet build has none and never imports tqdm (30 ms)."""
+    """The zip's progress on stderr (bundler/sources/progress.py: a bar on a terminal, `zip: N MiB of M MiB`
+    lines in a log); a quiet build has none and never imports tqdm (30 ms)."""
     if quiet:
         yield None
         return
-    from tqdm import tqdm
+    from bundler.sources.progress import ByteProgress
 
-    with tqdm(total=total, desc="zip", unit="B", unit_scale=True, unit_divisor=1024, leave=False) as bar:
-        yield bar.update
+    with ByteProgress("zip", total=total) as progress:
+        yield progress.add
 
 
 def verify_transformed(manifest: Manifest, files: Mapping[str, Path], *, jobs: int | None = None) -> None:

@@ -25,9 +25,10 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace, *, cache: Cache) -> int:
         raise UsageError(msg)
     signing = signing_options(args)
     result = package_bundle(args.bundle, args.output, cache=cache, msi=args.msi, intunewin=args.intunewin,
-                            signing=signing)
+                            signing=signing, say=None if args.quiet or args.json else say_stage)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     elif not args.quiet:
@@ -117,14 +118,25 @@ class Packaged:
                 "packages": [p.to_json() for p in self.packages]}
 
 
+def say_stage(text: str) -> None:
+    """One line on stderr as each long stage of `package` starts (a GB bundle takes minutes; stdout is the result's)."""
+    print(f"package: {text}", file=sys.stderr, flush=True)
+
+
 def package_bundle(bundle: Path, out: Path, *, cache: Cache, msi: bool = False, intunewin: bool = True,
-                   signing: SignOptions | None = None) -> Packaged:
-    """Verify `bundle`, refuse one that is not for Windows, and write its packages into `out` (all or none)."""
+                   signing: SignOptions | None = None, say: Callable[[str], None] | None = None) -> Packaged:
+    """Verify `bundle`, refuse one that is not for Windows, and write its packages into `out` (all or none).
+
+    `say`, when given, hears each long stage as it starts (`say_stage` prints it: quiet and `--json` runs pass
+    none)."""
     from bundler.signing.layout import unpack
     from bundler.signing.verify import verify_bundle
+    from bundler.sources.progress import human
     from bundler.writer.members import MemberCache
 
+    say = say or _silent
     _check_output(out)
+    say(f"verifying {bundle.name}")
     report = verify_bundle(bundle, cache=cache)
     if not report.ok:
         msg = (f"{bundle.name} does not verify ({'; '.join(report.findings()[:3])}); nothing was packaged: run "
@@ -138,11 +150,20 @@ def package_bundle(bundle: Path, out: Path, *, cache: Cache, msi: bool = False, 
         inflated = sum(member.file_size for member in archive.infolist() if not member.is_dir())
         _check_room(bundle.name, out, [Stage("unpacking the bundle", inflated)]
                     + ([Stage("writing the .intunewin packages", 2 * inflated + MARGIN)] if intunewin and not msi else []))
+        say(f"unpacking {human(inflated)}")
         unpacked = unpack(archive, top, staging / "bundle" / top)
+        if msi:
+            say(f"building the MSI from {human(inflated)}" + (" and signing it" if signing else ""))
         built = _msi(info, unpacked, staging, signing, intunewin=intunewin) if msi else None
+        if intunewin:
+            say("writing the .intunewin packages" + (" of the MSI" if built else ""))
         packages = _intunewins(info, unpacked, staging, member_cache=member_cache, msi=built) if intunewin else []
         return Packaged(bundle=bundle, msi=_publish_msi(built, out) if built else None,
                         packages=tuple(_publish(p, out) for p in packages))
+
+
+def _silent(text: str) -> None:
+    """No stage lines (a quiet or `--json` run)."""
 
 
 #: What a stage may write beyond its estimate (zip headers, Detection.xml, the receipt, wixl's tables).

@@ -7,15 +7,16 @@ hash is locked while it is fetched, so processes sharing a cache do the work onc
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import queue
 import re
-import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bundler.errors import BundleError, HashMismatchError, InputUnavailableError
 from bundler.hashing import CHUNK, file_sha256, mismatch_message
@@ -26,10 +27,10 @@ from bundler.sources.cache import Cache, disk_errors
 from bundler.sources.download import DEFAULT_MAX_DOWNLOAD, RetryPolicy, download
 from bundler.sources.inputs import local_source
 from bundler.sources.lock import Target
+from bundler.sources.progress import ByteProgress
 
 if TYPE_CHECKING:  # imported where they are used: a build from the cache never pays for them (0.1 s)
     import requests
-    from tqdm import tqdm
 
     from bundler.sources.oci_inputs import RegistryMirror
 
@@ -76,20 +77,14 @@ def fetch_inputs(inputs: Sequence[Input], *, cache: Cache, target: Target, optio
     """Fetch every input (in parallel) and return key → cached file; all failures are reported together.
 
     pip fetches a `requirement` for `target`, or for `targets[key]` when given there (the model gate's wheels
-    are the build machine's: `bundler/sources/gate.py`)."""
-    from tqdm import tqdm
-
+    are the build machine's: `bundler/sources/gate.py`): all of one target's in one `pip download`
+    (`bundler/sources/pip_batch.py`), alongside the other inputs' downloads; those pip did not bring are then
+    fetched one by one, which names each failure. The bytes moved show on stderr (`bundler/sources/progress.py`)."""
     cache.checked(cache.root)  # a cache another user could write is refused once, not once per input
-    fetcher = _Fetcher(cache=cache, target=target, options=options, runner=runner, targets=targets or {})
-    overall = tqdm(total=len(inputs), desc="inputs", unit="file", disable=options.quiet, position=0, leave=False)
-    try:
-        outcomes = _in_parallel(fetcher.fetch, inputs, jobs=options.jobs, stop=fetcher.stop,
-                                done=lambda: _advance(overall))
-    except BaseException:
-        fetcher.stop.set()
-        raise
-    finally:
-        overall.close()
+    with ByteProgress("fetch", files=len(inputs), quiet=options.quiet) as progress:
+        fetcher = _Fetcher(cache=cache, target=target, options=options, runner=runner, targets=targets or {},
+                           progress=progress)
+        outcomes = _fetch_all(fetcher, inputs)
     for outcome in outcomes:
         if isinstance(outcome, BaseException) and not isinstance(outcome, BundleError):
             raise outcome
@@ -107,7 +102,34 @@ def fetch_inputs(inputs: Sequence[Input], *, cache: Cache, target: Target, optio
     return {item.key: path for item, path in zip(inputs, outcomes) if isinstance(path, Path)}
 
 
-def _note_mismatches(inputs: Sequence[Input], outcomes: Sequence[Path | BaseException | None], cache: Cache) -> None:
+def _fetch_all(fetcher: _Fetcher, inputs: Sequence[Input]) -> list[object]:
+    """The outcome of each input, in input order: pip's batches beside every other input first, then, one by one,
+    the requirements no batch brought (a failed batch, or an input pinned twice)."""
+    batched = fetcher.batches(inputs)
+    others = [index for index, item in enumerate(inputs) if not fetcher.batchable(item)]
+    work: list[Callable[[], object]] = [functools.partial(fetcher.fetch_batch, batch) for batch in batched]
+    work += [functools.partial(fetcher.fetch_one, inputs[index]) for index in others]
+    try:
+        first = _in_parallel(work, jobs=fetcher.options.jobs, stop=fetcher.stop)
+        brought: dict[str, Path] = {}
+        for outcome in first[:len(batched)]:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, BundleError):
+                raise outcome  # Ctrl-C or a bug; a batch's own failure is its inputs' to name, one by one, below
+            if isinstance(outcome, dict):
+                brought.update(outcome)
+        found = dict(zip(others, first[len(batched):]))
+        found |= {index: brought[item.key] for index, item in enumerate(inputs)
+                  if index not in found and item.key in brought}
+        rest = [index for index in range(len(inputs)) if index not in found]
+        found |= dict(zip(rest, _in_parallel([functools.partial(fetcher.fetch_one, inputs[index]) for index in rest],
+                                             jobs=fetcher.options.jobs, stop=fetcher.stop)))
+    except BaseException:
+        fetcher.stop.set()
+        raise
+    return [found[index] for index in range(len(inputs))]
+
+
+def _note_mismatches(inputs: Sequence[Input], outcomes: Sequence[object], cache: Cache) -> None:
     """Keep what a mismatch was for `build` to name (bundler/sources/mismatches.py); a match clears it."""
     from bundler.sources import mismatches
 
@@ -118,26 +140,17 @@ def _note_mismatches(inputs: Sequence[Input], outcomes: Sequence[Path | BaseExce
             mismatches.forget(cache, item)
 
 
-def _advance(bar: tqdm[Any]) -> None:
-    bar.update(1)
-
-
-def _add(bar: tqdm[Any], count: int) -> None:
-    bar.update(count)
-
-
-def _in_parallel(work: Callable[[Input], Path], inputs: Sequence[Input], *, jobs: int, stop: threading.Event,
-                 done: Callable[[], None]) -> list[Path | BaseException | None]:
-    """Run `work` on each input on daemon threads; the outcome of each, in input order.
+def _in_parallel(work: Sequence[Callable[[], object]], *, jobs: int, stop: threading.Event) -> list[object]:
+    """Run each piece of `work` on daemon threads; the outcome of each (a result or the exception), in order.
 
     Daemon threads, not a ThreadPoolExecutor: the executor joins its threads at exit, so Ctrl-C during a
     stalled read would hang until the read timed out and the retries ran out. An abandoned thread leaves
     only a partial download, which is never under a final name.
     """
     pending: queue.SimpleQueue[int] = queue.SimpleQueue()
-    for index in range(len(inputs)):
+    for index in range(len(work)):
         pending.put(index)
-    outcomes: list[Path | BaseException | None] = [None] * len(inputs)  # every slot is filled before returning
+    outcomes: list[object] = [None] * len(work)  # every slot is filled before returning
     finished = threading.Semaphore(0)
 
     def worker() -> None:
@@ -147,33 +160,72 @@ def _in_parallel(work: Callable[[Input], Path], inputs: Sequence[Input], *, jobs
             except queue.Empty:
                 return
             try:
-                outcomes[index] = work(inputs[index])
+                outcomes[index] = work[index]()
             except BaseException as exc:  # handed to the caller, who decides what is fatal
                 outcomes[index] = exc
             finished.release()
 
-    for _ in range(min(max(1, jobs), len(inputs))):
+    for _ in range(min(max(1, jobs), len(work))):
         threading.Thread(target=worker, name="fetch", daemon=True).start()
-    for _ in inputs:
+    for _ in work:
         while not finished.acquire(timeout=0.5):  # a timed wait stays interruptible by Ctrl-C on Windows too
             pass
-        done()
     return outcomes
 
 
 class _Fetcher:
     def __init__(self, *, cache: Cache, target: Target, options: FetchOptions, runner: Runner,
-                 targets: Mapping[str, Target]) -> None:
+                 targets: Mapping[str, Target], progress: ByteProgress) -> None:
         self.cache = cache
         self.target = target
         self.targets = targets
         self.options = options
         self.runner = runner
+        self.progress = progress
         self.stop = threading.Event()  # set on Ctrl-C: downloads end at their next chunk
-        self._slots = list(range(options.jobs, 0, -1))
         self._slot_lock = threading.Lock()
         self._mirror_index: dict[str, Path] | None = None
         self._local = threading.local()
+
+    def batchable(self, item: Input) -> bool:
+        """A requirement pip fetches in a batch: from its source, not from a mirror, a registry or the cache alone."""
+        options = self.options
+        return item.kind == "requirement" and not options.offline and options.mirror is None and options.registry is None
+
+    def batches(self, inputs: Sequence[Input]) -> list[list[Input]]:
+        """The batchable inputs not yet cached, grouped for one `pip download` each (one target, distinct projects)."""
+        from bundler.sources.pip_batch import batches
+
+        by_target: dict[Target, list[Input]] = {}
+        for item in inputs:
+            if self.batchable(item) and self.cache.find_any(item.sha256, item.filename) is None:
+                by_target.setdefault(self.targets.get(item.key, self.target), []).append(item)
+        return [batch for items in by_target.values() for batch in batches(items)]
+
+    def fetch_batch(self, items: Sequence[Input]) -> dict[str, Path]:
+        """Key → cached file of the `items` one pip run brought (all of one target), holding each one's lock so
+        that processes sharing the cache do the work once; what it did not bring is left to `fetch_one`."""
+        from bundler.sources.pip_batch import download_batch
+
+        target = self.targets.get(items[0].key, self.target)
+        with contextlib.ExitStack() as locks, disk_errors(InputUnavailableError, "pip's wheels: the cache's disk"):
+            for item in sorted(items, key=lambda item: item.sha256[0]):  # one order for all: no process waits in a circle
+                locks.enter_context(self.cache.lock(item.sha256[0]))
+            found = {item.key: self.cache.find_any(item.sha256, item.filename) for item in items}
+            cached = {key: path for key, path in found.items() if path is not None}
+            wanted = [item for item in items if item.key not in cached]
+            brought = download_batch(wanted, target=target, cache=self.cache, runner=self.runner,
+                                     progress=self.progress) if wanted else {}
+        for _ in [*cached, *brought]:
+            self.progress.file_done()
+        return cached | brought
+
+    def fetch_one(self, item: Input) -> Path:
+        """`fetch`, counted as one more file done, whatever the outcome."""
+        try:
+            return self.fetch(item)
+        finally:
+            self.progress.file_done()
 
     def fetch(self, item: Input) -> Path:
         """The cached file of `item`; a full or read-only cache disk met anywhere on the way (pip's scratch,
@@ -215,14 +267,14 @@ class _Fetcher:
                 while chunk := src.read(CHUNK):
                     digest.update(chunk)
                     dst.write(chunk)
+                    self.progress.add(len(chunk))
             return self._adopt(item, tmp, digest.hexdigest(), item.filename or source.name)
 
     def _download(self, item: Input) -> Path:
         partial = self.cache.partial(item.sha256[0])
-        with self._bar(item) as bar:
-            actual = download(item.location, partial, label=item.key, session=self._session(),
-                              progress=lambda n: _add(bar, n), policy=self.options.retry, stop=self.stop,
-                              max_size=item.size or DEFAULT_MAX_DOWNLOAD, declared=item.size is not None)
+        actual = download(item.location, partial, label=item.key, session=self._session(), progress=self.progress.add,
+                          policy=self.options.retry, stop=self.stop, max_size=item.size or DEFAULT_MAX_DOWNLOAD,
+                          declared=item.size is not None)
         if actual not in item.sha256:
             partial.unlink(missing_ok=True)
             raise HashMismatchError(mismatch_message(item.key, item.location, item.sha256, actual))
@@ -231,18 +283,15 @@ class _Fetcher:
             return self.cache.adopt(tmp, sha256=actual, filename=item.filename or "download")
 
     def _from_pip(self, item: Input) -> Path:
-        """pip download through the user's own pip configuration (index, proxy, certificates)."""
+        """pip download through the user's own pip configuration (index, proxy, certificates), pip checking the
+        hash (`--require-hashes`): a file it downloaded is not read again here (bundler/sources/pip_batch.py)."""
+        from bundler.sources.pip_batch import pip_download, verified_sha256
+
         target = self.targets.get(item.key, self.target)
         with self.cache.scratch(prefix="pip-") as tmp:
-            dest = tmp / "out"
-            reqs = tmp / "requirements.txt"
-            hashes = " ".join(f"--hash=sha256:{h}" for h in item.sha256)
-            reqs.write_text(f"{item.location} {hashes}\n", encoding="utf-8")
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes",
-                   "--disable-pip-version-check", "--no-input", "--progress-bar", "off", "-d", str(dest),
-                   *target.pip_target_args(), "-r", str(reqs)]
             try:
-                self.runner(cmd)
+                dest, downloaded = pip_download([item], target=target, folder=tmp, runner=self.runner,
+                                                progress=self.progress)
             except BundleError as exc:
                 if "DO NOT MATCH THE HASHES" in str(exc):
                     actual = re.findall(r"Got\s+([0-9a-f]{64})", str(exc))
@@ -256,7 +305,7 @@ class _Fetcher:
             if len(files) != 1:
                 msg = f"{item.display}: pip produced {len(files)} files, expected exactly one wheel"
                 raise InputUnavailableError(msg)
-            return self._adopt(item, files[0], file_sha256(files[0]), files[0].name)
+            return self._adopt(item, files[0], verified_sha256(item, files[0], downloaded=downloaded), files[0].name)
 
     def _from_mirror(self, item: Input) -> Path:
         mirror = self.options.mirror
@@ -287,9 +336,8 @@ class _Fetcher:
                 continue
             filename = mirror.filename(item, sha256)
             partial = self.cache.partial(sha256)
-            with self._bar(item) as bar:
-                actual = mirror.registry.fetch_blob(blob, partial, label=item.key, progress=lambda n: _add(bar, n),
-                                                    stop=self.stop, policy=self.options.retry)
+            actual = mirror.registry.fetch_blob(blob, partial, label=item.key, progress=self.progress.add,
+                                                stop=self.stop, policy=self.options.retry)
             if actual != sha256:
                 partial.unlink(missing_ok=True)
                 raise HashMismatchError(mismatch_message(item.key, mirror.registry.blob_url(blob.digest), sha256, actual))
@@ -323,31 +371,3 @@ class _Fetcher:
 
             session = self._local.session = requests.Session()
         return session
-
-    def _bar(self, item: Input) -> _Bar:
-        return _Bar(self, item)
-
-
-class _Bar:
-    """A per-file byte progress bar on its own line while the file downloads."""
-
-    def __init__(self, fetcher: _Fetcher, item: Input) -> None:
-        self.fetcher = fetcher
-        self.item = item
-
-    def __enter__(self) -> tqdm[Any]:
-        with self.fetcher._slot_lock:
-            self.slot = self.fetcher._slots.pop() if self.fetcher._slots else 1
-        from tqdm import tqdm
-
-        name = self.item.filename or self.item.key
-        self.bar = tqdm(desc=name[:40], unit="B", unit_scale=True, unit_divisor=1024, leave=False,
-                        position=self.slot, disable=self.fetcher.options.quiet)
-        return self.bar
-
-    def __exit__(self, *exc: object) -> None:
-        self.bar.close()
-        with self.fetcher._slot_lock:
-            self.fetcher._slots.append(self.slot)
-
-
