@@ -143,3 +143,14 @@ def test_the_installed_uninstall_sh_runs_a_copy_of_the_bundled_interpreter(unpac
     assert refused.returncode == 10 and "--python applies only to bundles without a bundled Python" in refused.stderr
     sh(root / "uninstall.sh", path=no_python_path, home=tmp_path, extra={"TMPDIR": str(temp)})
     assert not root.exists() and list(temp.iterdir()) == []
+
+
+def test_the_start_up_hook_runs_in_the_bundled_interpreter(installed: Path) -> None:
+    """The hook (DLL folders, GPU preloads, tuning, the cache's free space) serves a bundle without a venv too: a
+    bundled interpreter's sys.prefix is its base prefix, which once made the hook return before doing anything."""
+    interpreter = installed / "python" / "bin" / f"python{MINOR}"
+    env = {"PATH": "/usr/bin:/bin", "ORT_BUNDLE_CACHE_DIR": str(installed), "ORT_BUNDLE_CACHE_MIN_FREE_MB": str(10**12)}
+    proc = subprocess.run([str(interpreter), "-I", "-c", "import sys; print(sys.prefix == sys.base_prefix)"],
+                          capture_output=True, text=True, env=env, check=True)
+    assert proc.stdout.strip() == "True"
+    assert f"ort_bundle_hook: cache directory {installed} has" in proc.stderr, proc.stderr
