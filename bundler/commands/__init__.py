@@ -1,12 +1,14 @@
 """One module per command, each in the one form `Command` states; `bundler.cli` builds the parser by looping over
 them (`cli.COMMANDS`, in the order `ort-bundler --help` lists them).
 
-A command module holds the command line's side only: what the command is called and says (`NAME`, `HELP`,
+A command module is the command line's side of one command: what it is called and says (`NAME`, `HELP`,
 `EXAMPLES`), its arguments (`configure(parser)`) and what it prints and returns (`run(args)`, the exit code).
-The work is imported inside `run`, from `bundler.operations` (build, lock, fetch, …) or the package that owns
-it (`signing`, `packaging`, `releases`, `review`), so building the parser imports no command's machinery.
-What several commands share (the options every command takes, the cache, registry and signing options, the
-output folder) is in `bundler.commands.shared`, which is not a command.
+The work is imported inside `run` (or the functions it calls), from `bundler.operations` (build, lock, fetch,
+reproduce, diff, inspect, init) or the package that owns it (`signing`, `packaging`, `releases`, `review`), so
+building the parser imports no command's machinery. `package`, `policy`, `report` and `delta` keep the few
+steps that join those packages beside their form. What several commands share (the options every command
+takes, the cache, registry and signing options, the output folder) is `bundler.commands.shared`, not a
+command; no command imports another (tests/test_command_form.py).
 
 Three optional attributes, read by `cli` with these defaults:
 
