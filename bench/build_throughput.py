@@ -5,7 +5,7 @@ and a rebuild with unchanged inputs a small fraction of a first build.
 
 What "the build" is here: the manifest has no section for arbitrary payload files, and models are parsed
 by onnx, so a generated payload cannot go through `ort-bundler build` as is. This script drives the
-build's own writer exactly as `bundler.commands.build.build` does: the payload is put into a real content-addressed
+build's own writer exactly as `bundler.operations.build.build` does: the payload is put into a real content-addressed
 `Cache` (as `ort-bundler fetch` leaves it), and `write_zip` writes it with the expected sha256 of every
 file and a `MemberCache` in that cache, so hashing in the compression pass, the parallel deflate, the
 stored-or-deflated trial, the member cache and the final fsync are all measured. Not measured: manifest
@@ -102,7 +102,7 @@ def main() -> None:
         def clear_members() -> None:
             shutil.rmtree(member_cache.root, ignore_errors=True)
 
-        print("build = bundler.writer.zipwriter.write_zip of the cached payload, as bundler.commands.build.build calls it")
+        print("build = bundler.writer.zipwriter.write_zip of the cached payload, as bundler.operations.build.build calls it")
         build = best(args.repeat, lambda: build_once(members, first_zip, member_cache, args.jobs), before=clear_members)
         rebuild = best(args.repeat, lambda: build_once(members, second_zip, member_cache, args.jobs))
         check_zip(first_zip, payload)

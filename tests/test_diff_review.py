@@ -20,7 +20,7 @@ from conftest import run_cli
 from onnx import TensorProto, helper, numpy_helper
 from test_first_use_messages import quickstart_copy
 
-from bundler.commands.diff_models import reference_moves
+from bundler.operations.diff_models import reference_moves
 
 STEM = "quickstart-linux-1.0.0-linux_x86_64"
 

@@ -188,7 +188,7 @@ def test_resolving_the_gate_asks_pip_for_this_machines_wheels_only_with_its_own_
 def test_when_the_bundles_numpy_has_no_wheel_here_the_gate_pins_one_its_ort_imports_with(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A bundle for an older Python than this one: its NumPy may have no wheel for this interpreter."""
-    from bundler.commands.lock import _resolve_gate
+    from bundler.operations.lock import _resolve_gate
 
     manifest = load(MANIFESTS / "quickstart-win-cuda11.8.toml")  # ORT 1.18.1, built against NumPy 1
     lock = read_lock(MANIFESTS / "quickstart-win-cuda11.8.lock.toml")

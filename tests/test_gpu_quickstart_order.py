@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from conftest import MANIFESTS
 
-from bundler.commands.fetch import fetch_manifest
 from bundler.errors import InputUnavailableError
 from bundler.manifest import load
+from bundler.operations.fetch import fetch_manifest
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import FetchOptions
 

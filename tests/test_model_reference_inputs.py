@@ -21,8 +21,8 @@ from test_modelgate import graph_model, model_input, save
 
 from bundler.assembly.modelgate import gate_models
 from bundler.assembly.models import _still_pinned, model_inputs
-from bundler.commands.lock import flat_references
 from bundler.manifest import load
+from bundler.operations.lock import flat_references
 from bundler.sources.cache import Cache
 from bundler.sources.lock import PinnedModel, read_lock
 from bundler.target.synth import SYNTH_VERSION, synthesize_inputs

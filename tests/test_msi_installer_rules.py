@@ -239,7 +239,7 @@ def test_a_bad_upgrade_code_is_refused_naming_the_key(tmp_path: Path, value: obj
 
 
 def test_init_writes_a_fresh_upgrade_code_each_time(tmp_path: Path) -> None:
-    from bundler.commands.init import render_starter
+    from bundler.operations.init import render_starter
 
     first, second = (render_starter(tmp_path / "app.toml", []) for _ in range(2))
     codes = [re.search(r'^upgrade_code = "([0-9A-F-]{36})"', text, re.MULTILINE) for text in (first, second)]

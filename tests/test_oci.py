@@ -482,10 +482,10 @@ def test_references_tags_and_docker_config_are_read_strictly(tmp_path: Path) -> 
         with pytest.raises(UsageError, match=problem):
             parse_reference(text, what="cache push", tag=not problem.startswith("a tag"))
     assert tag_for("1.0.0+cu118") == "1.0.0_cu118" and tag_for(".hidden") == "_.hidden"
-    from bundler.commands import registry_args
+    from bundler.commands import shared
     from bundler.sources import oci
 
-    assert registry_args.SCHEME == oci.SCHEME  # the parser's copy, kept so `cli` need not import the client
+    assert shared.SCHEME == oci.SCHEME  # the parser's copy, kept so `cli` need not import the client
 
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"auths": {"https://r.example:5000/v1/": {"username": USER, "password": PASSWORD}}}))

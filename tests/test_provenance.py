@@ -46,10 +46,10 @@ from bundler.assembly.signature_policy import (
     signature_problem,
     signing_rule,
 )
-from bundler.commands.build import build
 from bundler.errors import BuildError, InputUnavailableError
 from bundler.hashing import file_sha256
 from bundler.manifest import Manifest, load
+from bundler.operations.build import build
 from bundler.platforms import backend_for
 from bundler.readers.pe import inspect_pe
 from bundler.readers.signatures import SignatureEvidence

@@ -19,8 +19,8 @@ import pytest
 from conftest import MANIFESTS, run_cli
 
 from bundler.assembly import modelgate
-from bundler.commands.build import build
 from bundler.manifest import load
+from bundler.operations.build import build
 from bundler.sources.cache import Cache
 from bundler.sources.gate import host_target
 from bundler.sources.lock import read_lock, write_lock

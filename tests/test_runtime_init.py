@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import MANIFESTS, run_cli
 
-from bundler.commands.init import SHA256_PLACEHOLDER
 from bundler.manifest import parse
+from bundler.operations.init import SHA256_PLACEHOLDER
 
 
 def _file(folder: Path, name: str) -> Path:
@@ -70,8 +70,8 @@ def test_the_starter_without_runtime_explains_how_to_pin_one(tmp_path: Path) -> 
 
 
 def test_the_linux_example_pins_a_runtime_and_is_otherwise_the_quickstart() -> None:
-    from bundler.commands.init import PY_STANDALONE
     from bundler.manifest import load
+    from bundler.operations.init import PY_STANDALONE
 
     example, quickstart = load(MANIFESTS / "quickstart-linux-runtime.toml"), load(MANIFESTS / "quickstart-linux.toml")
     runtime = example.python.runtime
@@ -82,7 +82,7 @@ def test_the_linux_example_pins_a_runtime_and_is_otherwise_the_quickstart() -> N
 
 def test_the_windows_example_is_refused_until_its_runtime_is_pinned(tmp_path: Path) -> None:
     """python.org's bytes cannot be pinned from here: the example names the one key the user must fill in."""
-    from bundler.commands.init import PY_EMBED
+    from bundler.operations.init import PY_EMBED
 
     text = (MANIFESTS / "quickstart-win-runtime.toml").read_text()
     proc = run_cli("build", str(MANIFESTS / "quickstart-win-runtime.toml"), check=False)

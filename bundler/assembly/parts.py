@@ -8,7 +8,7 @@ ones. The order is the only place the parts meet, and `parts_for` holds it; a pl
 models and scripts. Why a part must come after others is data (`After`): the rules below and the backend's own
 for its native parts, checked by `parts_for` each time it places them.
 The records (bundle.json, install-plan.json) and then the SBOM are written after all parts, by
-`bundler.commands.build`, because they describe everything the parts added.
+`bundler.operations.build`, because they describe everything the parts added.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ from bundler.assembly.wheelbuild import MARKER_FIELD, PROVENANCE_FILE
 from bundler.errors import BuildError
 from bundler.manifest import Gpu, Input, Manifest
 from bundler.readers.pe import inspect_pe
-from bundler.readers.wheels import wheel_metadata  # noqa: F401  (re-exported: python_env, commands/inspect)
+from bundler.readers.wheels import wheel_metadata  # noqa: F401  (re-exported: python_env, operations/inspect)
 from bundler.sources.license_pins import LicensePin, pinned
 from bundler.spdx import LicenseFinding, checked
 from bundler.writer.members import Member

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from bundler.errors import (
     BundleError,
@@ -22,9 +21,6 @@ from bundler.errors import (
     UsageError,
 )
 from bundler.target import delta_apply
-
-if TYPE_CHECKING:
-    from bundler.sources.cache import Cache
 
 NAME = "apply"
 HELP = "rebuild a new release zip from the old release's zip and a delta made by `ort-bundler delta`"
@@ -46,13 +42,13 @@ ERRORS: dict[str, type[BundleError]] = {
 }
 
 
-def configure(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("old", type=Path, help="the old release's zip, exactly as published")
     parser.add_argument("delta", type=Path, help="the .delta file")
     parser.add_argument("-o", "--output", type=Path, default=Path("."), help="folder for the new zip (default: .)")
 
 
-def run(args: argparse.Namespace, *, cache: Cache) -> int:
+def run(args: argparse.Namespace) -> int:
     try:
         header, result = delta_apply.apply_delta(str(args.old), str(args.delta), str(args.output))
     except delta_apply.DeltaError as exc:

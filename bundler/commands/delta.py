@@ -20,7 +20,6 @@ from bundler.target.delta_apply import Release
 
 if TYPE_CHECKING:
     from bundler.readers.bundlezip import BundleZip
-    from bundler.sources.cache import Cache
 
 NAME = "delta"
 HELP = "write what turns one release zip into the next: a .delta file the old release's applier applies"
@@ -31,15 +30,15 @@ writes DIR/<name>-<old version>-to-<new version>-<platform>.delta and its .sha25
   ort-bundler apply OLD.zip DELTA -o DIR, run.sh --apply …, or python3 -I delta_apply.py …"""
 
 
-def configure(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("old", type=Path, help="the release the far side has")
     parser.add_argument("new", type=Path, help="the release to carry there")
     parser.add_argument("-o", "--output", type=Path, default=Path("."), help="folder for the delta (default: .)")
     parser.add_argument("--json", action="store_true", help="print the result and what changed as JSON")
 
 
-def run(args: argparse.Namespace, *, cache: Cache) -> int:
-    from bundler.commands.diff import diff_bundles
+def run(args: argparse.Namespace) -> int:
+    from bundler.operations.diff import diff_bundles
     from bundler.readers.bundlezip import open_bundle
     from bundler.writer.delta import plan, write_delta
 

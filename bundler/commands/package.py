@@ -26,15 +26,19 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 import zipfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bundler.commands.sign import add_signing_options, signing_options
+from bundler.commands.shared import (
+    add_signing_options,
+    cache_of,
+    check_output_folder,
+    output_staging,
+    signing_options,
+)
 from bundler.errors import BuildError, UnsupportedError, UsageError, VerificationError
 
 if TYPE_CHECKING:
@@ -58,7 +62,7 @@ the inner zip of a .intunewin is byte-identical for the same bundle (its sha256 
 differs on every run, because Intune's format encrypts it with fresh random keys"""
 
 
-def configure(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bundle", type=Path, help="a win_amd64 bundle zip (as `build` or `sign` wrote it)")
     parser.add_argument("-o", "--output", type=Path, required=True, help="output folder")
     parser.add_argument("--intunewin", action="store_true",
@@ -72,7 +76,7 @@ def configure(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) 
                         help="print every output (path, size, sha256, inner zip) and its Win32 app settings as JSON")
 
 
-def run(args: argparse.Namespace, *, cache: Cache) -> int:
+def run(args: argparse.Namespace) -> int:
     if not args.intunewin and not args.msi:
         msg = "found no package format, expected --msi, --intunewin or both"
         raise UsageError(msg)
@@ -80,7 +84,7 @@ def run(args: argparse.Namespace, *, cache: Cache) -> int:
         msg = "the signing options sign the MSI: give --msi (sign the bundle itself with `ort-bundler sign`)"
         raise UsageError(msg)
     signing = signing_options(args)
-    result = package_bundle(args.bundle, args.output, cache=cache, msi=args.msi, intunewin=args.intunewin,
+    result = package_bundle(args.bundle, args.output, cache=cache_of(args), msi=args.msi, intunewin=args.intunewin,
                             signing=signing, say=None if args.quiet or args.json else say_stage)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
@@ -135,7 +139,7 @@ def package_bundle(bundle: Path, out: Path, *, cache: Cache, msi: bool = False, 
     from bundler.writer.members import MemberCache
 
     say = say or _silent
-    _check_output(out)
+    check_output_folder(out)
     say(f"verifying {bundle.name}")
     report = verify_bundle(bundle, cache=cache)
     if not report.ok:
@@ -143,7 +147,7 @@ def package_bundle(bundle: Path, out: Path, *, cache: Cache, msi: bool = False, 
                f"`ort-bundler verify {bundle}` and package an intact bundle")
         raise VerificationError(msg)
     member_cache = MemberCache(cache.work_dir("members"))
-    with zipfile.ZipFile(bundle) as archive, _staging(out) as staging:
+    with zipfile.ZipFile(bundle) as archive, output_staging(out) as staging:
         top = archive.namelist()[0].split("/", 1)[0]
         wanted = frozenset(name for name, asked in (("msi", msi), ("intunewin", intunewin)) if asked)
         info = _packageable(bundle, archive, top, formats=wanted)
@@ -186,12 +190,6 @@ def _check_room(bundle: str, out: Path, stages: list[Stage]) -> None:
         msg = (f"{bundle} cannot be packaged in {out}: {'; '.join(problems)}; free space there or choose "
                f"another -o folder (nothing was written)")
         raise BuildError(msg)
-
-
-def _check_output(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        msg = f"-o {out}: found a file, expected a folder (existing or to be made) for the packages"
-        raise UsageError(msg)
 
 
 def _packageable(bundle: Path, archive: zipfile.ZipFile, top: str, *, formats: frozenset[str]) -> BundleInfo:
@@ -303,29 +301,6 @@ def single_file_folder(file: Path, folder: Path) -> Path:
     folder.mkdir()
     link_or_copy(file, folder / file.name)
     return folder
-
-
-@contextmanager
-def _staging(out: Path) -> Iterator[Path]:
-    """A hidden folder inside `out` for the unpacked bundle and the outputs, on the outputs' file system (so they
-    are moved into place by a rename), removed however the run ends; so is `out` when this run made it and
-    failed."""
-    made = not out.exists()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=out, prefix=".ort-bundler-package-", suffix=".tmp"))
-    except OSError as exc:
-        msg = f"-o {out}: the output folder cannot be used ({exc.strerror}); choose another one"
-        raise UsageError(msg) from None
-    try:
-        yield staging
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        if made:
-            with suppress(OSError):  # not empty: another process put something there meanwhile
-                out.rmdir()
-        raise
-    shutil.rmtree(staging, ignore_errors=True)
 
 
 def _publish_msi(built: Msi, out: Path) -> Msi:

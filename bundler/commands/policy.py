@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bundler.commands.package import _check_output, _staging
+from bundler.commands.shared import cache_of, check_output_folder, output_staging
 from bundler.errors import UnsupportedError, UsageError, VerificationError
 from bundler.packaging.app_control import (
     PolicyOptions,
@@ -56,7 +56,7 @@ signed files with a version resource get publisher rules, every other file a rul
 hash; the report names each file and its rule, and any file no rule can name before it exists (and why)"""
 
 
-def configure(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bundle", type=Path, help="a win_amd64 bundle zip, or the MSI `package --msi` wrote")
     parser.add_argument("-o", "--output", type=Path, required=True, help="output folder")
     parser.add_argument("--wdac", action="store_true",
@@ -79,7 +79,7 @@ class Written:
     report: dict[str, object]
 
 
-def run(args: argparse.Namespace, *, cache: Cache) -> int:
+def run(args: argparse.Namespace) -> int:
     if not (args.wdac or args.wdac_base or args.applocker):
         msg = "found no policy format, expected --wdac, --wdac-base, --applocker or several"
         raise UsageError(msg)
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace, *, cache: Cache) -> int:
         msg = ("--wdac writes a supplemental policy, which needs the base policy it extends: give --base-policy-id "
                "GUID (or --wdac-base for a base policy of these rules alone)")
         raise UsageError(msg)
-    written = write_policies(args.bundle, args.output, cache=cache, trust=args.trust,
+    written = write_policies(args.bundle, args.output, cache=cache_of(args), trust=args.trust,
                              formats=frozenset(f for f in ("wdac", "wdac_base", "applocker") if getattr(args, f)),
                              base_policy_id=args.base_policy_id, sid=args.sid)
     if args.json:
@@ -100,8 +100,8 @@ def run(args: argparse.Namespace, *, cache: Cache) -> int:
 
 def write_policies(bundle: Path, out: Path, *, cache: Cache, trust: Path | None, formats: frozenset[str],
                    base_policy_id: str | None, sid: str) -> Written:
-    _check_output(out)
-    with _staging(out) as staging:
+    check_output_folder(out)
+    with output_staging(out) as staging:
         name, version, found = _install_files(bundle, staging, cache=cache, trust=trust)
         options = PolicyOptions(name=name, version=version, base_policy_id=base_policy_id, sid=sid)
         identities = _identities(found)

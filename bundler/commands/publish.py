@@ -5,13 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from bundler.commands.registry_args import add_registry_options, open_registry
+from bundler.commands.shared import add_registry_options, cache_of, open_registry
 from bundler.errors import VerificationError
-
-if TYPE_CHECKING:
-    from bundler.sources.cache import Cache
 
 NAME = "publish"
 HELP = "publish a bundle zip (with its .sha256, SBOM and signature) to an OCI registry under an immutable tag"
@@ -22,7 +18,7 @@ the tag defaults to the bundle's version (+ and other characters tags forbid bec
 another release is refused unless --force"""
 
 
-def configure(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bundle", type=Path)
     parser.add_argument("registry", metavar="oci://HOST[:PORT]/REPO[:TAG]")
     parser.add_argument("--force", action="store_true", help="replace a tag that holds another release")
@@ -30,7 +26,7 @@ def configure(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) 
     add_registry_options(parser)
 
 
-def run(args: argparse.Namespace, *, cache: Cache) -> int:
+def run(args: argparse.Namespace) -> int:
     from bundler.releases.registry import publish_bundle
     from bundler.signing.verify import verify_bundle
 
@@ -39,7 +35,7 @@ def run(args: argparse.Namespace, *, cache: Cache) -> int:
         from bundler.errors import UsageError
 
         raise UsageError(f"publish: {registry.ref} names a digest; publish takes a tag (oci://HOST/REPO:TAG)")
-    report = verify_bundle(args.bundle, cache=cache)  # a broken bundle is never published
+    report = verify_bundle(args.bundle, cache=cache_of(args))  # a broken bundle is never published
     if not report.ok:
         raise VerificationError(f"{args.bundle.name}: does not verify, not published: " + "; ".join(report.findings()))
     from bundler.releases import attestations

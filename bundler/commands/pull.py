@@ -5,13 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from bundler.commands.registry_args import add_registry_options, open_registry
+from bundler.commands.shared import add_registry_options, cache_of, open_registry
 from bundler.errors import VerificationError
-
-if TYPE_CHECKING:
-    from bundler.sources.cache import Cache
 
 NAME = "pull"
 HELP = "bring a published bundle back from an OCI registry, check every digest and verify it"
@@ -23,7 +19,7 @@ own members), and only once every file matched its digest and the bundle verifie
 name, and a file DIR already holds is not replaced unless --force"""
 
 
-def configure(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("registry", metavar="oci://HOST[:PORT]/REPO:TAG")
     parser.add_argument("-o", "--output", type=Path, default=Path("."), help="folder for the files (default: .)")
     parser.add_argument("--trust", type=Path, metavar="CA.pem", help="passed to verify: check the signatures "
@@ -34,14 +30,14 @@ def configure(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) 
     add_registry_options(parser)
 
 
-def run(args: argparse.Namespace, *, cache: Cache) -> int:
+def run(args: argparse.Namespace) -> int:
     from bundler.releases.pull import pull_bundle
     from bundler.signing.verify import verify_bundle
 
     registry = open_registry(args, args.registry, what="pull", tag=True)
 
     def check(zip_path: Path) -> None:
-        report = verify_bundle(zip_path, trust=args.trust, cache=cache)
+        report = verify_bundle(zip_path, trust=args.trust, cache=cache_of(args))
         if not report.ok:
             raise VerificationError(f"{registry.ref}: {zip_path.name} does not verify, nothing kept: "
                                     + "; ".join(report.findings()))

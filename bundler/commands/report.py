@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bundler.commands.shared import cache_of
 from bundler.errors import InputUnavailableError, UsageError
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ the page runs no script and loads nothing: open it in any browser, offline"""
 PROVENANCE_MEMBER = "provenance.intoto.json"
 
 
-def configure(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bundle", type=Path, help="the bundle zip to review")
     parser.add_argument("-o", "--output", type=Path, required=True, help="the HTML file to write")
     parser.add_argument("--against", type=Path, metavar="OLD.zip", help="an earlier release: show what changed")
@@ -42,8 +43,8 @@ def configure(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) 
                         help="anchors the bundle's signature must chain to (shown as trusted or not)")
 
 
-def run(args: argparse.Namespace, *, cache: Cache) -> int:
-    written = write_report(args.bundle, args.output, against=args.against, trust=args.trust, cache=cache)
+def run(args: argparse.Namespace) -> int:
+    written = write_report(args.bundle, args.output, against=args.against, trust=args.trust, cache=cache_of(args))
     if not args.quiet:
         print(f"wrote {args.output} ({written:,} bytes)")
     return 0
@@ -51,8 +52,8 @@ def run(args: argparse.Namespace, *, cache: Cache) -> int:
 
 def write_report(bundle: Path, output: Path, *, against: Path | None, trust: Path | None, cache: Cache) -> int:
     from bundler.atomic import write_atomic
-    from bundler.commands.diff import diff_bundles
     from bundler.hashing import file_sha256
+    from bundler.operations.diff import diff_bundles
     from bundler.readers.bundlezip import open_bundle
     from bundler.review.page import render_page
     from bundler.review.view import Sources, review

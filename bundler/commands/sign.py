@@ -10,17 +10,15 @@ folder). Nothing is written unless every signature was made and checked.
 from __future__ import annotations
 
 import argparse
-import sys
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from bundler.commands.shared import add_signing_options, cache_of, signing_options
 from bundler.errors import UsageError, VerificationError
 
-if TYPE_CHECKING:
-    from bundler.signing.bundle import SignOptions
-    from bundler.sources.cache import Cache
-
+NAME = "sign"
+HELP = "sign every .ps1 (Authenticode) and the bundle (SHA256SUMS.p7s)"
+DESCRIPTION = "sign every .ps1 (Authenticode) and the bundle as a whole (SHA256SUMS.p7s)"
 EXAMPLES = """examples:
   ort-bundler sign dist/app-1.0.0-win_amd64.zip -o signed/ --cert signer.pem --key signer.key --chain chain.pem
   ORT_P12_PASSWORD=... ort-bundler sign app.zip -o signed/ --pkcs12 signer.p12 --password-env ORT_P12_PASSWORD
@@ -35,22 +33,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def add_signing_options(parser: argparse.ArgumentParser) -> None:
-    """The ways to sign, shared by `sign` and `package --msi`."""
-    parser.add_argument("--cert", type=Path, help="PEM code-signing certificate (may be followed by its chain)")
-    parser.add_argument("--key", type=Path, help="unencrypted PEM private key of --cert")
-    parser.add_argument("--pkcs12", type=Path, help="PKCS#12 (.p12/.pfx) file with the key and certificate")
-    parser.add_argument("--password-env", metavar="NAME",
-                        help="environment variable holding the --pkcs12 password (default: prompt)")
-    parser.add_argument("--chain", type=Path, help="PEM intermediate certificates to include")
-    parser.add_argument("--timestamp-url", metavar="URL",
-                        help="RFC 3161 timestamp server for the script signatures (the signature then differs "
-                             "on every run)")
-    parser.add_argument("--signer", metavar="COMMAND",
-                        help="external signing command, run as COMMAND INPUT OUTPUT for each file")
-
-
-def sign_command(args: argparse.Namespace, *, cache: Cache) -> int:
+def run(args: argparse.Namespace) -> int:
     import json
 
     from bundler.signing.bundle import sign_bundle
@@ -60,7 +43,7 @@ def sign_command(args: argparse.Namespace, *, cache: Cache) -> int:
         msg = "give exactly one of --cert/--key, --pkcs12 or --signer (found none)"
         raise UsageError(msg)
     dest = output_path(args.bundle, args.output)
-    result = sign_bundle(args.bundle, dest, options=options, cache=cache)
+    result = sign_bundle(args.bundle, dest, options=options, cache=cache_of(args))
     if args.json:
         print(json.dumps({"zip": str(result.zip_path), "sha256": result.sha256, "size": result.size,
                           "signer": result.signer, "signed": list(result.signed)}, indent=2))
@@ -73,35 +56,6 @@ def sign_command(args: argparse.Namespace, *, cache: Cache) -> int:
 def _count(number: int, noun: str) -> str:
     """`1 signature`, `3 signatures`."""
     return f"{number} {noun}{'' if number == 1 else 's'}"
-
-
-def signing_options(args: argparse.Namespace) -> SignOptions | None:
-    """The one way to sign the arguments give, None when they give none."""
-    from bundler.signing.bundle import SignOptions
-    from bundler.signing.credentials import environment, load_pem_identity, load_pkcs12_identity, pkcs12_password
-    from bundler.signing.external import parse_command
-
-    ways = [name for name, given in (("--cert/--key", args.cert or args.key), ("--pkcs12", args.pkcs12),
-                                     ("--signer", args.signer)) if given]
-    if not ways and not args.timestamp_url and not args.chain:
-        return None
-    if len(ways) != 1:
-        msg = f"give exactly one of --cert/--key, --pkcs12 or --signer (found {', '.join(ways) or 'none'})"
-        raise UsageError(msg)
-    if args.signer:
-        if args.timestamp_url:
-            msg = "--timestamp-url does nothing with --signer: let your signing tool timestamp its signatures"
-            raise UsageError(msg)
-        return SignOptions(signer_command=parse_command(args.signer))
-    if args.pkcs12:
-        password = pkcs12_password(args.password_env, environ=environment(), prompt=sys.stdin.isatty())
-        identity = load_pkcs12_identity(args.pkcs12, password, chain=args.chain)
-    else:
-        if not (args.cert and args.key):
-            msg = "--cert and --key go together: give both"
-            raise UsageError(msg)
-        identity = load_pem_identity(args.cert, args.key, chain=args.chain)
-    return SignOptions(identity=identity, timestamp_url=args.timestamp_url)
 
 
 def output_path(source: Path, output: Path) -> Path:

@@ -54,7 +54,6 @@ PACKAGE = "onnxruntime"
 ON_DISK = re.compile(r"(\.(pyd|dll|dylib|so)(\.\d+)*|\.dist-info/[^/]+(/[^/]+)*"
                      r"|(^|/)onnxruntime/(__init__|capi/build_and_package_info|capi/version_info)\.py)$", re.IGNORECASE)
 LINUX_ABI3_RE = re.compile(r"\.abi3\.so$")
-MANYLINUX_X86_64_RE = re.compile(r"^(linux|manylinux(1|2010|2014|_\d+_\d+))_x86_64$")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,7 +20,6 @@ MODEL_FORMAT = 2  # the [[model]] entries `lock` writes; entries without `format
 PER_LINE = 8
 SUMMARY_KEYS = ("count", "min", "max", "mean", "zeros", "not_finite")
 FIELDS = ("digest", "dtype", "shape")  # an output's facts besides its values (bundler/target/synth.py)
-OUTPUT_KEYS = (*FIELDS, *SUMMARY_KEYS, "values")
 
 
 def canonical(data: Mapping[str, Any]) -> str:

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-#: The options every command takes (`bundler.cli._common_options`) plus argparse's `--help`: listed once.
+#: The options every command takes (`bundler.commands.shared.add_common_options`) plus argparse's `--help`: listed once.
 COMMON_DESTS = frozenset({"help", "verbose", "quiet", "cache"})
 USAGE_WIDTH = "100"  # argparse wraps usage lines at $COLUMNS: fixed, so the page is the same on every machine
 
