@@ -225,7 +225,7 @@ def test_try_in_sandbox_cmd_is_thin_and_hands_every_argument_to_the_sandbox_modu
 
 def test_readme_install_says_how_to_try_the_bundle_in_windows_sandbox() -> None:
     """Issue 28: the section names every file the logon script leaves in results\\ and what the sandbox proves."""
-    from bundler.target.sandbox import ENABLE_COMMAND, RESULT_FILES
+    from bundler.shipped.ort_bundle.sandbox.sandbox import ENABLE_COMMAND, RESULT_FILES
 
     def section(**changes: object) -> str:
         text = render_scripts(context("win_amd64", **changes))["README-INSTALL.txt"].decode().replace("\r\n", "\n")
