@@ -209,14 +209,14 @@ def test_try_in_sandbox_cmd_is_thin_and_hands_every_argument_to_the_sandbox_modu
     lines = data.decode("ascii").split("\r\n")
     assert b"\n" not in data.replace(b"\r\n", b"") and lines[-1] == "" and len(lines) - 1 <= 30
     handovers = [line for line in lines if "%*" in line]
-    assert handovers and all(line.endswith('-I -B "%ORT_BUNDLE_SANDBOX%" %* & goto :eof') for line in handovers)
-    assert 'set "ORT_BUNDLE_SANDBOX=%~dp0payload\\installer\\sandbox.py"' in lines
+    assert handovers and all(line.endswith('-I -B "%ORT_BUNDLE_START%" sandbox %* & goto :eof') for line in handovers)
+    assert 'set "ORT_BUNDLE_START=%~dp0payload\\ort_bundle\\__main__.py"' in lines
     assert "powershell" not in data.decode().lower() and "wsb" not in " ".join(handovers)
     if runtime:
-        assert handovers == ['"%ORT_BUNDLE_PYTHON%" -I -B "%ORT_BUNDLE_SANDBOX%" %* & goto :eof']
+        assert handovers == ['"%ORT_BUNDLE_PYTHON%" -I -B "%ORT_BUNDLE_START%" sandbox %* & goto :eof']
         assert 'set "ORT_BUNDLE_PYTHON=%~dp0payload\\python\\python.exe"' in lines and "py.exe" not in data.decode()
     else:
-        assert handovers == ['"%ORT_BUNDLE_PY%" -I -B "%ORT_BUNDLE_SANDBOX%" %* & goto :eof']
+        assert handovers == ['"%ORT_BUNDLE_PY%" -I -B "%ORT_BUNDLE_START%" sandbox %* & goto :eof']
         probes = [line.split("('", 1)[1].split(" -c ")[0] for line in lines if "for /f" in line]
         assert probes == ["py.exe -3.11 -I", "py.exe -3 -I", "python.exe -I"]  # in this order, as install.cmd looks
         assert "echo try-in-sandbox.cmd: writing the .wsb with %ORT_BUNDLE_PY%" in lines  # it says which
