@@ -158,7 +158,7 @@ def ours(old: Path, new: Path, work: Path, repeat: int) -> Tool:
     applier = work / "delta_apply.py"
     with zipfile.ZipFile(old) as archive:
         shipped = [n for n in archive.namelist() if n.endswith("/payload/ort_bundle/delta_apply.py")]
-        applier.write_bytes(archive.read(shipped[0]) if shipped else (REPO / "bundler/target/delta_apply.py").read_bytes())
+        applier.write_bytes(archive.read(shipped[0]) if shipped else (REPO / "bundler/shipped/ort_bundle/delta_apply.py").read_bytes())
     result = work / "ours-result"
     apply, error = timed([sys.executable, "-I", "-S", str(applier), str(old), str(delta), "-o", str(result)], repeat,
                          before=lambda: shutil.rmtree(result, ignore_errors=True))

@@ -70,7 +70,7 @@ class UnsupportedError(BundleError):
     return_code = 9
 
 
-# `ort-bundler apply` (and the applier every bundle ships, bundler/target/delta_apply.py EXIT_CODES): one code
+# `ort-bundler apply` (and the applier every bundle ships, bundler/shipped/ort_bundle/delta_apply.py EXIT_CODES): one code
 # per refusal, so a script can tell a wrong OLD from a delta damaged in transit.
 class DeltaDamagedError(BundleError):
     """A delta refused by `apply` as damaged or truncated (its trailer, its records, its rebuilt zip's sha256)."""

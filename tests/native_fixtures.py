@@ -3,7 +3,7 @@
 The probe is the stand-in for a user's program: it loads `onnxruntime.dll` by name, so whatever set-up
 runs before it (a test's `.cmd`, or the generated `run.cmd` with the probe as the bundle's program) decides
 which copy it gets. This module compiles it, extracts the `capi/` folder of real `win_amd64` wheels, reads
-its report, and runs the Linux onnxruntime on the very inputs the build synthesises (`bundler.target.synth`,
+its report, and runs the Linux onnxruntime on the very inputs the build synthesises (`bundler.shipped.ort_bundle.synth`,
 which the probe mirrors in C), so a digest printed under Wine can be checked against the same computation
 done here or recorded in a bundle.
 
@@ -24,7 +24,7 @@ import pytest
 from conftest import pip_download
 from wine import Wine, compile_windows_exe
 
-from bundler.target import synth
+from bundler.shipped.ort_bundle import synth
 
 PROBE_SOURCE = Path(__file__).parent / "native" / "ortprobe.c"
 

@@ -3,7 +3,7 @@
 A target's identity (`bundler.target_platform.TargetPlatform`) carries values (line endings, venv layout, binary
 format, ...) that code reads; what a target does differently is its backend's. A `.windows` flag, or a comparison
 with a platform's tag or name, anywhere else is a branch a new target would have to find and edit. The code that
-ships to the install machine (`bundler/target/`) is not build code: it asks the machine it runs on (`os.name`),
+ships to the install machine (`bundler/shipped/ort_bundle/`) is not build code: it asks the machine it runs on (`os.name`),
 which is its job, and is held only to the `.windows` rule.
 """
 
@@ -19,7 +19,7 @@ from bundler.target_platform import TARGETS
 BUNDLER = Path(__file__).resolve().parent.parent / "bundler"
 BACKENDS = BUNDLER / "platforms"
 IDENTITY = BUNDLER / "target_platform.py"
-TARGET = BUNDLER / "target"
+TARGET = BUNDLER / "shipped"
 #: What a platform test compares with: every target's tag and name, and the names of the identities themselves.
 PLATFORM_WORDS = frozenset({*TARGETS, *(t.name for t in TARGETS.values())})
 IDENTITIES = frozenset({"WINDOWS", "LINUX"})

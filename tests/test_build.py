@@ -21,9 +21,10 @@ pytestmark = pytest.mark.integration
 
 LINUX_STEM = "quickstart-linux-1.0.0-linux_x86_64"
 WIN_STEM = "quickstart-win-1.0.0-win_amd64"
-#: What every Windows bundle carries for "Try it first in Windows Sandbox" (issue 28).
-SANDBOX_FILES = ("try-in-sandbox.cmd", "payload/installer/sandbox.py", "payload/installer/ortengine/sandbox.py",
-                 "payload/installer/ortengine/sandbox_render.py")
+#: What every Windows bundle carries for "Try it first in Windows Sandbox" (issue 28); its program is the shipped
+#: package's (payload/ort_bundle/sandbox), which every bundle carries whole.
+SANDBOX_FILES = ("try-in-sandbox.cmd",)
+SANDBOX_MODULES = ("payload/ort_bundle/sandbox/sandbox.py", "payload/ort_bundle/sandbox/sandbox_render.py")
 
 
 def copy_manifests(dest: Path) -> Path:
@@ -55,10 +56,10 @@ def test_quickstart_bundles_have_the_documented_layout(linux_zip: Path, bundler_
             assert all(n.startswith(stem + "/") for n in archive.namelist())
             record = json.loads(archive.read(f"{stem}/bundle.json"))
             sums = archive.read(f"{stem}/SHA256SUMS").decode()
-        assert scripts <= names
+        assert scripts <= names and set(SANDBOX_MODULES) <= names
         if stem == LINUX_STEM:
             assert not names & set(SANDBOX_FILES)
-        else:  # try-in-sandbox.cmd's module runs from the bundle (issue 28): listed in SHA256SUMS, never installed
+        else:  # try-in-sandbox.cmd runs from the bundle (issue 28): listed in SHA256SUMS, never installed
             plan = json.loads(zipfile.ZipFile(path).read(f"{stem}/install-plan.json"))
             assert not {entry["from"] for entry in plan["copy"]} & set(SANDBOX_FILES)
         assert {"bundle.json", "install-plan.json", "SHA256SUMS", "README-INSTALL.txt",

@@ -23,7 +23,7 @@ import pytest
 from test_launcher import context, install, report, start, venv  # noqa: F401  (venv: a fixture)
 
 from bundler.assembly.render import INSTALL_EXIT_CODES
-from bundler.target import cache_folder
+from bundler.shipped.ort_bundle import cache_folder
 
 PREREQUISITE = INSTALL_EXIT_CODES["prerequisite"]
 OTHER = 65534
@@ -135,7 +135,7 @@ def test_install_refuses_a_cache_dir_another_user_owns_or_can_write(tmp_path: Pa
     """`install.sh --cache-dir` says so before anything is installed; a sticky shared folder is accepted."""
     from test_install_sh import make_bundle
 
-    from bundler.target import engine
+    from bundler.shipped.ort_bundle.engine import engine
 
     bundle = make_bundle(tmp_path / "bundle")
     theirs = shared / "theirs"

@@ -19,11 +19,11 @@ import pytest
 from conftest import REPO, run_cli
 
 from bundler import errors
-from bundler.target.delta_apply import EXIT_CODES, MAX_RESULT, PREAMBLE, Release
+from bundler.shipped.ort_bundle.delta_apply import EXIT_CODES, MAX_RESULT, PREAMBLE, Release
 from bundler.writer.delta import Plan, plan, write_delta
 from bundler.writer.delta_match import Copy
 
-APPLIER = REPO / "bundler" / "target" / "delta_apply.py"
+APPLIER = REPO / "bundler" / "shipped" / "ort_bundle" / "delta_apply.py"
 WHEEL_LIKE = os.urandom(1 << 20)  # stored bytes that do not compress, as a wheel's are
 
 
@@ -210,8 +210,8 @@ def test_the_ops_are_varints_as_the_format_says(pair) -> None:
 
 
 def test_every_bundle_ships_the_applier_the_launcher_starts_with_apply() -> None:
-    from bundler.assembly.runtime_package import package_files
-    from bundler.target import launcher
+    from bundler.assembly.shipped_package import package_files
+    from bundler.shipped.ort_bundle import launcher
 
     assert package_files()["ort_bundle/delta_apply.py"] == APPLIER.read_bytes()
     assert launcher.SWITCHES["--apply"] == "apply" and launcher.WINDOWS_ALIASES["-apply"] == "apply"

@@ -17,7 +17,7 @@ from test_delta_refusals import APPLIER, pair  # noqa: F401 (the module fixture)
 from windows_python import WindowsPython, copy_interpreter, windows_python  # noqa: F401
 from wine import wine  # noqa: F401
 
-from bundler.target.delta_apply import EXIT_CODES
+from bundler.shipped.ort_bundle.delta_apply import EXIT_CODES
 
 pytestmark = pytest.mark.wine
 

@@ -9,7 +9,7 @@ import pefile
 import pytest
 from native_fixtures import DECOY_ORT_VERSION, ort_win_capi  # noqa: F401  (fixture)
 
-from bundler.target.dllsearch import choose, file_version, search_folders
+from bundler.shipped.ort_bundle.selfcheck.dllsearch import choose, file_version, search_folders
 
 pytestmark = pytest.mark.integration
 
@@ -62,7 +62,7 @@ def test_a_file_without_a_version_resource_has_none(tmp_path: Path) -> None:
 
 
 def native_context(tmp_path: Path, capi: Path, *, app_local: bool):
-    from bundler.target.selfcheck import Context
+    from bundler.shipped.ort_bundle.selfcheck.selfcheck import Context
 
     windows, app = layout(tmp_path, capi, app_local=app_local)
     bundle = {"platform": "win_amd64", "entry_point": {"program": "app/ortprobe.exe"}}
@@ -71,7 +71,7 @@ def native_context(tmp_path: Path, capi: Path, *, app_local: bool):
 
 def test_the_self_check_warns_about_system32_even_when_the_bundles_copy_wins(
         tmp_path: Path, ort_win_capi, monkeypatch: pytest.MonkeyPatch) -> None:
-    from bundler.target.selfcheck import check_native_runtime
+    from bundler.shipped.ort_bundle.selfcheck.selfcheck import check_native_runtime
 
     ctx, windows = native_context(tmp_path, ort_win_capi(DECOY_ORT_VERSION), app_local=True)
     monkeypatch.setenv("SystemRoot", str(windows))  # where this stand-in Windows tree keeps System32
@@ -83,7 +83,7 @@ def test_the_self_check_warns_about_system32_even_when_the_bundles_copy_wins(
 
 def test_the_self_check_fails_when_the_program_would_load_system32s_copy(
         tmp_path: Path, ort_win_capi, monkeypatch: pytest.MonkeyPatch) -> None:
-    from bundler.target.selfcheck import check_native_runtime
+    from bundler.shipped.ort_bundle.selfcheck.selfcheck import check_native_runtime
 
     ctx, windows = native_context(tmp_path, ort_win_capi(DECOY_ORT_VERSION), app_local=False)
     monkeypatch.setenv("SystemRoot", str(windows))
@@ -93,7 +93,7 @@ def test_the_self_check_fails_when_the_program_would_load_system32s_copy(
 
 
 def test_the_native_check_skips_python_entry_points(tmp_path: Path) -> None:
-    from bundler.target.selfcheck import Context, check_native_runtime
+    from bundler.shipped.ort_bundle.selfcheck.selfcheck import Context, check_native_runtime
 
     ctx = Context(root=tmp_path, bundle={"platform": "win_amd64", "entry_point": {"script": "app/main.py"}},
                   allow_cpu_fallback=False)
@@ -105,4 +105,4 @@ def test_the_shipped_self_check_carries_the_search_inlined() -> None:
 
     script = selfcheck_script_bytes().decode()
     compile(script, "selfcheck.py", "exec")
-    assert "from bundler.target" not in script and "def search_folders(" in script
+    assert "\nfrom ." not in script and "def search_folders(" in script

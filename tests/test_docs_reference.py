@@ -116,7 +116,7 @@ def test_every_exit_code_appears_in_the_reference_and_the_readme(site: Path) -> 
             f"reference/exit-codes.html has no row for {cls.__name__} (exit {cls.return_code})"
         if cls is not errors.BundleError:
             assert re.search(rf"\b{cls.return_code} [a-z]", readme), f"README.md names no exit code {cls.return_code}"
-    from bundler.target.records import INSTALL_EXIT_CODES
+    from bundler.shipped.ort_bundle.records import INSTALL_EXIT_CODES
 
     for name, code in INSTALL_EXIT_CODES.items():
         assert re.search(rf"\b{code}\s*{name}\b", text), f"reference/exit-codes.html lacks the installer's {name}"

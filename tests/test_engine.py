@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from test_install_sh import make_bundle
 
-from bundler.assembly.runtime_package import package_files
-from bundler.target import disk_space, engine
-from bundler.target.records import Check, InstallPlan, Receipt, RecordError, SelfcheckReport
+from bundler.assembly.shipped_package import package_files
+from bundler.shipped.ort_bundle.engine import disk_space, engine
+from bundler.shipped.ort_bundle.records import Check, InstallPlan, Receipt, RecordError, SelfcheckReport
 
 #: A stand-in self-check that prints the report a real one would for a given failure (its JSON comes from
 #: the shared definition), and exits 1 — or 0 once the marker file says the reboot has happened.
@@ -63,7 +63,7 @@ def test_an_explained_failure_is_deferred_and_really_runs_after_the_reboot(tmp_p
     # What the RunOnce value runs at the next logon (install.ps1 writes this command line).
     (target / "rebooted").write_text("")
     log = tmp_path / "after.log"
-    proc = subprocess.run([sys.executable, "-I", "-B", str(target / "installer" / "engine.py"), "after-reboot",
+    proc = subprocess.run([sys.executable, "-I", "-B", str(target / "installer" / "ort_bundle" / "__main__.py"), "engine", "after-reboot",
                            "--root", str(target), "--log-file", str(log)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert Receipt.loads((target / "receipt.json").read_text()).selfcheck.after_reboot is True
@@ -90,8 +90,9 @@ def test_bytecode_is_deterministic_and_names_the_final_folder(tmp_path: Path) ->
         engine.install(engine.Options(bundle=bundle, install_dir=target, force=True, self_check=False), engine.Log(None))
         receipt = Receipt.loads((target / "receipt.json").read_text())
         pycs.append({f.path: f.sha256 for f in receipt.files if f.path.endswith(".pyc")})
-    # __init__ and 50 modules of the wheel, the DLL hook and the ort_bundle package (the launcher among them)
-    assert len(pycs[0]) == 52 + len(package_files()) and pycs[0] == pycs[1]
+    # __init__ and 50 modules of the wheel, the DLL hook and the ort_bundle package's modules (the launcher among them)
+    modules = [relative for relative in package_files() if relative.endswith(".py")]
+    assert len(pycs[0]) == 52 + len(modules) and pycs[0] == pycs[1]
     [pyc] = [p for p in target.rglob("mod0007.cpython-*.pyc")]
     assert pyc.read_bytes()[4:8] == (0b01).to_bytes(4, "little")  # hash-based, unchecked: no timestamp
     assert str(target).encode() in pyc.read_bytes() and b".staging" not in pyc.read_bytes()

@@ -92,13 +92,12 @@ def test_the_windows_backend_places_its_native_parts_between_the_sdk_and_the_scr
     order = [part.__name__ for part in windows.parts]
     assert (order.index("add_sdk") < order.index("add_app_local_runtime") < order.index("check_windows")
             < order.index("add_vc_redist") < order.index("add_scripts"))
-    assert order.index("add_engine") < order.index("add_bundle_tools")
 
 
 def test_the_linux_backend_has_none_of_the_windows_parts_and_says_so_in_the_facts(tmp_path: Path) -> None:
     """A Linux bundle ships no sandbox tool, and its records read 'not applicable', not 'not computed yet'."""
     names = {part.__name__ for part in linux.parts}
-    assert not names & {"add_app_local_runtime", "check_windows", "add_vc_redist", "add_bundle_tools"}
+    assert not names & {"add_app_local_runtime", "check_windows", "add_vc_redist"}
     assembly = Assembly()
     linux.no_native_checks(assembly, part_inputs(load(MANIFESTS / "quickstart-linux.toml"), work=tmp_path))
     assert (assembly.facts.app_local, assembly.facts.closure, assembly.facts.vc_redist) == ((), None, None)

@@ -21,8 +21,8 @@ from bundler.errors import BuildError
 from bundler.hashing import file_sha256
 from bundler.manifest import load
 from bundler.readers.capi import read_capi
+from bundler.shipped.ort_bundle.selfcheck.check_context import Context
 from bundler.signing.check import check_signatures
-from bundler.target.check_context import Context
 
 LINUX = "quickstart-linux-1.0.0-linux_x86_64"
 CACHE = cache_root() / "bundler-cache"

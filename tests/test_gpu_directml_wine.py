@@ -29,7 +29,7 @@ from test_gpu_directml import DML_REQUIREMENT, DML_SHA256
 from windows_python import MACHINE_PYTHON, WindowsPython, install_machine_python, windows_python  # noqa: F401
 from wine import Wine, wine  # noqa: F401
 
-from bundler.target.records import INSTALL_EXIT_CODES
+from bundler.shipped.ort_bundle.records import INSTALL_EXIT_CODES
 
 pytestmark = [pytest.mark.integration, pytest.mark.wine]
 

@@ -28,7 +28,9 @@ from bundler.assembly.render import render_scripts
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="the signature check runs openssl")
 
-ENGINE_DIR = "payload/installer/ortengine"
+#: The shipped package in the bundle, whose start file starts the engine (payload/ort_bundle/__main__.py).
+ENGINE_DIR = "payload/ort_bundle"
+TRUST_PY = f"{ENGINE_DIR}/engine/trust.py"
 TAG = sys.implementation.cache_tag  # the target Python is this minor version (install.sh checks it)
 
 
@@ -88,7 +90,7 @@ def install(bundle: Path, root: Path, *args: str) -> subprocess.CompletedProcess
 
 def test_an_added_bytecode_file_beside_the_engine_is_refused_by_name_and_never_runs(
         signed: Path, pki: dict[str, Pki], tmp_path: Path) -> None:
-    """The adversarial run's case: one added unchecked-hash .pyc for ortengine/__init__, with and without --trust."""
+    """The adversarial run's case: one added unchecked-hash .pyc for ort_bundle/__init__, with and without --trust."""
     for trust in (("--trust", str(pki["good"].root)), ()):
         case = tmp_path / ("trust" if trust else "plain")
         bundle = copy_of(signed, case)
@@ -110,10 +112,10 @@ def test_the_engine_reads_only_its_sources_no_bytecode_and_no_extension_module(
     bundle = copy_of(signed, tmp_path)
     marker = tmp_path / "MARKER"
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    plant_extension(bundle / ENGINE_DIR / f"engine_fs{suffix}", marker, tmp_path)
-    for module in (bundle / ENGINE_DIR).glob("*.py"):
-        plant_pyc(bundle / ENGINE_DIR / "__pycache__" / f"{module.stem}.{TAG}.pyc", marker, tmp_path)
-    (bundle / "payload" / "installer" / "argparse.py").write_text(marker_code(marker))  # beside the start script
+    plant_extension(bundle / ENGINE_DIR / "engine" / f"engine_fs{suffix}", marker, tmp_path)
+    for module in sorted((bundle / ENGINE_DIR).rglob("*.py")):
+        plant_pyc(module.parent / "__pycache__" / f"{module.stem}.{TAG}.pyc", marker, tmp_path)
+    (bundle / ENGINE_DIR / "argparse.py").write_text(marker_code(marker))  # beside the start file
     proc = install(bundle, tmp_path / "root")
     assert proc.returncode == 11, proc.stderr
     assert f"{ENGINE_DIR}/__pycache__/__init__.{TAG}.pyc, " in proc.stderr and "more are in the bundle folder" in proc.stderr
@@ -121,7 +123,7 @@ def test_the_engine_reads_only_its_sources_no_bytecode_and_no_extension_module(
     # The start script alone, as `run.sh --verify` starts the installed copy, also with the oldest Python a target
     # may have (before 3.11, -I still puts the script's folder first on sys.path: argparse.py beside it).
     for python in filter(None, (sys.executable, oldest_python())):
-        proc = subprocess.run([python, "-I", "-B", str(bundle / "payload/installer/engine.py"), "verify",
+        proc = subprocess.run([python, "-I", "-B", str(bundle / ENGINE_DIR / "__main__.py"), "engine", "verify",
                                "--root", str(tmp_path / "nowhere")], capture_output=True, text=True)
         assert proc.returncode == 10 and "holds no receipt.json" in proc.stderr, (python, proc.stderr)
         assert not marker.exists(), python
@@ -135,7 +137,7 @@ def test_the_checker_runs_only_from_a_copy_that_matches_the_signed_sums(
     for rewrite_sums in (False, True):
         case = tmp_path / f"rewrite-{rewrite_sums}"
         bundle = copy_of(signed, case)
-        (bundle / ENGINE_DIR / "trust.py").write_text(trojan)
+        (bundle / TRUST_PY).write_text(trojan)
         if rewrite_sums:
             write_sums(bundle)
             (bundle / "SHA256SUMS").write_text(
@@ -167,7 +169,7 @@ def test_a_signer_without_the_code_signing_usage_is_refused_though_its_name_says
     sign_folder(bundle, pki["tls"])
     proc = install(bundle, tmp_path / "root", "--trust", str(pki["tls"].root))
     assert proc.returncode == 11 and "not for code signing" in proc.stderr, proc.stderr
-    direct = subprocess.run([sys.executable, "-I", "-B", str(bundle / ENGINE_DIR / "trust.py"), str(bundle),
+    direct = subprocess.run([sys.executable, "-I", "-B", str(bundle / TRUST_PY), str(bundle),
                              "--trust", str(pki["tls"].root)], capture_output=True, text=True)
     assert direct.returncode == 11 and "is not for code signing" in direct.stderr, direct.stderr
 
@@ -175,7 +177,7 @@ def test_a_signer_without_the_code_signing_usage_is_refused_though_its_name_says
 def test_trust_py_refuses_a_stray_file_by_name(signed: Path, pki: dict[str, Pki], tmp_path: Path) -> None:
     bundle = copy_of(signed, tmp_path)
     (bundle / "payload" / "models" / "Thumbs.db").write_bytes(b"\x00" * 16)
-    proc = subprocess.run([sys.executable, "-I", "-B", str(bundle / ENGINE_DIR / "trust.py"), str(bundle),
+    proc = subprocess.run([sys.executable, "-I", "-B", str(bundle / TRUST_PY), str(bundle),
                            "--trust", str(pki["good"].root)], capture_output=True, text=True)
     assert proc.returncode == 11, proc.stderr
     assert proc.stderr.strip().splitlines() == [

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from test_install_sh import make_bundle, write_sums
 
-from bundler.target import engine
-from bundler.target.records import Receipt
+from bundler.shipped.ort_bundle.engine import engine
+from bundler.shipped.ort_bundle.records import Receipt
 
 EVIL = b"print('swapped in after the check')\n"
 ENTRY = "payload/app/entry.py"

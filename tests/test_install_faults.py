@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from test_install_sh import CODES, make_bundle, run_sh, write_sums
 
-from bundler.target import engine
+from bundler.shipped.ort_bundle.engine import engine
 
 
 def snapshot(folder: Path) -> dict[str, str]:
@@ -129,7 +129,7 @@ def test_an_install_path_with_a_line_break_is_refused_up_front(bundles: dict[str
     target = tmp_path / "apps\nevil" / "tiny"
     proc = install(bundles["1.0"], target)
     assert proc.returncode == CODES["usage"] and "must not contain a line break" in proc.stderr
-    direct = subprocess.run([sys.executable, "-I", "-B", str(bundles["1.0"] / "payload/installer/engine.py"), "install",
+    direct = subprocess.run([sys.executable, "-I", "-B", str(bundles["1.0"] / "payload/ort_bundle/__main__.py"), "engine", "install",
                              "--bundle", str(bundles["1.0"]), "--install-dir", str(target)], capture_output=True, text=True)
     assert direct.returncode == CODES["usage"] and "contains a line break or control character" in direct.stderr
     assert not (tmp_path / "apps\nevil").exists()

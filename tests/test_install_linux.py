@@ -100,7 +100,7 @@ def test_the_install_time_self_check_measures_the_cache_folder_the_launchers_use
     assert check["details"]["cache_dir"] == str(cache)
 
     msi_cache = tmp_path / "msi cache"
-    finish = subprocess.run([sys.executable, "-I", "-B", str(root / "installer" / "engine.py"), "msi-finish", "--root",
+    finish = subprocess.run([sys.executable, "-I", "-B", str(root / "installer" / "ort_bundle" / "__main__.py"), "engine", "msi-finish", "--root",
                              str(root), "--cache-dir", str(msi_cache), "--log-file", str(tmp_path / "msi.log")],
                             capture_output=True, text=True, env=env, timeout=600)
     assert finish.returncode == OK, finish.stderr

@@ -2,7 +2,7 @@
 
 The bundle has the real layout: a tiny wheel built here (with a console script), a hash-pinned
 requirements.txt, install-plan.json written through the target's own definition, SHA256SUMS, the
-install engine (bundler/target) and the real pinned pypa installer wheel at the paths the scripts use. Its
+install engine (bundler/shipped/ort_bundle) and the real pinned pypa installer wheel at the paths the scripts use. Its
 selfcheck.py is a stand-in that only imports the tiny package; its entry point is a stand-in script
 that reports its arguments and environment. One install is shared by the tests that only read it.
 """
@@ -22,15 +22,14 @@ from pathlib import Path
 import pytest
 from conftest import make_identity_model, pip_download
 
-from bundler.assembly.launch import engine_files
 from bundler.assembly.render import (
     INSTALL_EXIT_CODES,
     EntryPoint,
     ScriptContext,
     render_scripts,
 )
-from bundler.assembly.runtime_package import package_files
-from bundler.target.records import InstallPlan, PlanEntry, VenvPlan
+from bundler.assembly.shipped_package import package_files
+from bundler.shipped.ort_bundle.records import InstallPlan, PlanEntry, VenvPlan
 
 #: The pypa installer the engine uses, as `ort-bundler lock` pins it (a real wheel, fetched by pip).
 INSTALLER_REQUIREMENT = "installer==1.1.0"
@@ -114,9 +113,7 @@ def make_bundle(root: Path, *, version: str = "1.0", broken_wheel: bool = False,
     (root / "payload" / "selfcheck" / "selfcheck.py").write_text(selfcheck)
     (root / "payload" / "app").mkdir(parents=True)
     (root / "payload" / "app" / "entry.py").write_text(ENTRY_STANDIN)
-    for rel, (data, _) in engine_files().items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_bytes(data)
+    (root / "payload" / "installer").mkdir(parents=True)
     installer_wheel = pip_download(installer, "any", python_version=python)
     shutil.copyfile(installer_wheel, root / "payload" / "installer" / installer_wheel.name)
     (root / "bundle.json").write_text(json.dumps({"name": "tiny", "version": version}))
@@ -127,7 +124,7 @@ def make_bundle(root: Path, *, version: str = "1.0", broken_wheel: bool = False,
     copies = [("bundle.json", "bundle.json"), ("payload/models/m.onnx", "models/m.onnx"),
               ("payload/selfcheck/selfcheck.py", "selfcheck/selfcheck.py"), ("payload/app/entry.py", "app/entry.py"),
               ("payload/launchers/run.sh", "run.sh"), ("payload/launchers/launch.json", "launch.json"),
-              *((rel, to) for rel, (_, to) in engine_files().items())]
+              *((f"payload/{rel}", f"installer/{rel}") for rel in package_files())]
     site_files = [(f"payload/launchers/ort_bundle_hook.{ext}", f"ort_bundle_hook.{ext}") for ext in ("py", "pth")]
     site_files += [(f"payload/{rel}", rel) for rel in package_files()]
     plan = InstallPlan(
@@ -163,7 +160,7 @@ def tree(folder: Path) -> dict[str, str]:
 
 def full_tree(folder: Path) -> dict[str, str]:
     """Every file and link below `folder`, hashed as the receipt records them (bytecode included)."""
-    from bundler.target.engine import entry_sha256, walk
+    from bundler.shipped.ort_bundle.engine.engine import entry_sha256, walk
 
     return {rel: entry_sha256(folder / rel) for rel in walk(folder)}
 
@@ -196,7 +193,7 @@ def test_install_creates_the_environment_receipt_and_hook(installed: Path, bundl
     assert receipt["selfcheck"] == {"ran": True, "exit_code": 0, "passed": True, "failed_checks": [],
                                     "deferred_until_reboot": False, "after_reboot": None}
     files = {entry["path"]: entry["sha256"] for entry in receipt["files"]}
-    assert {"venv/pyvenv.cfg", "models/m.onnx", "run.sh", "install-plan.json", "installer/engine.py"} <= set(files)
+    assert {"venv/pyvenv.cfg", "models/m.onnx", "run.sh", "install-plan.json", "installer/ort_bundle/__main__.py"} <= set(files)
     assert files == {rel: digest for rel, digest in full_tree(installed).items() if rel != "receipt.json"}
     site = installed / "venv" / "lib" / f"python{PY}" / "site-packages"
     assert (site / "ort_bundle_hook.pth").read_text() == "import ort_bundle_hook\n"
@@ -236,7 +233,8 @@ def test_record_lists_the_bytecode_the_engine_compiled(installed: Path) -> None:
                           capture_output=True, text=True, check=True)
     found = json.loads(proc.stdout)
     tag = sys.implementation.cache_tag
-    own = sorted(f"ort_bundle/__pycache__/{Path(rel).stem}.{tag}.pyc" for rel in package_files())
+    own = sorted(f"{Path(rel).parent.as_posix()}/__pycache__/{Path(rel).stem}.{tag}.pyc" for rel in package_files()
+                 if rel.endswith(".py"))
     assert found["unlisted"] == [f"__pycache__/ort_bundle_hook.{tag}.pyc", *own]  # no distribution's
     assert f"{site}/tinypkg/__pycache__/__init__.{sys.implementation.cache_tag}.pyc" in found["pycs"]
     assert found["absent"] == []
@@ -251,7 +249,7 @@ def test_the_default_log_is_named_after_the_install_folder_and_the_receipt_recor
     """Issue 26, defect 1: two installs of one version into two folders write two logs (the name carries the
     first 8 hex digits of the sha256 of the folder's absolute path, as records.log_file_name computes it),
     and each receipt records its own log's absolute path."""
-    from bundler.target.records import log_file_name
+    from bundler.shipped.ort_bundle.records import log_file_name
 
     state = tmp_path / "state"
     folder = Path("/var/log/ort-bundler") if os.geteuid() == 0 else state / "ort-bundler"
@@ -388,9 +386,9 @@ def test_uninstall_removes_exactly_what_install_created(installed: Path, bundle:
 
 
 def test_the_engine_refuses_paths_outside_its_roots_and_unverified_inputs(tmp_path: Path) -> None:
-    from bundler.target import engine
-    from bundler.target.image import copy_entries
-    from bundler.target.records import RecordError
+    from bundler.shipped.ort_bundle.engine import engine
+    from bundler.shipped.ort_bundle.engine.image import copy_entries
+    from bundler.shipped.ort_bundle.records import RecordError
 
     root = make_bundle(tmp_path / "bundle")
     plan = engine.load_plan(root)
@@ -412,8 +410,8 @@ def test_the_engine_refuses_paths_outside_its_roots_and_unverified_inputs(tmp_pa
 
 def test_the_engine_refuses_to_follow_a_link_out_of_the_install_root(tmp_path: Path) -> None:
     """A receipt entry under a folder that is a link elsewhere must not delete outside the install."""
-    from bundler.target import engine
-    from bundler.target.records import InstalledFile, Receipt, SelfcheckOutcome
+    from bundler.shipped.ort_bundle.engine import engine
+    from bundler.shipped.ort_bundle.records import InstalledFile, Receipt, SelfcheckOutcome
 
     outside = tmp_path / "outside"
     (outside / "sub").mkdir(parents=True)

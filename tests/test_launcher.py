@@ -2,7 +2,7 @@
 does the rest, once.
 
 On Linux for real: a venv made by this machine's Python holds the shipped `ort_bundle` package
-(runtime_package.package_files, the bytes a bundle ships), the install folder holds the rendered run.sh and
+(shipped_package.package_files, the bytes a bundle ships), the install folder holds the rendered run.sh and
 launch.json, and run.sh is started as a user would. The same module under python.org's Windows CPython is
 test_scripts_windows.py's, test_tuning_launchers.py's and test_wine_launcher.py's.
 """
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from bundler.assembly.render import INSTALL_EXIT_CODES, LAUNCH_CONFIG, EntryPoint, ScriptContext, render_scripts
-from bundler.assembly.runtime_package import package_files
-from bundler.target.launch_config import PREREQUISITE_FALLBACK, LaunchConfig, LaunchConfigError
+from bundler.assembly.shipped_package import package_files
+from bundler.shipped.ort_bundle.launch_config import PREREQUISITE_FALLBACK, LaunchConfig, LaunchConfigError
 
 PREREQUISITE = INSTALL_EXIT_CODES["prerequisite"]
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -245,14 +245,14 @@ def test_the_switches_start_the_self_check_the_audit_and_the_tools(venv: Path, t
     run_sh = install(root, venv, context(apply_tuning=True))
     cache = str(tmp_path / "c")
     # Stand-ins where the install keeps the self-check and the engine: they report how they were started.
-    for place in ("selfcheck/selfcheck.py", "installer/engine.py"):
+    for place in ("selfcheck/selfcheck.py", "installer/ort_bundle/__main__.py"):
         (root / place).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(root / "app" / "main.py", root / place)
     seen = report(start(run_sh, "--self-check", "--json", ORT_BUNDLE_CACHE_DIR=cache))
     assert seen["argv"] == [str(root / "selfcheck" / "selfcheck.py"), "--json"] and seen["isolated"] == 1
     assert seen["env"]["ORT_BUNDLE_APPLY_TUNING"] is None  # the self-check's sessions stay at ORT's defaults
     seen = report(start(run_sh, "--verify", "--json", ORT_BUNDLE_CACHE_DIR=cache))
-    assert seen["argv"] == [str(root / "installer" / "engine.py"), "verify", "--root", str(root), "--json"]
+    assert seen["argv"] == [str(root / "installer" / "ort_bundle" / "__main__.py"), "engine", "verify", "--root", str(root), "--json"]
     assert seen["isolated"] == 1  # the installation's own tools always run isolated
     # The real tools of the shipped package: each names the install folder it was given.
     tune = start(run_sh, "--tune", "--runs", "3", ORT_BUNDLE_CACHE_DIR=cache)

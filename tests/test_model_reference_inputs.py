@@ -23,9 +23,9 @@ from bundler.assembly.modelgate import gate_models
 from bundler.assembly.models import _still_pinned, model_inputs
 from bundler.manifest import load
 from bundler.operations.lock import flat_references
+from bundler.shipped.ort_bundle.synth import SYNTH_VERSION, synthesize_inputs
 from bundler.sources.cache import Cache
 from bundler.sources.lock import PinnedModel, read_lock
-from bundler.target.synth import SYNTH_VERSION, synthesize_inputs
 
 FLOATS = ["tensor(float)", "tensor(double)", "tensor(float16)"]
 
@@ -129,8 +129,8 @@ def test_a_lock_pinned_on_the_old_inputs_still_builds_checks_on_the_target_and_w
     from conftest import REPO, run_cli
     from test_first_use_messages import quickstart_copy
 
-    from bundler.target.check_context import Context
-    from bundler.target.model_check import check_model
+    from bundler.shipped.ort_bundle.selfcheck.check_context import Context
+    from bundler.shipped.ort_bundle.selfcheck.model_check import check_model
 
     old = subprocess.run(["git", "-C", str(REPO), "show", f"{BASE}:manifests/quickstart-linux.lock.toml"],
                          capture_output=True, text=True, check=False)

@@ -26,7 +26,7 @@ from bundler import runner as runners
 from bundler.assembly import modelgate, ortenv, selfcheck_script
 from bundler.assembly.modelgate import ModelInput, gate_models
 from bundler.errors import BuildError, HashMismatchError
-from bundler.target.synth import output_digest, synthesize_inputs
+from bundler.shipped.ort_bundle.synth import output_digest, synthesize_inputs
 
 OTHER_ORT_VERSION = "1.22.1"
 

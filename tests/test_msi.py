@@ -118,7 +118,7 @@ def test_the_tables_hold_what_the_bundle_says(packages: Packages) -> None:
     hashed = {row["File_"] for row in table(msi, "MsiFileHash")}
     assert not hashed & {row["File"] for row in files if row["Version"]}
     assert hashed == {row["File"] for row in files if not row["Version"]}
-    assert {"python.exe", "onnxruntime.dll", "receipt.json", "run.cmd", "engine.py"} <= names
+    assert {"python.exe", "onnxruntime.dll", "receipt.json", "run.cmd", "__main__.py"} <= names
     components = table(msi, "Component")
     assert all(int(row["Attributes"]) & 256 for row in components)  # msidbComponentAttributes64bit
     assert len({row["ComponentId"] for row in components}) == len(components)

@@ -27,9 +27,9 @@ from test_windows_setup import (
 )
 
 from bundler.packaging.msi_source import INSTALLDIR_SDDL
-from bundler.target import folder_trust
-from bundler.target.engine_fs import EngineError, Log
-from bundler.target.msi_action import CACHE_DIR_FILE, FolderSecurity, finish
+from bundler.shipped.ort_bundle import folder_trust
+from bundler.shipped.ort_bundle.engine.engine_fs import EngineError, Log
+from bundler.shipped.ort_bundle.engine.windows.msi_action import CACHE_DIR_FILE, FolderSecurity, finish
 
 SYSTEM_ACCOUNT = SYSTEM  # msiexec runs a deferred, no-impersonate action as SYSTEM
 #: What the MSI's MsiLockPermissionsEx row leaves on INSTALLDIR (no inherited ACEs).
@@ -105,7 +105,7 @@ def test_removal_is_never_refused(installed: Path) -> None:
 
 # -- the lock the MSI writes ---------------------------------------------------------------------------------------
 
-#: The zip route's line (bundler/target/windows_host.restrict_folder) and what each of its parts means in SDDL.
+#: The zip route's line (bundler/shipped/ort_bundle/windows_host.restrict_folder) and what each of its parts means in SDDL.
 ICACLS = ["/inheritance:r", "/grant:r", "*S-1-5-32-544:(OI)(CI)F", "*S-1-5-18:(OI)(CI)F", "*S-1-5-32-545:(OI)(CI)RX"]
 SDDL_SIDS = {"BA": ADMINS, "SY": SYSTEM, "BU": USERS}
 SDDL_RIGHTS = {"FA": "F", "0x1200a9": "RX"}
@@ -127,6 +127,6 @@ def test_the_msi_s_sddl_grants_what_the_zip_route_s_icacls_line_grants() -> None
 
 def test_the_zip_route_still_writes_that_icacls_line() -> None:
     """The comparison above is with the zip route's line as it stands in its source."""
-    source = (Path(__file__).parents[1] / "bundler" / "target" / "windows_host.py").read_text(encoding="utf-8")
+    source = (Path(__file__).parents[1] / "bundler" / "shipped" / "ort_bundle" / "engine" / "windows" / "windows_host.py").read_text(encoding="utf-8")
     body = source[source.index("def restrict_folder"):source.index("def schtasks")]
     assert all(f'"{part}"' in body for part in ICACLS), body

@@ -32,8 +32,8 @@ from bundler.packaging.msi import legacy_upgrade_code, missing_upgrade_code, msi
 from bundler.packaging.msi_source import NAMESPACE, SEQUENCE, guid, identifier, wxs
 from bundler.packaging.win32app import msi_app
 from bundler.readers.pe_identity import file_version
-from bundler.target.bundle_info import BundleInfo
-from bundler.target.records import InstallPlan, VenvPlan
+from bundler.shipped.ort_bundle.bundle_info import BundleInfo
+from bundler.shipped.ort_bundle.records import InstallPlan, VenvPlan
 
 WINE_DLL = Path("/usr/lib/x86_64-linux-gnu/wine/x86_64-windows/kernel32.dll")
 OWNED = "8C0F6F3E-2B1A-4D5E-9F00-1A2B3C4D5E6F"

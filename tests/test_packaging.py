@@ -22,8 +22,8 @@ def test_wheel_carries_templates_and_a_plain_install_uses_them(tmp_path: Path) -
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
     for required in ("bundler/templates/install.sh.j2", "bundler/templates/install.ps1.j2",
-                     "bundler/templates/manifest.toml.j2", "bundler/target/selfcheck.py", "bundler/target/engine.py",
-                     "bundler/target/identity.onnx", "bundler/templates/try-in-sandbox.cmd.j2", "bundler/target/sandbox.py",
+                     "bundler/templates/manifest.toml.j2", "bundler/shipped/ort_bundle/selfcheck/selfcheck.py", "bundler/shipped/ort_bundle/engine/engine.py",
+                     "bundler/shipped/ort_bundle/selfcheck/identity.onnx", "bundler/templates/try-in-sandbox.cmd.j2", "bundler/shipped/ort_bundle/sandbox/sandbox.py",
                      "bundler/templates/windows/README-INSTALL.txt.j2", "bundler/templates/linux/README-INSTALL.txt.j2"):
         assert required in names
     site = tmp_path / "site"

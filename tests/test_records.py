@@ -14,8 +14,8 @@ from conftest import MANIFESTS, run_cli
 from test_scripts_windows import CONTEXTS
 
 from bundler.assembly.render import render_scripts
-from bundler.target import bundle_info
-from bundler.target.bundle_info import BUNDLE_FORMAT, KEYS, BundleInfo, BundleInfoError
+from bundler.shipped.ort_bundle import bundle_info
+from bundler.shipped.ort_bundle.bundle_info import BUNDLE_FORMAT, KEYS, BundleInfo, BundleInfoError
 
 TARGET = Path(bundle_info.__file__).parent
 # The build's plumbing that bundle.json once carried; users and tools never needed it.
@@ -111,8 +111,8 @@ def test_no_rendered_powershell_reads_the_receipt() -> None:
 
 def test_a_record_without_a_format_key_says_so_and_not_format_none(tmp_path: Path) -> None:
     """Issue 26, "format None": each reader names the missing key instead of printing Python's None."""
-    from bundler.target.records import InstallPlan, Receipt, RecordError
-    from bundler.target.tuning_file import TuningFile, TuningFileError
+    from bundler.shipped.ort_bundle.records import InstallPlan, Receipt, RecordError
+    from bundler.shipped.ort_bundle.tuning_file import TuningFile, TuningFileError
 
     with pytest.raises(RecordError, match='receipt.json has no "format" key; this program reads format 2'):
         Receipt.from_json({}, source="receipt.json")

@@ -209,14 +209,14 @@ def test_try_in_sandbox_cmd_is_thin_and_hands_every_argument_to_the_sandbox_modu
     lines = data.decode("ascii").split("\r\n")
     assert b"\n" not in data.replace(b"\r\n", b"") and lines[-1] == "" and len(lines) - 1 <= 30
     handovers = [line for line in lines if "%*" in line]
-    assert handovers and all(line.endswith('-I -B "%ORT_BUNDLE_SANDBOX%" %* & goto :eof') for line in handovers)
-    assert 'set "ORT_BUNDLE_SANDBOX=%~dp0payload\\installer\\sandbox.py"' in lines
+    assert handovers and all(line.endswith('-I -B "%ORT_BUNDLE_START%" sandbox %* & goto :eof') for line in handovers)
+    assert 'set "ORT_BUNDLE_START=%~dp0payload\\ort_bundle\\__main__.py"' in lines
     assert "powershell" not in data.decode().lower() and "wsb" not in " ".join(handovers)
     if runtime:
-        assert handovers == ['"%ORT_BUNDLE_PYTHON%" -I -B "%ORT_BUNDLE_SANDBOX%" %* & goto :eof']
+        assert handovers == ['"%ORT_BUNDLE_PYTHON%" -I -B "%ORT_BUNDLE_START%" sandbox %* & goto :eof']
         assert 'set "ORT_BUNDLE_PYTHON=%~dp0payload\\python\\python.exe"' in lines and "py.exe" not in data.decode()
     else:
-        assert handovers == ['"%ORT_BUNDLE_PY%" -I -B "%ORT_BUNDLE_SANDBOX%" %* & goto :eof']
+        assert handovers == ['"%ORT_BUNDLE_PY%" -I -B "%ORT_BUNDLE_START%" sandbox %* & goto :eof']
         probes = [line.split("('", 1)[1].split(" -c ")[0] for line in lines if "for /f" in line]
         assert probes == ["py.exe -3.11 -I", "py.exe -3 -I", "python.exe -I"]  # in this order, as install.cmd looks
         assert "echo try-in-sandbox.cmd: writing the .wsb with %ORT_BUNDLE_PY%" in lines  # it says which
@@ -225,7 +225,7 @@ def test_try_in_sandbox_cmd_is_thin_and_hands_every_argument_to_the_sandbox_modu
 
 def test_readme_install_says_how_to_try_the_bundle_in_windows_sandbox() -> None:
     """Issue 28: the section names every file the logon script leaves in results\\ and what the sandbox proves."""
-    from bundler.target.sandbox import ENABLE_COMMAND, RESULT_FILES
+    from bundler.shipped.ort_bundle.sandbox.sandbox import ENABLE_COMMAND, RESULT_FILES
 
     def section(**changes: object) -> str:
         text = render_scripts(context("win_amd64", **changes))["README-INSTALL.txt"].decode().replace("\r\n", "\n")
@@ -249,7 +249,7 @@ def test_readme_install_says_how_to_try_the_bundle_in_windows_sandbox() -> None:
 @pytest.mark.parametrize("platform", ["win_amd64", "linux_x86_64"])
 def test_readme_install_describes_every_switch_the_launcher_takes(platform: str) -> None:
     """An admin reads README-INSTALL.txt, not the launcher: a switch it takes and the README leaves out is unusable."""
-    from bundler.target.launcher import SWITCHES
+    from bundler.shipped.ort_bundle.launcher import SWITCHES
 
     text = render_scripts(context(platform))["README-INSTALL.txt"].decode().replace("\r\n", "\n")
     launcher = "run.cmd" if platform == "win_amd64" else "run.sh"

@@ -21,10 +21,10 @@ from conftest import MANIFESTS, run_cli
 from bundler.assembly import modelgate
 from bundler.manifest import load
 from bundler.operations.build import build
+from bundler.shipped.ort_bundle.synth import output_digest
 from bundler.sources.cache import Cache
 from bundler.sources.gate import host_target
 from bundler.sources.lock import read_lock, write_lock
-from bundler.target.synth import output_digest
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""The target-side interpreter check (`bundler.target.interpreter`), run by real interpreters.
+"""The target-side interpreter check (`bundler.shipped.ort_bundle.selfcheck.interpreter`), run by real interpreters.
 
 The bundled one is the python-build-standalone STAND-IN (tests/runtime_fixtures.py) laid out as an install
 would lay it out (`<root>/python/`); "another interpreter" is this machine's CPython and, to show the module
@@ -18,7 +18,7 @@ import pytest
 from runtime_fixtures import MINOR, pbs_standin  # noqa: F401
 
 from bundler.readers.pyruntime import read_runtime
-from bundler.target import interpreter
+from bundler.shipped.ort_bundle.selfcheck import interpreter
 
 # A real 3.8 binary, never pyenv's shim (which needs PATH and answers even when no 3.8 is active).
 PY38 = next(iter(sorted(Path.home().glob(".pyenv/versions/3.8*/bin/python3.8"))), None)

@@ -23,8 +23,8 @@ from test_runtime_build import build_windows_runtime_zip
 from windows_python import WindowsPython, copy_interpreter, place_reporter, read_report, windows_python  # noqa: F401
 from wine import Wine, wine  # noqa: F401
 
-from bundler.target import engine
-from bundler.target.launch_config import RUN_SCRIPT
+from bundler.shipped.ort_bundle.engine import engine
+from bundler.shipped.ort_bundle.launch_config import RUN_SCRIPT
 
 pytestmark = pytest.mark.integration
 HOSTILE_PARENT = "ort apps & tools"

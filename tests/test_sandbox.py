@@ -1,4 +1,4 @@
-"""try-in-sandbox (issue 28): the .wsb and the logon script that bundler/target/sandbox.py writes.
+"""try-in-sandbox (issue 28): the .wsb and the logon script that bundler/shipped/ort_bundle/sandbox/sandbox.py writes.
 
 The logic runs here with this machine's Python on Windows path strings; the whole command, from a bundle
 unpacked under a path with spaces, runs under Wine in the real Windows CPython (test_sandbox_wine.py).
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from bundler.target import sandbox, sandbox_render
-from bundler.target.bundle_info import BundleInfo
-from bundler.target.sandbox import SandboxError
-from bundler.target.sandbox_render import BundleFacts, Request
+from bundler.shipped.ort_bundle.bundle_info import BundleInfo
+from bundler.shipped.ort_bundle.sandbox import sandbox, sandbox_render
+from bundler.shipped.ort_bundle.sandbox.sandbox import SandboxError
+from bundler.shipped.ort_bundle.sandbox.sandbox_render import BundleFacts, Request
 
 #: Every element Microsoft documents for a .wsb (docs/facts.md §9; the issue lists them): nothing else may appear.
 DOCUMENTED = {"Configuration", "vGPU", "Networking", "MappedFolders", "MappedFolder", "HostFolder", "SandboxFolder",

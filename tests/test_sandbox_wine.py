@@ -2,7 +2,7 @@
 
 Windows Sandbox itself cannot run here. What can:
 
-- the logon script the sandbox runs (bundler/target/sandbox.py writes it), in Wine's real cmd.exe and reg.exe,
+- the logon script the sandbox runs (bundler/shipped/ort_bundle/sandbox/sandbox.py writes it), in Wine's real cmd.exe and reg.exe,
   against NAMED STAND-INS for what it calls (install.cmd, run.cmd and uninstall.cmd as small batch files that
   record their arguments and write or delete the detection value; VC_redist.x64.exe as a mingw-built program
   that writes its arguments to a file and exits with the code it is given). That checks the script's own logic: the order, the arguments, reading the install
@@ -29,8 +29,8 @@ from test_sandbox import CPU, DOCUMENTED, folders
 from windows_python import WindowsPython, windows_python  # noqa: F401  (fixture)
 from wine import Wine, compile_windows_exe, mingw_gcc, wine  # noqa: F401  (fixtures)
 
-from bundler.target import sandbox, sandbox_render
-from bundler.target.sandbox_render import Request
+from bundler.shipped.ort_bundle.sandbox import sandbox, sandbox_render
+from bundler.shipped.ort_bundle.sandbox.sandbox_render import Request
 
 pytestmark = pytest.mark.wine
 INSTALL_DIR = "C:\\ort demo\\app"

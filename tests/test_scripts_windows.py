@@ -31,7 +31,6 @@ from windows_python import (  # noqa: F401  (fixtures)
 )
 from wine import Wine, wine  # noqa: F401  (fixtures)
 
-from bundler.assembly.launch import engine_files
 from bundler.assembly.render import (
     INSTALL_EXIT_CODES,
     LAUNCH_CONFIG,
@@ -39,8 +38,8 @@ from bundler.assembly.render import (
     ScriptContext,
     render_scripts,
 )
-from bundler.assembly.runtime_package import package_files
-from bundler.target.launch_config import RUN_SCRIPT
+from bundler.assembly.shipped_package import package_files
+from bundler.shipped.ort_bundle.launch_config import RUN_SCRIPT
 
 CODES = INSTALL_EXIT_CODES
 DLL_DIRS = ("venv/Lib/site-packages/onnxruntime/capi",)
@@ -218,7 +217,7 @@ def make_install_root(folder: Path, venv: Path, context: ScriptContext, *, modul
         place_reporter(site.joinpath(*packages, f"{module}.py"))
         for depth in range(1, len(packages) + 1):
             site.joinpath(*packages[:depth], "__init__.py").touch()
-    for program in ("app/main.py", "selfcheck/selfcheck.py", "installer/engine.py"):
+    for program in ("app/main.py", "selfcheck/selfcheck.py", "installer/ort_bundle/__main__.py"):
         place_reporter(folder / program)
     return run_cmd
 
@@ -301,7 +300,7 @@ def test_run_cmd_verify_and_a_manifest_env_naming_the_launchers_own_variables(wi
     started = read_report(report)
     win_root = wine.to_windows(root)
     assert started["executable"].lower().endswith("\\demo\\venv\\scripts\\python.exe")
-    assert started["orig_argv"][1:] == ["-I", "-B", f"{win_root}\\installer\\engine.py", "verify", "--root", win_root,
+    assert started["orig_argv"][1:] == ["-I", "-B", f"{win_root}\\installer\\ort_bundle\\__main__.py", "engine", "verify", "--root", win_root,
                                         "--json"]
     assert (started["isolated"], started["dont_write_bytecode"]) == (1, 1)
     assert started["environ"]["APP_VALUE"] == "ok"
@@ -382,7 +381,7 @@ def write_bundle(folder: Path, context: ScriptContext, windows_python: WindowsPy
     """A bundle's top folder with its .cmd scripts, REPORTER as its install engine and, for a runtime bundle,
     python.org's embeddable layout as its payload\\python."""
     scripts = write_scripts(folder, context)
-    place_reporter(folder / "payload" / "installer" / "engine.py")
+    place_reporter(folder / "payload" / "ort_bundle" / "__main__.py")
     if context.runtime_bundle_python:
         copy_interpreter(windows_python.embeddable, folder.joinpath(*context.runtime_bundle_python.split("/")).parent)
     return scripts
@@ -412,7 +411,7 @@ def test_install_cmd_starts_the_bundled_python_with_every_argument(wine: Wine, w
     assert started["executable"].lower() == f"{win}\\payload\\python\\python.exe".lower()
     assert started["dll"].lower() == f"{win}\\payload\\python\\python311.dll".lower()
     assert (started["isolated"], started["dont_write_bytecode"]) == (1, 1)
-    assert started["orig_argv"][1:] == ["-I", "-B", f"{win}\\payload\\installer\\engine.py", "windows-install",
+    assert started["orig_argv"][1:] == ["-I", "-B", f"{win}\\payload\\ort_bundle\\__main__.py", "engine", "windows-install",
                                         "--bundle", f"{win}\\.", "-InstallDir", "C:\\Program Files\\a & b", "-Force"]
     plain = write_bundle(tmp_path / "plain", CONTEXTS["runtime-script"], windows_python)["install.cmd"]
     assert exit_code_in_windows(wine, plain, "-Force", env={**env, "REPORTER_EXIT": "3010"}, tmp_path=tmp_path) == 3010
@@ -432,7 +431,7 @@ def test_install_cmd_of_a_machine_python_bundle_finds_pythonexe_then_path(wine: 
     started = read_report(report)
     win_bundle = wine.to_windows(bundle)
     assert started["executable"] == wine.to_windows(named) and started["dll"] == wine.to_windows(named.parent / "python311.dll")
-    assert started["orig_argv"][1:] == ["-I", "-B", f"{win_bundle}\\payload\\installer\\engine.py", "windows-install",
+    assert started["orig_argv"][1:] == ["-I", "-B", f"{win_bundle}\\payload\\ort_bundle\\__main__.py", "engine", "windows-install",
                                         "--bundle", f"{win_bundle}\\.", "-PythonExe", wine.to_windows(named), "-Force"]
     # PATH is set inside Windows: Wine reads a Unix PATH variable as Unix folders.
     caller = tmp_path / "caller.cmd"
@@ -449,7 +448,7 @@ def test_install_cmd_of_a_machine_python_bundle_finds_pythonexe_then_path(wine: 
 def test_uninstall_cmd_runs_a_copy_of_the_interpreter_and_keeps_the_code_when_it_deletes_itself(
         wine: Wine, windows_python: WindowsPython, tmp_path: Path) -> None:
     """From the install folder: the interpreter runs from a copy (a running python.exe cannot be removed) in a folder
-    the real installer/uninstall_copy.py makes under a random name (issue 34 §8: never %TEMP%\\...-%RANDOM%%RANDOM%,
+    the real uninstall-copy program (installer/ort_bundle/__main__.py uninstall-copy) makes under a random name (issue 34 §8: never %TEMP%\\...-%RANDOM%%RANDOM%,
     which another user could make first); the engine removes uninstall.cmd itself (REPORTER does here, as the
     engine does), the code survives and the copy is gone afterwards. Wine enforces no ACL: the folder's ACL is
     test_uninstall_copy.py's to check."""
@@ -457,10 +456,10 @@ def test_uninstall_cmd_runs_a_copy_of_the_interpreter_and_keeps_the_code_when_it
     context = CONTEXTS["runtime-script"]
     script = write_scripts(root, context)["uninstall.cmd"]
     copy_interpreter(windows_python.embeddable, root / "python")
-    for data, installed in engine_files().values():  # the real engine package and uninstall_copy.py ...
-        (root / installed).parent.mkdir(parents=True, exist_ok=True)
-        (root / installed).write_bytes(data)
-    place_reporter(root / "installer" / "engine.py")  # ... and REPORTER in the engine's place
+    for relative, data in package_files().items():  # the real package, its start file and uninstall-copy ...
+        (root / "installer" / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / "installer" / relative).write_bytes(data)
+    place_reporter(root / "installer" / "ort_bundle" / "engine" / "engine.py")  # ... and REPORTER in the engine's place
     temp = wine.drive_c() / "users" / os.environ.get("USER", "root") / "Temp"
     report = tmp_path / "report.json"
     env = reporting(wine, report, CODES["in_use"], REPORTER_DELETE=wine.to_windows(script))
@@ -471,8 +470,8 @@ def test_uninstall_cmd_runs_a_copy_of_the_interpreter_and_keeps_the_code_when_it
                         started["executable"], re.IGNORECASE)
     assert copy is not None, started["executable"]
     assert started["dll"].lower() == f"C:\\{copy.group(1)}\\python311.dll".lower()  # the copy's, not the install's
-    assert started["orig_argv"][1:] == ["-I", "-B", f"{wine.to_windows(root)}\\installer\\engine.py",
-                                        "windows-uninstall", "--script-dir", f"{wine.to_windows(root)}\\.", "-WhatIf"]
+    assert started["orig_argv"][1:] == ["-I", "-B", f"{wine.to_windows(root)}\\installer\\ort_bundle\\__main__.py",
+                                        "engine", "windows-uninstall", "--script-dir", f"{wine.to_windows(root)}\\.", "-WhatIf"]
     assert not wine.drive_c().joinpath(*copy.group(1).split("\\")).exists(), "the copy is removed once it has exited"
     assert not list(temp.glob("ort-bundler-uninstall-*"))  # (Wine's cmd leaves CMD*.tmp files of its own there)
 

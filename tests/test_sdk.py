@@ -2,7 +2,7 @@
 
 Fast tests use small archives whose "library" is a fake ELF header with ORT's build-info string; the
 integration tests build archives in the official layout around the REAL 1.23.1 libraries (tests/sdk_fixtures.py),
-install the SDK the way the installer does (bundler.target.image.copy_entries), and compile and run C programs
+install the SDK the way the installer does (bundler.shipped.ort_bundle.engine.image.copy_entries), and compile and run C programs
 against it with CMake and gcc.
 """
 
@@ -42,7 +42,7 @@ from bundler.errors import BuildError, UnsafeArchiveError
 from bundler.integrations import tools
 from bundler.manifest import Manifest, load
 from bundler.readers.ortarchive import inspect_ort_archive
-from bundler.target.image import copy_entries
+from bundler.shipped.ort_bundle.engine.image import copy_entries
 
 LINUX = "linux_x86_64"
 WINDOWS = "win_amd64"

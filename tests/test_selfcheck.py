@@ -23,8 +23,8 @@ from onnx import TensorProto, helper
 
 from bundler.assembly.modelgate import ModelInput, gate_models
 from bundler.assembly.selfcheck_script import identity_model_bytes, selfcheck_script_bytes
-from bundler.target import cuda_check, libraries, selfcheck
-from bundler.target.synth import (
+from bundler.shipped.ort_bundle.selfcheck import cuda_check, libraries, selfcheck
+from bundler.shipped.ort_bundle.synth import (
     compare_output,
     element_hash,
     output_digest,

@@ -40,7 +40,7 @@ pytestmark = pytest.mark.integration
 
 WIN = "quickstart-win-1.0.0-win_amd64"
 LINUX = "quickstart-linux-1.0.0-linux_x86_64"
-TRUST_PY = REPO / "bundler" / "target" / "trust.py"
+TRUST_PY = REPO / "bundler" / "shipped" / "ort_bundle" / "engine" / "trust.py"
 CACHE = cache_root() / "bundler-cache"  # the member cache and scratch folders of sign and verify
 EXTERNAL_SIGNER = r'''
 """A stand-in for an organisation's signing tool, honouring the --signer contract with real tools."""
@@ -336,7 +336,7 @@ def test_an_osslsigncode_too_old_for_scripts_is_refused_by_version(win_zip: Path
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="the Linux install-time check runs openssl")
 def test_the_linux_install_time_check_with_openssl(linux_zip: Path, pki: dict[str, Pki], tmp_path: Path) -> None:
-    """bundler/target/trust.py, as install.sh --trust will run it, on the unpacked Linux bundle; with the
+    """bundler/shipped/ort_bundle/engine/trust.py, as install.sh --trust will run it, on the unpacked Linux bundle; with the
     oldest Python a target may have (3.8) when this machine has one."""
     sign(linux_zip, tmp_path / "signed", pki["good"])
     signed = tmp_path / "signed" / linux_zip.name

@@ -1,4 +1,4 @@
-"""The support bundle (bundler/target/support.py), run as the shipped `ort_bundle.support` in a real
+"""The support bundle (bundler/shipped/ort_bundle/support.py), run as the shipped `ort_bundle.support` in a real
 subprocess with this interpreter's onnxruntime, over an install folder holding the real self-check,
 a real tuning and a real profiling trace; decoys outside the installation must stay out of the zip."""
 
@@ -16,8 +16,8 @@ import pytest
 from test_tuning import PROBE_APP, bundle_info, make_model, shipped_package
 
 from bundler.assembly.selfcheck_script import selfcheck_script_bytes
-from bundler.target.records import log_file_name
-from bundler.target.support import REMOVED, relevant_environment
+from bundler.shipped.ort_bundle.records import log_file_name
+from bundler.shipped.ort_bundle.support import REMOVED, relevant_environment
 
 INSTALL_ID = "tuned-1.0"
 SECRET = "s3cr3t-Value-that-must-not-leak-0123456789abcdef"

@@ -6,7 +6,7 @@ import pytest
 
 from bundler.assembly.records import _venv_layout
 from bundler.platforms import BACKENDS, backend_for
-from bundler.target.records import VenvPlan
+from bundler.shipped.ort_bundle.records import VenvPlan
 from bundler.target_platform import LINUX, TARGETS, WINDOWS, named_by
 
 

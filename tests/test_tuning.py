@@ -1,7 +1,7 @@
-"""Tuning, tuned session options and profiling (bundler/target: machine, tuning, tuning_file, sessions, profile).
+"""Tuning, tuned session options and profiling (bundler/shipped/ort_bundle: machine, tuning, tuning_file, sessions, profile).
 
 The unit tests check the choices; the rest run the shipped `ort_bundle` package (laid out from
-`runtime_package.package_files`, the bytes a bundle ships) in real subprocesses against this
+`shipped_package.package_files`, the bytes a bundle ships) in real subprocesses against this
 interpreter's real onnxruntime and a real model made with onnx. Where a test needs the venv start-up
 hook, a two-line stand-in calls the same `sessions.activate()` the hook calls; the installed flow
 through the launchers is in test_tuning_install.py.
@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from bundler.assembly.runtime_package import package_files
-from bundler.target.bundle_info import BundleInfo
-from bundler.target.machine import Cores, cores, thread_candidates
-from bundler.target.tuning import choose, percentile
-from bundler.target.tuning_file import (
+from bundler.assembly.shipped_package import package_files
+from bundler.shipped.ort_bundle.bundle_info import BundleInfo
+from bundler.shipped.ort_bundle.machine import Cores, cores, thread_candidates
+from bundler.shipped.ort_bundle.tuning import choose, percentile
+from bundler.shipped.ort_bundle.tuning_file import (
     TUNING_FILE,
     Machine,
     Measurement,
@@ -288,7 +288,7 @@ def test_profile_runs_the_entry_point_once_and_names_its_trace(install: tuple[Pa
 
 def test_the_self_checks_verdict_names_the_values_and_whether_they_are_in_force(
         install: tuple[Path, dict[str, str]]) -> None:
-    from bundler.target.sessions import tuning_verdict
+    from bundler.shipped.ort_bundle.sessions import tuning_verdict
 
     root, env = install
     assert tuning_verdict(root, applied_by_hook=True).status == "skip"

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from conftest import MANIFESTS, run_cli
 
-from bundler.target.records import log_file_name
-from bundler.target.tuning_file import TUNING_FILE, TuningFile
+from bundler.shipped.ort_bundle.records import log_file_name
+from bundler.shipped.ort_bundle.tuning_file import TUNING_FILE, TuningFile
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,7 @@ from windows_python import read_report, windows_python, windows_venv  # noqa: F4
 from wine import Wine, wine  # noqa: F401  (fixtures)
 
 from bundler.assembly.render import LAUNCH_CONFIG, EntryPoint, render_scripts
-from bundler.target.launch_config import RUN_SCRIPT
+from bundler.shipped.ort_bundle.launch_config import RUN_SCRIPT
 
 TOOLS = ("ort_bundle.tuning", "ort_bundle.support", "ort_bundle.profile")
 

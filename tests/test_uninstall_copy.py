@@ -19,8 +19,9 @@ import pytest
 from test_scripts_windows import CONTEXTS, parse_problems, powershell7_constructs
 
 from bundler.assembly.render import render_scripts
-from bundler.target import uninstall_copy, windows_host
-from bundler.target.engine_fs import EngineError
+from bundler.shipped.ort_bundle.engine import uninstall_copy
+from bundler.shipped.ort_bundle.engine.engine_fs import EngineError
+from bundler.shipped.ort_bundle.engine.windows import windows_host
 
 #: SDDL trustee and rights for each icacls grant of windows_host.restrict_folder.
 ICACLS_TO_SDDL = {"*S-1-5-32-544:(OI)(CI)F": "(A;OICI;FA;;;BA)", "*S-1-5-18:(OI)(CI)F": "(A;OICI;FA;;;SY)",
@@ -81,7 +82,7 @@ def test_the_uninstall_scripts_use_that_folder_and_remove_it(name: str) -> None:
     ps1 = scripts["uninstall.ps1"]
     for text in (cmd, ps1.decode("utf-8-sig")):
         assert "%RANDOM%" not in text and "%TEMP%" not in text and "GetTempPath" not in text and "NewGuid" not in text
-        assert "installer\\uninstall_copy.py" in text
+        assert "installer\\ort_bundle\\__main__.py" in text and "uninstall-copy" in text
     assert 'rmdir /s /q "%ORT_BUNDLE_COPY%"' in cmd
     assert "Remove-Item -LiteralPath $InterpreterCopy -Recurse -Force" in ps1.decode("utf-8-sig")
     for script in ("uninstall.ps1", "install.ps1"):

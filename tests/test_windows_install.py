@@ -27,8 +27,8 @@ from windows_bundles import build_and_unpack, manifest
 from windows_python import WindowsPython, windows_python  # noqa: F401
 from wine import Wine, wine  # noqa: F401
 
-from bundler.target.records import INSTALL_EXIT_CODES as CODES
-from bundler.target.records import log_file_name
+from bundler.shipped.ort_bundle.records import INSTALL_EXIT_CODES as CODES
+from bundler.shipped.ort_bundle.records import log_file_name
 
 pytestmark = [pytest.mark.integration, pytest.mark.wine]
 
@@ -231,11 +231,11 @@ def test_a_planted_previous_folder_and_planted_modules_are_neither_adopted_nor_r
     # self-check if its folder were on sys.path).
     # The file beside the installer is not in SHA256SUMS: the engine names it and stops before anything changes
     # (issue 27, section 1), having read nothing but its own sources.
-    (bundles.runtime_1_0_0 / "payload" / "installer" / "json.py").write_text(code)
+    (bundles.runtime_1_0_0 / "payload" / "ort_bundle" / "json.py").write_text(code)
     refused = install(windows, bundles.runtime_1_0_0, "-Force", "-NoSelfCheck")
-    (bundles.runtime_1_0_0 / "payload" / "installer" / "json.py").unlink()
+    (bundles.runtime_1_0_0 / "payload" / "ort_bundle" / "json.py").unlink()
     assert refused.returncode == CODES["integrity"], refused.stderr[-3000:]
-    assert "payload/installer/json.py is in the bundle folder but not in SHA256SUMS" in refused.stderr
+    assert "payload/ort_bundle/json.py is in the bundle folder but not in SHA256SUMS" in refused.stderr
     (root / "selfcheck" / "onnxruntime.py").write_text(code)
     result = install(windows, bundles.runtime_1_0_0, "-Force", "-NoSelfCheck")  # the engine imports, not the check
     assert result.returncode == 0, result.stderr[-3000:]
@@ -287,8 +287,8 @@ def test_the_startup_self_check_task_is_registered_and_its_command_records_the_r
     script.write_text("import sys\n"
                       "sys.path.append(r'C:\\Program Files\\winapp\\installer')\n"
                       "from pathlib import Path\n"
-                      "from ortengine import windows_registration as s\n"
-                      "from ortengine.engine_fs import Log\n"
+                      "from ort_bundle.engine.windows import windows_registration as s\n"
+                      "from ort_bundle.engine.engine_fs import Log\n"
                       "log, root = Log(None), Path(r'C:\\Program Files\\winapp')\n"
                       "s.register_selfcheck_task(root, sys.executable, 'winapp', log)\n"
                       "print('|'.join(s.selfcheck_task_command(root, sys.executable, 'winapp', log)))\n")

@@ -16,10 +16,11 @@ from xml.etree import ElementTree
 
 import pytest
 
-from bundler.target import folder_trust, windows_install_dir, windows_registration, windows_setup
-from bundler.target.engine import EngineError
-from bundler.target.engine_fs import Log
-from bundler.target.records import INSTALL_EXIT_CODES, InstallPlan
+from bundler.shipped.ort_bundle import folder_trust
+from bundler.shipped.ort_bundle.engine.engine import EngineError
+from bundler.shipped.ort_bundle.engine.engine_fs import Log
+from bundler.shipped.ort_bundle.engine.windows import windows_install_dir, windows_registration, windows_setup
+from bundler.shipped.ort_bundle.records import INSTALL_EXIT_CODES, InstallPlan
 
 # -- switches ------------------------------------------------------------------------------------------------
 
@@ -146,7 +147,7 @@ def test_the_startup_task_runs_the_deferred_self_check_as_system_at_boot(tmp_pat
     assert xml.findtext("t:Principals/t:Principal/t:UserId", namespaces=ns) == "S-1-5-18"
     assert xml.findtext("t:Actions/t:Exec/t:Command", namespaces=ns) == command
     assert xml.findtext("t:Actions/t:Exec/t:Arguments", namespaces=ns) == (
-        '-I -B "C:\\Program Files\\app\\installer\\engine.py" after-reboot --root "C:\\Program Files\\app" '
+        '-I -B "C:\\Program Files\\app\\installer\\ort_bundle\\__main__.py" engine after-reboot --root "C:\\Program Files\\app" '
         '--task "ort-bundler-app-selfcheck" --log-file "C:\\Windows\\Logs\\Software\\app-1.0.0-install.log"')
 
 
@@ -242,7 +243,7 @@ def test_a_parent_writable_by_others_or_owned_by_another_user_is_refused(tmp_pat
 
 def test_the_engine_refuses_to_install_below_a_world_writable_folder(tmp_path: Path) -> None:
     """On Linux as on Windows (issue 27 §4): nothing is created, and the exit code is usage."""
-    from bundler.target import target_folder
+    from bundler.shipped.ort_bundle.engine import target_folder
 
     shared = tmp_path / "tmp-like"
     shared.mkdir()
@@ -257,7 +258,7 @@ def test_the_engine_refuses_to_install_below_a_world_writable_folder(tmp_path: P
 
 def test_the_engine_cli_maps_a_bad_switch_to_usage_without_a_traceback(tmp_path: Path) -> None:
     """`engine.py windows-install --bundle DIR -Bogus` on any system: one line, exit 10."""
-    proc = subprocess.run([sys.executable, "-c", "import sys; from bundler.target.engine import main; "
+    proc = subprocess.run([sys.executable, "-c", "import sys; from bundler.shipped.ort_bundle.engine.engine import main; "
                            "sys.exit(main(sys.argv[1:]))", "windows-install", "--bundle", str(tmp_path), "-Bogus"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == INSTALL_EXIT_CODES["usage"], proc.stderr

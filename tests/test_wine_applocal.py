@@ -36,7 +36,7 @@ from windows_python import windows_python, windows_venv  # noqa: F401  (fixtures
 from wine import Wine, _find_wine, compile_windows_exe, mingw_gcc, require_tool  # noqa: F401  (fixtures)
 
 from bundler.hashing import file_sha256
-from bundler.target.bundle_info import BundleInfo
+from bundler.shipped.ort_bundle.bundle_info import BundleInfo
 
 APP_LOCAL = ("app/onnxruntime.dll", "app/onnxruntime_providers_shared.dll")
 

@@ -6,7 +6,7 @@ generated `run.cmd` under `wine64 cmd`. The probe then reports which `onnxruntim
 what the bundled models computed, which is compared with the reference the build recorded in bundle.json
 using the Linux onnxruntime of the same version.
 
-The install folder is laid out by the bundle's own install engine (`bundler.target.engine.install`, what
+The install folder is laid out by the bundle's own install engine (`bundler.shipped.ort_bundle.engine.engine.install`, what
 install.ps1 runs on Windows), executing its install-plan.json: SHA256SUMS verified, every locked wheel
 installed into the Windows layout by the pinned pypa installer with its `win-amd64` launchers, the
 receipt written, the stage swapped in. The engine runs here on the Linux host, so the environment-creation
@@ -52,8 +52,9 @@ from bundler.assembly.render import (
 )
 from bundler.errors import BuildError
 from bundler.hashing import file_sha256
-from bundler.target import engine, synth
-from bundler.target.records import InstallPlan
+from bundler.shipped.ort_bundle import synth
+from bundler.shipped.ort_bundle.engine import engine
+from bundler.shipped.ort_bundle.records import InstallPlan
 
 #: The install folder's parent: spaces and '&' in the path, as issue 7 §5 asks (every Wine test uses it).
 HOSTILE_PARENT = "ort apps & tools"
@@ -159,7 +160,7 @@ def test_the_engine_lays_out_the_windows_environment_exactly_as_pinned(install: 
         assert f"#!{install.root / 'venv' / 'Scripts' / 'python.exe'}".encode() in launcher
     assert b".staging" not in (install.root / "venv" / "pyvenv.cfg").read_bytes()
     assert engine.audit(install.root).ok
-    assert (install.root / "uninstall.cmd").is_file() and (install.root / "installer" / "engine.py").is_file()
+    assert (install.root / "uninstall.cmd").is_file() and (install.root / "installer" / "ort_bundle" / "__main__.py").is_file()
 
 
 # --- §3: through the real launcher ------------------------------------------------------------------------

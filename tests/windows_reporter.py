@@ -1,4 +1,5 @@
-"""Put where a launcher's program goes (an entry point, engine.py, selfcheck.py, `-m` module): it reports how it was started.
+"""Put where a launcher's program goes (an entry point, the package's start file or a program module it runs,
+selfcheck.py, `-m` module): it reports how it was started.
 
 Run by python.org's CPython under Wine in the Windows tier (tests/windows_python.py), standard library only, so it
 runs in the embeddable layout too. It writes one JSON object into the file REPORTER_OUT names, then exits with
@@ -25,7 +26,8 @@ def loaded_dll():
     return buffer.value if size else None
 
 
-def main():
+def main(argv=None):
+    """`argv`: what ort_bundle/__main__.py hands a program module it runs (the report reads sys.argv itself)."""
     doomed = os.environ.get("REPORTER_DELETE")
     if doomed:
         os.remove(doomed)

@@ -44,7 +44,7 @@ from bundler.hashing import file_sha256, mismatch_message
 from bundler.readers.externaldata import external_refs, reference_problems, without_external_initializers
 from bundler.readers.onnx_limits import takes, too_new
 from bundler.runner import Runner
-from bundler.target.synth import SYNTH_VERSION
+from bundler.shipped.ort_bundle.synth import SYNTH_VERSION
 
 # The model gate's private folders under the isolated environments' folder (cache/ort-envs/).
 GATE_PREFIX = "gate-"

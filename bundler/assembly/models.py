@@ -18,10 +18,10 @@ from bundler.assembly.ortenv import host_has_ort, host_wheels, isolated_requirem
 from bundler.assembly.selfcheck_script import identity_model_bytes, selfcheck_script_bytes
 from bundler.errors import ManifestError
 from bundler.manifest import Manifest
+from bundler.shipped.ort_bundle.synth import SYNTH_VERSION
 from bundler.sources.cache import Cache, cached_sha256
 from bundler.sources.gate import GATE_KEY_PREFIX, gate_problem
 from bundler.sources.lock import GATE_WHEELS, Lock, PinnedModel
-from bundler.target.synth import SYNTH_VERSION
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from bundler.assembly.licenses import add_licenses
 from bundler.assembly.models import add_models, add_selfcheck, gate
 from bundler.assembly.python_env import add_python
 from bundler.assembly.runtime import add_runtime
-from bundler.assembly.runtime_package import add_runtime_package
 from bundler.assembly.sdk import add_sdk
+from bundler.assembly.shipped_package import add_shipped_package
 from bundler.assembly.signature_policy import check_signatures
 
 Part = Callable[[Assembly, BuildInputs], None]
@@ -53,7 +53,7 @@ class PlatformParts:
 #: What every target's parts need of each other.
 ORDER = (
     After(part=add_sdk, needs=(add_gpu,), why="the SDK's property sheet copies the GPU DLLs"),
-    After(part=check_signatures, needs=(add_runtime, add_python, add_runtime_package, add_engine, add_entry_point,
+    After(part=check_signatures, needs=(add_runtime, add_python, add_shipped_package, add_engine, add_entry_point,
                                         add_gpu, add_sdk, add_models),
           why="the signature policy reads every member that carries a binary"),
     After(part=add_licenses, needs=(add_python, add_runtime, add_gpu, add_sdk, add_models),
@@ -75,7 +75,7 @@ def parts_for(platform: PlatformParts) -> tuple[Part, ...]:
     parts = (
         add_runtime,
         add_python,
-        add_runtime_package,
+        add_shipped_package,
         add_engine,
         *platform.bundle_tools,
         add_entry_point,

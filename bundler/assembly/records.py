@@ -1,6 +1,6 @@
 """`bundle.json`, `install-plan.json` and `SHA256SUMS`: written after every part, because they describe everything else.
 
-bundle.json is written through its one definition in the target package (`bundler.target.bundle_info`), from
+bundle.json is written through its one definition in the target package (`bundler.shipped.ort_bundle.bundle_info`), from
 the facts the parts set; reading a fact no part set fails there, naming the part.
 """
 
@@ -15,9 +15,9 @@ from bundler import __version__
 from bundler.assembly.assembly import Assembly, BuildInputs, Copy
 from bundler.assembly.runtime import RUNTIME_INSTALL_DIR
 from bundler.errors import BuildError
+from bundler.shipped.ort_bundle.bundle_info import BUNDLE_FILE, BundleInfo
+from bundler.shipped.ort_bundle.records import PLAN_FILE, InstallPlan, PlanEntry, RecordError, VenvPlan
 from bundler.sources.lock import lock_text
-from bundler.target.bundle_info import BUNDLE_FILE, BundleInfo
-from bundler.target.records import PLAN_FILE, InstallPlan, PlanEntry, RecordError, VenvPlan
 from bundler.target_platform import TargetPlatform
 from bundler.writer.members import Member
 

@@ -20,9 +20,10 @@ from typing import Literal
 
 import jinja2
 
+from bundler.assembly import shipped_package
 from bundler.errors import BuildError
-from bundler.target.launch_config import LAUNCH_FILE, EntryPointSpec, LaunchConfig
-from bundler.target.records import INSTALL_EXIT_CODES
+from bundler.shipped.ort_bundle.launch_config import LAUNCH_FILE, EntryPointSpec, LaunchConfig
+from bundler.shipped.ort_bundle.records import INSTALL_EXIT_CODES
 from bundler.target_platform import TARGETS
 
 __all__ = ["INSTALL_EXIT_CODES", "EntryPoint", "ScriptContext", "render_scripts"]
@@ -33,16 +34,15 @@ __all__ = ["INSTALL_EXIT_CODES", "EntryPoint", "ScriptContext", "render_scripts"
 #: A launcher warns when the cache directory's drive has less free space than this.
 CACHE_MIN_FREE_MB = 512
 
-#: The bundle-relative start script of the install engine (bundler/target/engine.py) that every
-#: install and uninstall script runs, and the package folder it imports the engine from.
-ENGINE_HELPER = "payload/installer/engine.py"
-ENGINE_PACKAGE = "payload/installer/ortengine"
-#: The start script of try-in-sandbox.cmd's module (bundler/target/sandbox.py, issue 28), Windows bundles only.
-SANDBOX_HELPER = "payload/installer/sandbox.py"
-#: The signed-bundle check install.sh --trust runs before the engine (bundler/target/trust.py, issue 14).
-TRUST_CHECK = f"{ENGINE_PACKAGE}/trust.py"
+#: The start file every install, uninstall and try-in-sandbox script runs (`python -I -B <it> PROGRAM ...`): a module of
+#: the shipped package (bundler/shipped/ort_bundle/__main__.py), in the bundle and, for the uninstallers, the install.
+START_FILE = shipped_package.START_FILE
+INSTALLED_START_FILE = shipped_package.INSTALLED_START_FILE
+#: The signed-bundle check install.sh --trust runs before the engine (bundler/shipped/ort_bundle/engine/trust.py, issue
+#: 14): one file of the package, run by itself from a private copy once its hash matches the signed SHA256SUMS.
+TRUST_CHECK = f"{shipped_package.BUNDLE_DIR}/engine/trust.py"
 
-#: The launcher's data (bundler/target/launch_config.py), installed beside run.* in the install root.
+#: The launcher's data (bundler/shipped/ort_bundle/launch_config.py), installed beside run.* in the install root.
 LAUNCH_CONFIG = f"payload/launchers/{LAUNCH_FILE}"
 
 PLATFORMS = tuple(TARGETS)
@@ -255,8 +255,8 @@ def _template_values(ctx: ScriptContext) -> dict[str, object]:
         "runtime_bundle_dir": "/".join(ctx.runtime_bundle_python.split("/")[:2]) if ctx.runtime_bundle_python else None,
         "codes": dict(INSTALL_EXIT_CODES),
         "cache_min_free_mb": CACHE_MIN_FREE_MB,
-        "engine": ENGINE_HELPER,
-        "sandbox": SANDBOX_HELPER,
+        "start_file": START_FILE,
+        "installed_start_file": INSTALLED_START_FILE,
         "trust_check": TRUST_CHECK,
         "publisher": "ort-bundler",
     }

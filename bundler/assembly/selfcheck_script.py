@@ -12,9 +12,12 @@ from importlib import resources
 from bundler.errors import BuildError
 
 # Dependencies first: the inlined modules run top to bottom in one namespace.
-INLINED = ("records", "synth", "dllsearch", "check_context", "interpreter", "cuda_check", "model_check", "libraries",
-           "cache_folder")
-TARGET_IMPORT = "from bundler.target."
+INLINED = ("records", "synth", "selfcheck/dllsearch", "selfcheck/check_context", "selfcheck/interpreter",
+           "selfcheck/cuda_check", "selfcheck/model_check", "selfcheck/libraries", "cache_folder")
+#: The relative imports of the package's own modules, which the inlined code satisfies.
+TARGET_IMPORT = "from ."
+SCRIPT = "selfcheck/selfcheck.py"
+SOURCE = "bundler/shipped/ort_bundle"
 FUTURE_IMPORT = "from __future__ import annotations\n"
 
 
@@ -24,7 +27,7 @@ def identity_model_bytes() -> bytes:
     Shipped as a file of the package: making it with onnx's helpers would import onnx (and NumPy and
     ml_dtypes, over a second) in every build; tests/test_modelgate.py makes it with them and compares.
     """
-    return (resources.files("bundler.target") / "identity.onnx").read_bytes()
+    return resources.files("bundler.shipped.ort_bundle").joinpath("selfcheck", "identity.onnx").read_bytes()
 
 
 def selfcheck_script_bytes() -> bytes:
@@ -33,21 +36,21 @@ def selfcheck_script_bytes() -> bytes:
     The target has no ort-bundler package, so the script cannot import them; inlining keeps a single source
     for what the build and the target share (synthesised inputs, the report's definition, the DLL search).
     The modules go in INLINED's order, dependencies first, where the script's first target import stood; every
-    `from bundler.target.` line, in the script and in the modules, is then satisfied by the inlined code.
+    `from .` line, in the script and in the modules, is then satisfied by the inlined code.
     """
-    package = resources.files("bundler.target")
-    script = (package / "selfcheck.py").read_text(encoding="utf-8").splitlines(keepends=True)
+    package = resources.files("bundler.shipped.ort_bundle")
+    script = package.joinpath(*SCRIPT.split("/")).read_text(encoding="utf-8").splitlines(keepends=True)
     ours = [index for index, line in enumerate(script) if line.startswith(TARGET_IMPORT)]
     if not ours:
-        msg = "bundler/target/selfcheck.py imports no target module: nothing to inline"
+        msg = f"{SOURCE}/{SCRIPT} imports no module of its package: nothing to inline"
         raise BuildError(msg)
     inlined: list[str] = []
     for module in INLINED:
-        source = (package / f"{module}.py").read_text(encoding="utf-8")
+        source = package.joinpath(*f"{module}.py".split("/")).read_text(encoding="utf-8")
         if FUTURE_IMPORT not in source:
-            msg = f"bundler/target/{module}.py must start with postponed annotations to be inlined"
+            msg = f"{SOURCE}/{module}.py must start with postponed annotations to be inlined"
             raise BuildError(msg)
-        inlined += [f"# --- inlined from bundler/target/{module}.py by ort-bundler ---\n",
+        inlined += [f"# --- inlined from {SOURCE}/{module}.py by ort-bundler ---\n",
                     *_without_target_imports(source.replace(FUTURE_IMPORT, "", 1), module),
                     f"# --- end of {module}.py ---\n"]
     head = script[: ours[0]]
@@ -60,6 +63,6 @@ def _without_target_imports(source: str, module: str) -> list[str]:
     lines = source.splitlines(keepends=True)
     wrapped = [line for line in lines if line.startswith(TARGET_IMPORT) and line.rstrip().endswith("(")]
     if wrapped:
-        msg = f"bundler/target/{module}.py must import each target module on one line, found {wrapped[0].strip()!r}"
+        msg = f"{SOURCE}/{module}.py must import each target module on one line, found {wrapped[0].strip()!r}"
         raise BuildError(msg)
     return [line for line in lines if not line.startswith(TARGET_IMPORT)]

@@ -1,6 +1,6 @@
 """`ort-bundler apply OLD.zip DELTA -o DIR`: the new release zip rebuilt from the old one and a delta.
 
-The very applier every bundle ships (bundler/target/delta_apply.py, `ort_bundle.delta_apply` in an
+The very applier every bundle ships (bundler/shipped/ort_bundle/delta_apply.py, `ort_bundle.delta_apply` in an
 installation) does the work, so what the far side runs with `run.sh --apply` or a plain `python3` is what
 is tested here; this command only turns its refusals into ort-bundler's errors (same exit codes).
 """
@@ -20,7 +20,7 @@ from bundler.errors import (
     InputUnavailableError,
     UsageError,
 )
-from bundler.target import delta_apply
+from bundler.shipped.ort_bundle import delta_apply
 
 NAME = "apply"
 HELP = "rebuild a new release zip from the old release's zip and a delta made by `ort-bundler delta`"

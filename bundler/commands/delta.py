@@ -2,7 +2,7 @@
 
 The delta records both zips' sha256 and the new zip's `.sha256` line, and describes the new zip as copies of
 the old zip's stored bytes and inserted bytes (bundler/writer/delta.py writes it, bundler/writer/delta_match.py
-finds the matches; the format is the applier's, bundler/target/delta_apply.py). What changed is reported
+finds the matches; the format is the applier's, bundler/shipped/ort_bundle/delta_apply.py). What changed is reported
 twice, in the same words: the members the delta carries anew, and `diff`'s changes by kind.
 """
 
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from bundler.errors import UsageError, VerificationError
 from bundler.hashing import CHUNK
-from bundler.target.delta_apply import Release
+from bundler.shipped.ort_bundle.delta_apply import Release
 
 if TYPE_CHECKING:
     from bundler.readers.bundlezip import BundleZip

@@ -45,10 +45,10 @@ if TYPE_CHECKING:
     from bundler.packaging.intunewin import Intunewin
     from bundler.packaging.msi import Msi
     from bundler.packaging.win32app import Win32App
+    from bundler.shipped.ort_bundle.bundle_info import BundleInfo
     from bundler.signing.bundle import SignOptions
     from bundler.signing.layout import Unpacked
     from bundler.sources.cache import Cache
-    from bundler.target.bundle_info import BundleInfo
     from bundler.writer.members import MemberCache
 
 NAME = "package"
@@ -182,8 +182,8 @@ class Stage:
 
 def _check_room(bundle: str, out: Path, stages: list[Stage]) -> None:
     """Refuse, in one line, before a stage writes, when the output folder's file system cannot hold it: the rule
-    and the wording are the install engine's (bundler/target/disk_space.py)."""
-    from bundler.target.disk_space import Need, shortfalls
+    and the wording are the install engine's (bundler/shipped/ort_bundle/engine/disk_space.py)."""
+    from bundler.shipped.ort_bundle.engine.disk_space import Need, shortfalls
 
     problems = shortfalls([Need(out, stage.size, stage.what) for stage in stages])
     if problems:
@@ -196,7 +196,7 @@ def _packageable(bundle: Path, archive: zipfile.ZipFile, top: str, *, formats: f
     """The bundle's own record, and only for a target whose backend offers every package format asked for
     (Intune and its packages are Windows')."""
     from bundler.platforms import BACKENDS
-    from bundler.target.bundle_info import BUNDLE_FILE, BundleInfo, BundleInfoError
+    from bundler.shipped.ort_bundle.bundle_info import BUNDLE_FILE, BundleInfo, BundleInfoError
 
     try:
         info = BundleInfo.from_json(json.loads(archive.read(f"{top}/{BUNDLE_FILE}")), source=f"{bundle.name}: "
@@ -219,8 +219,8 @@ def _msi(info: BundleInfo, unpacked: Unpacked, staging: Path, signing: SignOptio
     `staging/out`."""
     from bundler.atomic import write_atomic
     from bundler.packaging.msi import build_msi, image_bytes, missing_upgrade_code, signed
+    from bundler.shipped.ort_bundle.records import PLAN_FILE, InstallPlan
     from bundler.signing.bundle import sign_msi
-    from bundler.target.records import PLAN_FILE, InstallPlan
 
     folder = staging / "bundle" / unpacked.top
     plan = InstallPlan.loads((folder / PLAN_FILE).read_text(encoding="utf-8"), source=f"{unpacked.top}/{PLAN_FILE}")

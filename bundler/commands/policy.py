@@ -43,8 +43,8 @@ from bundler.packaging.app_control import (
 if TYPE_CHECKING:
     from bundler.packaging.install_files import InstallFiles
     from bundler.readers.pe_identity import PeIdentity
+    from bundler.shipped.ort_bundle.bundle_info import BundleInfo
     from bundler.sources.cache import Cache
-    from bundler.target.bundle_info import BundleInfo
 
 NAME = "policy"
 HELP = "write App Control (WDAC) and AppLocker policies for every binary a Windows bundle installs"
@@ -169,10 +169,10 @@ def _install_files(bundle: Path, staging: Path, *, cache: Cache, trust: Path | N
         return _msi_files(bundle, staging, trust=trust)
     from bundler.packaging.install_files import image_files, planned_files
     from bundler.packaging.msi import make_image
+    from bundler.shipped.ort_bundle.engine.image import relocatable
+    from bundler.shipped.ort_bundle.records import PLAN_FILE, InstallPlan
     from bundler.signing.layout import unpack
     from bundler.signing.verify import verify_bundle
-    from bundler.target.image import relocatable
-    from bundler.target.records import PLAN_FILE, InstallPlan
 
     report = verify_bundle(bundle, trust=trust, cache=cache)
     if not report.ok:
@@ -194,7 +194,7 @@ def _install_files(bundle: Path, staging: Path, *, cache: Cache, trust: Path | N
 
 
 def _windows_bundle(bundle: Path, archive: zipfile.ZipFile, top: str) -> BundleInfo:
-    from bundler.target.bundle_info import BUNDLE_FILE, BundleInfo, BundleInfoError
+    from bundler.shipped.ort_bundle.bundle_info import BUNDLE_FILE, BundleInfo, BundleInfoError
 
     try:
         info = BundleInfo.from_json(json.loads(archive.read(f"{top}/{BUNDLE_FILE}")),
@@ -213,7 +213,7 @@ def _msi_files(msi: Path, staging: Path, *, trust: Path | None) -> tuple[str, st
     from bundler.packaging.install_files import image_files
     from bundler.packaging.msi import tool
     from bundler.packaging.msi_verify import verify_msi
-    from bundler.target.records import RECEIPT_FILE, Receipt
+    from bundler.shipped.ort_bundle.records import RECEIPT_FILE, Receipt
 
     report = verify_msi(msi, trust=trust)
     if not report.ok:

@@ -22,12 +22,12 @@ from typing import Any
 from bundler.errors import BuildError, HashMismatchError
 from bundler.hashing import file_sha256
 from bundler.manifest import Manifest
+from bundler.shipped.ort_bundle.synth import SYNTH_VERSION
 from bundler.sources.cache import Cache, disk_errors
 from bundler.sources.fetch import cached_inputs
 from bundler.sources.gate import gate_inputs
 from bundler.sources.inputs import load_lock, lock_inputs, require_local_pins
 from bundler.sources.lock import Lock
-from bundler.target.synth import SYNTH_VERSION
 from bundler.writer.members import Member, MemberCache
 from bundler.writer.reuse import bundle_key
 from bundler.writer.reuse import keep as keep_bundle

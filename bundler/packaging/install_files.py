@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from bundler.errors import VerificationError
 from bundler.packaging.app_control import Uncovered
 from bundler.readers.pe import is_pe
-from bundler.target.records import InstallPlan
+from bundler.shipped.ort_bundle.records import InstallPlan
 
 #: Members of a wheel that may be PE files: Windows loads nothing else as code.
 _PE_SUFFIXES = (".dll", ".pyd", ".exe")

@@ -3,7 +3,7 @@ made reproducible and (optionally) signed.
 
 Steps, each a tool that is not ours where one exists:
 
-1. The image: `engine.py make-image` (bundler/target/image.py, the code install.cmd runs on the target),
+1. The image: `engine.py make-image` (bundler/shipped/ort_bundle/engine/image.py, the code install.cmd runs on the target),
    run by a Python of the bundle's minor version (bytecode is per minor version): the running one when it
    matches, else `pythonX.Y` on PATH, else exit 9 naming it. It runs our own engine, not the bundle's copy.
 2. The source: bundler/packaging/msi_source.py, from the image's receipt (every file, and the receipt).
@@ -45,8 +45,8 @@ from bundler.packaging.msi_source import (
     wxs,
 )
 from bundler.readers.pe_identity import file_version
-from bundler.target.bundle_info import BundleInfo
-from bundler.target.records import PLAN_FILE, RECEIPT_FILE, InstallPlan, Receipt
+from bundler.shipped.ort_bundle.bundle_info import BundleInfo
+from bundler.shipped.ort_bundle.records import PLAN_FILE, RECEIPT_FILE, InstallPlan, Receipt
 
 #: The tools and the Debian package that has each.
 #: The outside programs the MSI work runs, and the Debian package of each.
@@ -236,14 +236,15 @@ def compiler_python(minor: str) -> str:
 def make_image(bundle: Path, image: Path, plan: InstallPlan, *, epoch: int, work: Path) -> Receipt:
     """The install engine's `make-image`, from this ort-bundler's copy of the engine, in a Python of the
     bundle's minor version; the receipt it wrote."""
-    from bundler.assembly.launch import engine_files
+    from bundler.assembly.shipped_package import START, package_files
 
     engine = work / "engine"
-    for data, installed in engine_files().values():
-        path = engine / installed.removeprefix("installer/")
+    for relative, data in package_files().items():
+        path = engine.joinpath(*relative.split("/"))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-    _run([compiler_python(plan.python), "-I", "-B", str(engine / "engine.py"), "make-image", "--bundle", str(bundle),
+    start = engine / "ort_bundle" / START
+    _run([compiler_python(plan.python), "-I", "-B", str(start), "engine", "make-image", "--bundle", str(bundle),
           "--out", str(image), "--epoch", str(epoch)], cwd=work, what="the install engine's make-image")
     return Receipt.loads((image / RECEIPT_FILE).read_text(encoding="utf-8"), source=str(image / RECEIPT_FILE))
 

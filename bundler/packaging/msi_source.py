@@ -276,7 +276,7 @@ def _actions(node: ET.Element, product: MsiProduct, python: str) -> None:
     """`msi-finish` as SYSTEM before InstallFinalize, with or without the self-check, and on removal (before the
     files go) to delete cache_dir.txt, which it wrote outside the file table. "[INSTALLDIR]." because INSTALLDIR
     ends in a backslash, which would escape a closing quote on the command line."""
-    engine = '-I -B "[INSTALLDIR]installer\\engine.py" msi-finish --root "[INSTALLDIR]." --cache-dir "[CACHEDIR]" ' \
+    engine = '-I -B "[INSTALLDIR]installer\\ort_bundle\\__main__.py" engine msi-finish --root "[INSTALLDIR]." --cache-dir "[CACHEDIR]" ' \
              f'--log-file "[WindowsFolder]Logs\\Software\\{product.name}-{product.version}-msi.log"'
     actions = (("OrtFinish", "", 'NOT REMOVE~="ALL" AND NOT NOSELFCHECK', "check", SEQUENCE["finish"]),
                ("OrtFinishNoCheck", " --no-self-check", 'NOT REMOVE~="ALL" AND NOSELFCHECK', "check", SEQUENCE["finish"] + 1),

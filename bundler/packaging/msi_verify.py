@@ -34,8 +34,8 @@ from bundler.packaging.msi import (
     tool,
     write_database,
 )
-from bundler.target.bundle_info import BUNDLE_FILE, BundleInfo, BundleInfoError
-from bundler.target.records import PLAN_FILE, RECEIPT_FILE, InstallPlan, Receipt, RecordError
+from bundler.shipped.ort_bundle.bundle_info import BUNDLE_FILE, BundleInfo, BundleInfoError
+from bundler.shipped.ort_bundle.records import PLAN_FILE, RECEIPT_FILE, InstallPlan, Receipt, RecordError
 
 SIGNATURE_STREAM = "\x05DigitalSignature"
 #: Streams an Authenticode signature adds (osslsigncode, signtool): not written by `package` before signing.

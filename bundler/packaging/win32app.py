@@ -5,9 +5,9 @@ The names in `to_json` are Microsoft Graph's (`win32LobAppRegistryDetection`, `w
 administrator or a script (IntuneWin32App, Graph) can take them over as they are. What each value rests on:
 
 - install.cmd's exit codes and the detection value `HKLM\\SOFTWARE\\ort-bundler\\<name>` (`Version`) are the
-  install engine's (bundler/target/records.py INSTALL_EXIT_CODES, bundler/target/windows_registration.py `register`);
+  install engine's (bundler/shipped/ort_bundle/records.py INSTALL_EXIT_CODES, bundler/shipped/ort_bundle/engine/windows/windows_registration.py `register`);
 - VC_redist's switches and exit codes, and the runtime's registry values, are docs/facts.md §2 and what
-  bundler/target/windows_host.py reads: `Installed` = 1 and Major.Minor.Bld. Intune compares one value per
+  bundler/shipped/ort_bundle/engine/windows/windows_host.py reads: `Installed` = 1 and Major.Minor.Bld. Intune compares one value per
   rule, and `Version` is a string with a leading "v" (v14.40.33810.00), so the rule compares the integer `Bld`,
   which has only grown across the 14.x runtimes.
 """
@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from bundler.target.bundle_info import BundleInfo
-from bundler.target.records import INSTALL_EXIT_CODES
+from bundler.shipped.ort_bundle.bundle_info import BundleInfo
+from bundler.shipped.ort_bundle.records import INSTALL_EXIT_CODES
 
 HKLM = "HKEY_LOCAL_MACHINE"
 VC_RUNTIME_KEY = f"{HKLM}\\SOFTWARE\\Microsoft\\VisualStudio\\14.0\\VC\\Runtimes\\x64"

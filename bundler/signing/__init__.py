@@ -14,6 +14,6 @@ and checking CMS SignedData), `timestamp` (RFC 3161 tokens), `authenticode` (Pow
 blocks, osslsigncode), `external` (the `--signer` contract), `layout` (a bundle unpacked, and the
 unsigned bundle rebuilt from a signed one), `bundle` (signing a bundle zip), `check` (verifying the
 signatures of a signed bundle), `verify` (checking a finished bundle, signed or not: what `ort-bundler
-verify`, `sign`, `publish` and `pull` run). The install-time checks are `bundler/target/trust.py` (Linux, openssl)
+verify`, `sign`, `publish` and `pull` run). The install-time checks are `bundler/shipped/ort_bundle/engine/trust.py` (Linux, openssl)
 and `templates/_bundle_signature.ps1.j2` (Windows PowerShell 5.1).
 """

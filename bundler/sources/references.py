@@ -19,7 +19,7 @@ from typing import Any
 MODEL_FORMAT = 2  # the [[model]] entries `lock` writes; entries without `format` are format 1
 PER_LINE = 8
 SUMMARY_KEYS = ("count", "min", "max", "mean", "zeros", "not_finite")
-FIELDS = ("digest", "dtype", "shape")  # an output's facts besides its values (bundler/target/synth.py)
+FIELDS = ("digest", "dtype", "shape")  # an output's facts besides its values (bundler/shipped/ort_bundle/synth.py)
 
 
 def canonical(data: Mapping[str, Any]) -> str:

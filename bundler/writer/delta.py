@@ -1,6 +1,6 @@
 """Make a delta bundle: the new release zip as copies of the old one's bytes and inserted bytes.
 
-The format is the applier's (bundler/target/delta_apply.py, which every bundle ships); this module only
+The format is the applier's (bundler/shipped/ort_bundle/delta_apply.py, which every bundle ships); this module only
 writes it. The matching is delta_match.py's. Inserted bytes are compressed here, on the build side, in
 chunks of at most `MAX_CHUNK` bytes, each with xz or zlib or stored as it is, whichever is smallest (a
 changed model's deflated bytes barely compress again). The ops are compressed the same way. The file is
@@ -23,7 +23,16 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from bundler.atomic import write_atomic
-from bundler.target.delta_apply import CHUNK_HEAD, COPY, INSERT, MAGIC, MAX_CHUNK, PREAMBLE, VERSION, Release
+from bundler.shipped.ort_bundle.delta_apply import (
+    CHUNK_HEAD,
+    COPY,
+    INSERT,
+    MAGIC,
+    MAX_CHUNK,
+    PREAMBLE,
+    VERSION,
+    Release,
+)
 from bundler.writer.delta_match import (
     AnchorIndex,
     Copy,

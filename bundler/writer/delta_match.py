@@ -1,7 +1,7 @@
 """Where the bytes of a new release zip already are in the old one: the matching behind `ort-bundler delta`.
 
 The new zip is described as ranges of the old zip to copy and bytes to insert, over the zips' stored
-(compressed) bytes, never their content, so the applier never compresses (bundler/target/delta_apply.py).
+(compressed) bytes, never their content, so the applier never compresses (bundler/shipped/ort_bundle/delta_apply.py).
 Most of a new release is members the old one has, byte for byte, under another top folder
 (`app-1.0.0-…/` becomes `app-1.1.0-…/`), so matching is by the zip's own structure first:
 

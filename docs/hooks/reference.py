@@ -3,7 +3,7 @@
 A hand-written page holds a marker such as `<!-- generated: commands -->`; when MkDocs reads the page, the
 marker is replaced by Markdown made from the one definition the program itself uses: the commands from the
 argparse parser (`bundler.cli.build_parser`), the exit codes from `bundler/errors.py` (and the installer's from
-`bundler.target.records.INSTALL_EXIT_CODES`), the manifest's keys from the sets the manifest parser checks
+`bundler.shipped.ort_bundle.records.INSTALL_EXIT_CODES`), the manifest's keys from the sets the manifest parser checks
 (`bundler/manifest`). So a command, option, exit code or key added in the code appears in the site without
 anyone editing a page, and the output depends on nothing but the code (no terminal width, no home folder).
 
@@ -195,7 +195,7 @@ def exit_code_rows() -> list[tuple[int, str, str]]:
     return sorted(rows)
 
 
-#: What each of the installer's exit codes means, by its name in INSTALL_EXIT_CODES (bundler/target/records.py).
+#: What each of the installer's exit codes means, by its name in INSTALL_EXIT_CODES (bundler/shipped/ort_bundle/records.py).
 INSTALL_CODE_MEANINGS = {
     "ok": "success",
     "reboot": "success; a reboot is needed (the VC++ runtime asked for one): a soft reboot for Intune and ConfigMgr",
@@ -210,13 +210,13 @@ INSTALL_CODE_MEANINGS = {
 
 
 def exit_codes_markdown() -> str:
-    from bundler.target.records import INSTALL_EXIT_CODES
+    from bundler.shipped.ort_bundle.records import INSTALL_EXIT_CODES
 
     lines = ["| code | error class | meaning |", "|---|---|---|", "| 0 | | success |"]
     lines += [f"| {code} | `{name}` | {_escape(meaning)} |" for code, name, meaning in exit_code_rows()]
     lines += ["", "## The installer's exit codes {#installer}", "",
               "`install.sh`, `install.cmd`, `install.ps1`, the uninstallers and `run.sh --verify` / `run.cmd --verify` "
-              "(from `INSTALL_EXIT_CODES` in `bundler/target/records.py`):", "",
+              "(from `INSTALL_EXIT_CODES` in `bundler/shipped/ort_bundle/records.py`):", "",
               "| code | name | meaning |", "|---|---|---|"]
     missing = sorted(set(INSTALL_EXIT_CODES) - set(INSTALL_CODE_MEANINGS))
     if missing:

@@ -23,7 +23,7 @@
  * Errors go to stderr as "error: ..." lines.
  *
  * Inputs are filled exactly as ort-bundler's build fills them when it records a model's reference
- * output (bundler/target/synth.py), so the digests can be compared with bundle.json: every input must
+ * output (bundler/shipped/ort_bundle/synth.py), so the digests can be compared with bundle.json: every input must
  * be a float tensor; its shape is the --shape given for it, else the declared one with dynamic
  * dimensions as 1; element i of each input (i restarting at 0 for every input) is
  * ((h(i) % 251) - 125) / 16.0f, which is exact in float32, with h the seeded 32-bit hash of

@@ -214,7 +214,7 @@ def command(root: str, config: LaunchConfig, args: Sequence[str], env: Dict[str,
     python = sys.executable
     own = [python, *ISOLATED]  # every Python started here runs isolated, the entry point included (issue 34 §3)
     if action == "verify":
-        return Command(python, (*own, os.path.join(root, "installer", "engine.py"), "verify", "--root", root, *rest), env)
+        return Command(python, (*own, os.path.join(root, "installer", "ort_bundle", "__main__.py"), "engine", "verify", "--root", root, *rest), env)
     if action == "self-check":
         script = os.path.join(root, "selfcheck", "selfcheck.py")
         check = [script] if os.path.isfile(script) else ["-c", IMPORT_CHECK]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
+from ..records import INSTALL_EXIT_CODES, PLAN_FILE, RECEIPT_FILE, InstallPlan, RecordError
 from .engine_env import run_selfcheck
 from .engine_fs import (
     WINDOWS,
@@ -27,7 +28,6 @@ from .engine_fs import (
     walk,
     write_receipt,
 )
-from .records import INSTALL_EXIT_CODES, PLAN_FILE, RECEIPT_FILE, InstallPlan, RecordError
 
 #: Files the product itself writes into its folder after the install, the product's to remove with it: `run --tune`'s
 #: tuning file (tuning_file.TUNING_FILE, not imported: the engine ships without the ort_bundle modules).
@@ -171,7 +171,7 @@ def record_after_reboot(root: Path, log: Log, *, task: Optional[str] = None) -> 
     write_receipt(root, replace(receipt, selfcheck=outcome))
     log(f"the self-check after the reboot {'passed' if code == 0 else f'failed with exit code {code}'}")
     if task:
-        from .windows_host import schtasks
+        from .windows.windows_host import schtasks
 
         done, output = schtasks("/delete", "/tn", task, "/f")
         log(f"removed the scheduled task {task}" if done == 0 else

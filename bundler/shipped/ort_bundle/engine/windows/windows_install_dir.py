@@ -14,8 +14,8 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
-from .engine_fs import PREVIOUS, EngineError
-from .records import InstallPlan
+from ...records import InstallPlan
+from ..engine_fs import PREVIOUS, EngineError
 
 #: MAX_PATH less its terminating NUL: the longest path an application that is not long-path aware can open.
 MAX_PATH = 259

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any, Dict
 
-from bundler.target.check_context import Context, is_below
-from bundler.target.dllsearch import choose, file_version, search_folders
-from bundler.target.records import Check
+from ..records import Check
+from .check_context import Context, is_below
+from .dllsearch import choose, file_version, search_folders
 
 # Loaded libraries worth reporting, by family; the driver's own library is never bundled.
 LIBRARY_FAMILIES = (

@@ -18,10 +18,10 @@ import time
 from pathlib import Path, PureWindowsPath
 from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
 
-from .bundle_info import BUNDLE_FILE, BundleInfo, BundleInfoError
+from ..bundle_info import BUNDLE_FILE, BundleInfo, BundleInfoError
+from ..records import PLAN_FILE, RECEIPT_FILE, InstallPlan, Receipt, SelfcheckOutcome
 from .engine_env import compile_site_files, install_wheels, make_venv, relocate_venv
 from .engine_fs import WINDOWS, EngineError, Log, hash_tree, inside, native, walk_folders, write_receipt
-from .records import PLAN_FILE, RECEIPT_FILE, InstallPlan, Receipt, SelfcheckOutcome
 
 #: Creates the environment: (staging venv folder, final venv folder). The default runs the target's
 #: `python -m venv --without-pip`; bundles with their own interpreter copy it instead.

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterator, Optional
 
+from ..records import PLAN_FILE, SUMS_FILE, InstallPlan, RecordError, safe_relative
 from .engine_fs import EngineError, Log, file_sha256, native
-from .records import PLAN_FILE, SUMS_FILE, InstallPlan, RecordError, safe_relative
 from .trust import unlisted, unlisted_message
 
 

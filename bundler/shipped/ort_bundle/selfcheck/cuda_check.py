@@ -13,8 +13,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator, List
 
-from bundler.target.check_context import Context
-from bundler.target.records import Check
+from ..records import Check
+from .check_context import Context
 
 CUDA = "CUDAExecutionProvider"
 # The self-check's exit code when a GPU bundle finds no NVIDIA driver (nvcuda.dll / libcuda.so.1): its own, so a

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from ...bundle_info import BundleInfo
+from ..engine_fs import EngineError, Log
 from . import windows_host as host
-from .bundle_info import BundleInfo
-from .engine_fs import EngineError, Log
 
 
 def register(info: BundleInfo, target: Path, bundle_sha256: str, python: str, *, admin: bool, log: Log) -> None:
@@ -122,7 +122,7 @@ def task_xml(command: str, arguments: str) -> str:
 
 
 def selfcheck_task_command(target: Path, python: str, name: str, log: Log) -> Tuple[str, str]:
-    arguments = f'-I -B "{target}\\installer\\engine.py" after-reboot --root "{target}" --task "{task_name(name)}"'
+    arguments = f'-I -B "{target}\\installer\\ort_bundle\\__main__.py" engine after-reboot --root "{target}" --task "{task_name(name)}"'
     if log.path is not None:
         arguments += f' --log-file "{log.path}"'
     return python, arguments

@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from . import disk_space
+from ...bundle_info import BUNDLE_FILE, BundleInfo, BundleInfoError
+from ...folder_trust import parse_descriptor, windows_problem
+from ...records import INSTALL_EXIT_CODES, PLAN_FILE, RECEIPT_FILE, InstallPlan, Receipt, RecordError, log_file_name
+from .. import disk_space
+from ..engine_fs import EngineError, Log, read_receipt
 from . import windows_host as host
-from .bundle_info import BUNDLE_FILE, BundleInfo, BundleInfoError
-from .engine_fs import EngineError, Log, read_receipt
-from .folder_trust import parse_descriptor, windows_problem
-from .records import INSTALL_EXIT_CODES, PLAN_FILE, RECEIPT_FILE, InstallPlan, Receipt, RecordError, log_file_name
 from .windows_install_dir import absolute_install_dir, default_install_dir, install_budget, resolve_install_dir
 from .windows_registration import (
     delete_selfcheck_task,
@@ -241,7 +241,7 @@ def installed_interpreter(plan: InstallPlan, target: Path) -> str:
 
 def install_main(bundle: Path, argv: Sequence[str]) -> int:
     """install.cmd / install.ps1: every step, in order; the return value is the installer's exit code."""
-    from . import engine
+    from .. import engine
 
     switches = parse_switches(argv, INSTALL_SWITCHES, script="install.cmd")
     host.check_platform()
@@ -316,7 +316,7 @@ def uninstall_main(script_dir: Path, argv: Sequence[str]) -> int:
     """uninstall.cmd / uninstall.ps1, from the install folder (Add/Remove Programs runs that copy) or from the
     bundle. The folder: -InstallDir, else the one this script lives in, else the one the detection value
     records, else the default. "Not installed" is success, as Intune and ConfigMgr expect."""
-    from .installed import leftover_names, uninstall
+    from ..installed import leftover_names, uninstall
 
     switches = parse_switches(argv, UNINSTALL_SWITCHES, script="uninstall.cmd")
     host.check_platform()

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from .engine_fs import EngineError
+from ..engine_fs import EngineError
 
 #: HKLM/HKCU\SOFTWARE\ort-bundler\<name>: the detection value, one key per bundle name (Intune's rule).
 DETECTION_KEY = "SOFTWARE\\ort-bundler\\{name}"

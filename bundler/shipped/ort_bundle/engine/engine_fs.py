@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from .records import RECEIPT_FILE, InstalledFile, Receipt, RecordError, safe_relative
+from ..records import RECEIPT_FILE, InstalledFile, Receipt, RecordError, safe_relative
 
 WINDOWS = os.name == "nt"
 STAGING = ".staging-"

@@ -20,8 +20,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ..records import InstallPlan, RecordError, SelfcheckReport
 from .engine_fs import EngineError, Log, native
-from .records import InstallPlan, RecordError, SelfcheckReport
 
 
 def make_venv(stage_venv: Path, final_venv: Path) -> None:

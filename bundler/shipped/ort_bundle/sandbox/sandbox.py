@@ -1,8 +1,8 @@
 """Try a Windows bundle in Windows Sandbox: write the `.wsb` that installs, checks and removes it offline.
 
 `try-in-sandbox.cmd` (templates/try-in-sandbox.cmd.j2) finds a Python and hands every argument to this
-module, shipped in every win_amd64 bundle as payload/installer/ortengine/sandbox.py and started through
-payload/installer/sandbox.py. It writes, beside the unpacked bundle folder (never inside it: the install
+module, shipped in every bundle as payload/ort_bundle/sandbox/sandbox.py and started through
+payload/ort_bundle/__main__.py. It writes, beside the unpacked bundle folder (never inside it: the install
 refuses files SHA256SUMS does not list):
 
     <bundle>-sandbox\\<name>.wsb              the Windows Sandbox configuration
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from .bundle_info import BundleInfo, BundleInfoError
-from .records import INSTALL_EXIT_CODES, SUMS_FILE, RecordError, safe_relative
+from ..bundle_info import BundleInfo, BundleInfoError
+from ..records import INSTALL_EXIT_CODES, SUMS_FILE, RecordError, safe_relative
 from .sandbox_render import (
     GPU_NOTE,
     MIN_MEMORY_MB,

@@ -21,14 +21,14 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from bundler.target.cache_folder import choose
-from bundler.target.check_context import Context, is_below
-from bundler.target.cuda_check import CUDA, DML, check_cuda, check_directml, failure_exit_code
-from bundler.target.interpreter import check_interpreter
-from bundler.target.libraries import check_libraries, check_native_runtime
-from bundler.target.model_check import CPU, check_identity, check_model, session_providers
-from bundler.target.records import Check, SelfcheckReport
-from bundler.target.synth import SYNTH_VERSION, probe_model
+from ..cache_folder import choose
+from ..records import Check, SelfcheckReport
+from ..synth import SYNTH_VERSION, probe_model
+from .check_context import Context, is_below
+from .cuda_check import CUDA, DML, check_cuda, check_directml, failure_exit_code
+from .interpreter import check_interpreter
+from .libraries import check_libraries, check_native_runtime
+from .model_check import CPU, check_identity, check_model, session_providers
 
 MIN_FREE_BYTES = 1 << 30
 
@@ -215,10 +215,10 @@ def run_checks(ctx: Context) -> list[Check]:
 
 def check_files(ctx: Context) -> Check:
     """Every installed file against receipt.json, by the install engine copied into the install."""
-    engine = ctx.root / "installer" / "engine.py"
+    engine = ctx.root / "installer" / "ort_bundle" / "__main__.py"
     if not engine.is_file():
         return Check(id="files", status="skip", message=f"{engine} is missing: no receipt audit in this folder")
-    proc = subprocess.run([sys.executable, "-I", "-B", str(engine), "verify", "--root", str(ctx.root), "--json"],
+    proc = subprocess.run([sys.executable, "-I", "-B", str(engine), "engine", "verify", "--root", str(ctx.root), "--json"],
                           capture_output=True, text=True, check=False)
     try:
         audit = json.loads(proc.stdout)

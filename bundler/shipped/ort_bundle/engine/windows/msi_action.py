@@ -30,10 +30,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
 
-from .engine_env import run_selfcheck
-from .engine_fs import WINDOWS, EngineError, Log, read_receipt, write_receipt
-from .folder_trust import DescriptorError, parse_descriptor, posix_problem, windows_problem
-from .records import PLAN_FILE, RECEIPT_FILE, InstallPlan, RecordError
+from ...folder_trust import DescriptorError, parse_descriptor, posix_problem, windows_problem
+from ...records import PLAN_FILE, RECEIPT_FILE, InstallPlan, RecordError
+from ..engine_env import run_selfcheck
+from ..engine_fs import WINDOWS, EngineError, Log, read_receipt, write_receipt
 
 #: The file the launchers read the model cache folder from (the zip route writes it at install).
 CACHE_DIR_FILE = "cache_dir.txt"

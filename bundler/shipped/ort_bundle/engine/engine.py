@@ -1,7 +1,7 @@
 """The install engine: carries out install-plan.json, writes the receipt, audits and uninstalls.
 
-One program for Linux and Windows, shipped in every bundle as payload/installer/ortengine/ (started
-through payload/installer/engine.py) and copied into every install as installer/. This module holds
+One program for Linux and Windows, shipped in every bundle in payload/ort_bundle/engine/ (started
+through payload/ort_bundle/__main__.py) and copied into every install as installer/ort_bundle/. This module holds
 the install itself and the command line; bundle_check (the bundle folder against SHA256SUMS),
 target_folder (the install folder: ours or empty, a safe parent, what carries over), disk_space (room
 on every file system written), image (what goes where in the installed tree, also built here by
@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
+from ..records import INSTALL_EXIT_CODES, RECEIPT_FILE, InstallPlan, Receipt, SelfcheckOutcome
 from . import disk_space
 from .bundle_check import PrivateCopy, load_plan, private_copy, verify_bundle
 from .engine_env import make_venv, reboot_explains, run_selfcheck, selfcheck_env
@@ -60,7 +61,6 @@ from .engine_fs import (
 )
 from .image import MakeEnvironment, make_image, populate
 from .installed import VERIFY_CHANGED, VERIFY_OK, Audit, audit, record_after_reboot, uninstall
-from .records import INSTALL_EXIT_CODES, RECEIPT_FILE, InstallPlan, Receipt, SelfcheckOutcome
 from .target_folder import carry_over, check_cache_dir_posix, check_parent_posix, check_target
 
 #: What the tests and the other engine modules use from here, re-exported for one import path.
@@ -173,7 +173,7 @@ def _restrict(options: Options) -> Optional[Callable[[Path], None]]:
     """Windows per-machine: what drops a new folder's inherited "Users: Modify" (Administrators/SYSTEM write)."""
     if not options.restrict_acl:
         return None
-    from .windows_host import restrict_folder  # Windows only
+    from .windows.windows_host import restrict_folder  # Windows only
 
     return restrict_folder
 
@@ -278,10 +278,10 @@ def _front_end(args_list: List[str], log: Log) -> int:
         raise EngineError("usage", f"engine.py {command} needs {FRONT_ENDS[command]} FOLDER before the switches")
     folder, switches = Path(os.path.abspath(args_list[2])), args_list[3:]
     if command == "windows-install":
-        from .windows_setup import install_main
+        from .windows.windows_setup import install_main
 
         return install_main(folder, switches)
-    from .windows_setup import uninstall_main
+    from .windows.windows_setup import uninstall_main
 
     return uninstall_main(folder, switches)
 
@@ -345,7 +345,7 @@ def _dispatch(args: argparse.Namespace, log: Log) -> int:
             make_image(copy.plan, copy.folder, copy.identity, out, args.epoch, log, compared=copy.sums)
         return 0
     if args.command == "msi-finish":
-        from .msi_action import finish
+        from .windows.msi_action import finish
 
         return finish(Path(os.path.abspath(args.root)), cache_dir=args.cache_dir.strip() or None,
                       self_check=not args.no_self_check, remove=args.remove, log=log)

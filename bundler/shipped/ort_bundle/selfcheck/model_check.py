@@ -9,10 +9,10 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import Any, Dict, List
 
-from bundler.target.check_context import Context
-from bundler.target.cuda_check import CUDA, DML, session_options
-from bundler.target.records import Check
-from bundler.target.synth import compare_output, describe_io, output_digest, synthesize_inputs
+from ..records import Check
+from ..synth import compare_output, describe_io, output_digest, synthesize_inputs
+from .check_context import Context
+from .cuda_check import CUDA, DML, session_options
 
 CPU = "CPUExecutionProvider"
 LATENCY_RUNS = 5

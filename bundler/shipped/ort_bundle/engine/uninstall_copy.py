@@ -4,7 +4,7 @@ A running python.exe cannot be removed, so the uninstall of a bundle with its ow
 That copy used to go to `%TEMP%\\ort-bundler-uninstall-%RANDOM%%RANDOM%`: for SYSTEM (Intune, ConfigMgr) that is
 C:\\Windows\\Temp, where users may create folders and files, the name is guessable, and a folder made there first
 blocked the uninstall (exit 12) or could hold a DLL the copied python.exe loads as SYSTEM. Now this module, run by
-the installed interpreter before the uninstall (`python -I -B installer\\uninstall_copy.py HOME`), makes the folder:
+the installed interpreter before the uninstall (`python -I -B installer\\ort_bundle\\__main__.py uninstall-copy HOME`), makes the folder:
 
 - a new name from `secrets` (`ort-bundler-uninstall-` and 16 hex digits) in the temp folder; a name that exists
   already (made by anyone) is never used: another is drawn, so a pre-created folder blocks nothing;
@@ -15,7 +15,7 @@ the installed interpreter before the uninstall (`python -I -B installer\\uninsta
 - the interpreter folder's files (python.exe, its DLLs, the standard library zip, its ._pth) copied in.
 
 It prints the folder on stdout, one line; the wrapper runs `<folder>\\python.exe` and removes the folder when the
-uninstall has ended. Standard library only, Python 3.8+; it ships in the `ortengine` package.
+uninstall has ended. Standard library only, Python 3.8+; a program of the shipped `ort_bundle` package.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional
 
+from ..records import INSTALL_EXIT_CODES
 from .engine_fs import EngineError
-from .records import INSTALL_EXIT_CODES
 
 PREFIX = "ort-bundler-uninstall-"
 #: The install's ACL (restrict_folder's icacls grants) as a protected SDDL DACL: Administrators (BA) and SYSTEM (SY)
@@ -125,7 +125,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return INSTALL_EXIT_CODES["usage"]
     admin, restrict = False, None
     if os.name == "nt":
-        from .windows_host import is_admin, restrict_folder
+        from .windows.windows_host import is_admin, restrict_folder
 
         admin = is_admin()
         restrict = restrict_folder if admin else None

@@ -12,10 +12,10 @@ import stat
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from ..folder_trust import posix_problem
+from ..records import RECEIPT_FILE, InstallPlan, Receipt
 from .engine_fs import WINDOWS, EngineError, Log, native, read_receipt, walk, walk_folders
-from .folder_trust import posix_problem
 from .installed import guarded_folders
-from .records import RECEIPT_FILE, InstallPlan, Receipt
 
 
 def check_target(target: Path, plan: InstallPlan) -> Optional[Receipt]:
