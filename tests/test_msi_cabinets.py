@@ -157,6 +157,37 @@ def test_verify_reads_the_cabinets_beside_the_msi(built: Built, tmp_path: Path) 
     assert refused.returncode == 8, refused.stdout + refused.stderr
 
 
+def test_verify_catches_a_cabinet_swapped_with_its_receipt_rewritten_to_match(built: Built, tmp_path: Path) -> None:
+    """The MSI's signature does not cover its external cabinets (nor does msiexec check them). A cabinet rebuilt
+    by an attacker with a file changed and the receipt's sha256 of it changed to match passes the files-against-
+    receipt check, but the receipt's MD5 is in the MSI's own MsiFileHash table, so verify's rebuild names it."""
+    from bundler.packaging.msi_source import identifier
+
+    folder = tmp_path / "swapped"
+    shutil.copytree(Path(built.first["msi"]["path"]).parent, folder)
+    msi = folder / Path(built.first["msi"]["path"]).name
+    receipt_key = identifier("f", "receipt.json")
+    [cabinet] = [folder / Path(c["path"]).name for c in built.first["msi"]["cabinets"]
+                 if receipt_key in dict(gcab_listing(Path(c["path"])))]
+    names = [name for name, _ in gcab_listing(cabinet)]
+    unpacked = tmp_path / "unpacked"
+    subprocess.run(["gcab", "-x", "-C", str(unpacked), str(cabinet)], check=True, capture_output=True)
+    receipt = json.loads((unpacked / receipt_key).read_text())
+    keys = {identifier("f", entry["path"]): entry for entry in receipt["files"]}
+    victim = next(name for name in names if name in keys)
+    data = bytearray((unpacked / victim).read_bytes())
+    data[0] ^= 0xFF  # same size: the File row's FileSize still holds
+    (unpacked / victim).write_bytes(bytes(data))
+    keys[victim]["sha256"] = hashlib.sha256(bytes(data)).hexdigest()
+    (unpacked / receipt_key).write_text(json.dumps(receipt, indent=2) + "\n")
+    cabinet.unlink()
+    subprocess.run(["gcab", "-c", "-z", "-n", str(cabinet), *names], cwd=unpacked, check=True, capture_output=True)
+    refused = run_cli("verify", "--json", str(msi), check=False)
+    assert refused.returncode == 8, refused.stdout + refused.stderr
+    report = json.loads(refused.stdout)
+    assert not report["changed"] and any(line.startswith(f"MsiFileHash row {receipt_key}:") for line in report["tables"])
+
+
 def test_a_file_past_the_cabinet_size_is_refused_before_anything_is_written(built: Built, bundler_cache: Path,
                                                                            tmp_path: Path) -> None:
     out = tmp_path / "out"
