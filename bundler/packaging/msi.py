@@ -147,19 +147,29 @@ def write_msi(product: MsiProduct, files: list[str], *, image: Path, output: Pat
               package_code: str, cabinet_bytes: int = CABINET_BYTES) -> tuple[CabinetFile, ...]:
     """The MSI of `files` (sequence order, dated) of a made `image` at `output`: the cabinets, the tables, the
     small cabinet embedded, the summary; the external cabinets, moved beside `output`."""
-    layout, written = write_cabinets(image, files, work / "cabinets", stem=package_code[1:6], limit=cabinet_bytes,
-                                     keys={path: identifier("f", path) for path in files}, gcab=tool("gcab"))
-    write_database(product, files, image=image, output=output, work=work, layout=layout)
-    for cabinet in layout.cabinets:
-        if cabinet.embedded:
-            _run([tool("msibuild"), str(output), "-a", cabinet.name, str(written[cabinet.name])], cwd=work,
-                 what="msibuild")
-    fix_summary(output, package_code=package_code, epoch=epoch)
-    external = []
-    for cabinet in layout.external:
-        beside = output.with_name(cabinet.name)
-        os.replace(written[cabinet.name], beside)
-        external.append(CabinetFile(path=beside, size=beside.stat().st_size, sha256=file_sha256(beside)))
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    # gcab compresses on one core; the files' versions and MD5s, and each written cabinet's sha256, are read on
+    # another meanwhile (hashlib releases the GIL), one at a time.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        facts = pool.submit(file_facts, image, files)
+        digests: dict[Path, Future[str]] = {}
+        layout, written = write_cabinets(
+            image, files, work / "cabinets", stem=package_code[1:6], limit=cabinet_bytes,
+            keys={path: identifier("f", path) for path in files}, gcab=tool("gcab"),
+            on_written=lambda path: digests.setdefault(path, pool.submit(file_sha256, path)))
+        write_database(product, files, image=image, output=output, work=work, layout=layout, facts=facts.result())
+        for cabinet in layout.cabinets:
+            if cabinet.embedded:
+                _run([tool("msibuild"), str(output), "-a", cabinet.name, str(written[cabinet.name])], cwd=work,
+                     what="msibuild")
+        fix_summary(output, package_code=package_code, epoch=epoch)
+        external = []
+        for cabinet in layout.external:
+            beside = output.with_name(cabinet.name)
+            sha256 = digests[written[cabinet.name]].result()
+            os.replace(written[cabinet.name], beside)
+            external.append(CabinetFile(path=beside, size=beside.stat().st_size, sha256=sha256))
     return tuple(external)
 
 
@@ -224,7 +234,7 @@ def package_code(product: MsiProduct, receipt: bytes) -> str:
 
 
 def write_database(product: MsiProduct, files: list[str], *, image: Path, output: Path, work: Path,
-                   purpose: str = "package --msi", layout: Layout | None = None) -> None:
+                   purpose: str = "package --msi", layout: Layout | None = None, facts: FileFacts | None = None) -> None:
     """Every table of the MSI at `output` for `files` of `image`, in the cabinets `layout` says (by default one
     embedded cabinet), without the cabinets themselves (write_cabinets): the .wxs, wixl on empty stand-ins of
     the files, then msibuild for what wixl cannot author. `package` writes an MSI with this and `verify` rebuilds
@@ -244,9 +254,9 @@ def write_database(product: MsiProduct, files: list[str], *, image: Path, output
     tables.mkdir(exist_ok=True)
     exported = subprocess.run([tool("msiinfo", purpose=purpose), "export", str(output), "File"], capture_output=True,
                               check=True).stdout.decode("utf-8")
-    versions = file_versions(image, files)
+    versions, hashes = facts or file_facts(image, files)
     for name, text in (("File", file_table(exported, image, layout, versions)),
-                       ("MsiFileHash", hash_table(image, files, versions)), ("Media", media_table(layout))):
+                       ("MsiFileHash", hash_table(hashes)), ("Media", media_table(layout))):
         with open(tables / f"{name}.idt", "w", encoding="utf-8", newline="") as idt:
             idt.write(text)
         _run([msibuild, str(output), "-i", str(tables / f"{name}.idt")], cwd=work, what="msibuild")
@@ -282,10 +292,19 @@ def file_table(exported: str, image: Path, layout: Layout, versions: dict[str, s
     return "\r\n".join([*lines[:3], *rows]) + "\r\n"
 
 
-def hash_table(image: Path, files: Sequence[str], versions: dict[str, str]) -> str:
+#: (each PE file's version, each unversioned file's MD5 as MsiFileHash's four numbers)
+FileFacts = tuple[dict[str, str], dict[str, tuple[int, int, int, int]]]
+
+
+def file_facts(image: Path, files: Sequence[str]) -> FileFacts:
+    """What the File and MsiFileHash tables say of each file beyond its size: its version, or else its MD5."""
+    versions = file_versions(image, list(files))
+    return versions, {path: file_hash_parts(image / path) for path in files if path not in versions}
+
+
+def hash_table(hashes: dict[str, tuple[int, int, int, int]]) -> str:
     """MsiFileHash: the MD5 of every unversioned file (Windows Installer compares versions for the others)."""
-    rows = [f"{identifier('f', path)}\t0\t" + "\t".join(map(str, file_hash_parts(image / path)))
-            for path in sorted(files) if path not in versions]
+    rows = [f"{identifier('f', path)}\t0\t" + "\t".join(map(str, hashes[path])) for path in sorted(hashes)]
     return ("File_\tOptions\tHashPart1\tHashPart2\tHashPart3\tHashPart4\r\n"
             "s72\ti2\ti4\ti4\ti4\ti4\r\n"
             "MsiFileHash\tFile_\r\n" + "".join(f"{row}\r\n" for row in rows))

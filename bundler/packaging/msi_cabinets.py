@@ -23,7 +23,7 @@ import hashlib
 import os
 import struct
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,14 +128,18 @@ def single(files: Sequence[str]) -> Layout:
 
 
 def write_cabinets(image: Path, files: Sequence[str], work: Path, *, stem: str, keys: dict[str, str],
-                   limit: int = CABINET_BYTES, gcab: str) -> tuple[Layout, dict[str, Path]]:
+                   limit: int = CABINET_BYTES, gcab: str,
+                   on_written: Callable[[Path], object] | None = None) -> tuple[Layout, dict[str, Path]]:
     """The cabinets of `files` (sequence order) from `image`, written by gcab into `work`: the layout, and each
     cabinet's file by name. Each file is named in its cabinet by its File table key (`keys`), as Windows
-    Installer looks it up. One small cabinet becomes the embedded one."""
+    Installer looks it up. One small cabinet becomes the embedded one. `on_written` is called with each cabinet's
+    file as soon as gcab has written it (to hash it while the next is compressed)."""
     groups = split([(path, (image / path).stat().st_size) for path in files], limit=limit)
     written: list[Path] = []
     for index, group in enumerate(groups, start=1):
         written.append(_gcab(image, group, work / f"disk{index}", keys=keys, gcab=gcab))
+        if on_written is not None:
+            on_written(written[-1])
     if len(written) == 1 and written[0].stat().st_size <= EMBED_BYTES:
         return single(groups[0]), {EMBEDDED_NAME: written[0]}
     cabinets, paths, number = [], {}, 0
