@@ -69,7 +69,7 @@ def test_a_file_past_a_lowered_cabinet_size_is_refused_naming_the_size_to_ask_fo
 class Built:
     bundle: Path
     first: dict  # `package --msi --json` with --cabinet-bytes CABINET
-    again: dict  # the same, in another folder
+    again: dict  # the same with --intunewin, in another folder
 
 
 def package(bundle: Path, out: Path, cache: Path, *flags: str) -> dict:
@@ -88,7 +88,7 @@ def built(windows_python: WindowsPython, bundler_cache: Path, tmp_path_factory: 
                                 lock=unlocked.with_suffix(".lock.toml")), bundler_cache, work)
     flags = ("--msi", "--cabinet-bytes", str(CABINET))
     return Built(bundle=bundle, first=package(bundle, work / "first", bundler_cache, *flags),
-                 again=package(bundle, work / "again", bundler_cache, *flags))
+                 again=package(bundle, work / "again", bundler_cache, *flags, "--intunewin"))
 
 
 def table(msi: Path, name: str) -> list[dict[str, str]]:
@@ -141,6 +141,17 @@ def test_two_runs_give_byte_identical_msis_and_cabinets(built: Built) -> None:
                                                      strict=True)]
     for one, other in pairs:
         assert Path(one).name == Path(other).name and Path(one).read_bytes() == Path(other).read_bytes(), one
+
+
+def test_the_intunewin_carries_the_msi_and_every_cabinet(built: Built) -> None:
+    """A Win32 app's setup folder is the MSI's folder on the client: msiexec reads the cabinets from there."""
+    from test_intunewin import read_intunewin, zip_files
+
+    [app] = [p for p in built.again["packages"] if p["role"] == "app"]
+    inner = zip_files(read_intunewin(Path(app["path"])).inner)
+    wanted = [Path(built.again["msi"]["path"]), *(Path(c["path"]) for c in built.again["msi"]["cabinets"])]
+    assert sorted(inner) == sorted(path.name for path in wanted)
+    assert all(inner[path.name] == path.read_bytes() for path in wanted)
 
 
 def test_verify_reads_the_cabinets_beside_the_msi(built: Built, tmp_path: Path) -> None:
