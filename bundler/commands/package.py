@@ -68,8 +68,8 @@ def configure(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) 
                              "msitools); with --intunewin the .intunewin wraps the MSI")
     parser.add_argument("--cabinet-bytes", type=int, default=None, metavar="N",
                         help="the MSI's cabinets hold at most N uncompressed bytes each (default and most "
-                             "2,000,000,000); past one cabinet of 128 MiB they are files beside the MSI, "
-                             "<code><disk>.cab, to ship in the MSI's folder")
+                             "2,000,000,000); past one cabinet of 128 MiB they are files beside the MSI (such as "
+                             "9438D001.cab), to ship in the MSI's folder")
     add_signing_options(parser)
     parser.add_argument("--json", action="store_true",
                         help="print every output (path, size, sha256, inner zip) and its Win32 app settings as JSON")
