@@ -71,6 +71,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--msi", action="store_true",
                         help="write <name>-<version>-win_amd64.msi (bundles with [python] runtime; needs wixl and "
                              "msitools); with --intunewin the .intunewin wraps the MSI")
+    parser.add_argument("--cabinet-bytes", type=int, default=None, metavar="N",
+                        help="the MSI's cabinets hold at most N uncompressed bytes each (default and most "
+                             "2,000,000,000); past one cabinet of 128 MiB they are files beside the MSI (such as "
+                             "9438D001.cab), to ship in the MSI's folder")
     add_signing_options(parser)
     parser.add_argument("--json", action="store_true",
                         help="print every output (path, size, sha256, inner zip) and its Win32 app settings as JSON")
@@ -84,19 +88,35 @@ def run(args: argparse.Namespace) -> int:
         msg = "the signing options sign the MSI: give --msi (sign the bundle itself with `ort-bundler sign`)"
         raise UsageError(msg)
     signing = signing_options(args)
+    cabinet_bytes = _cabinet_bytes(args)
     result = package_bundle(args.bundle, args.output, cache=cache_of(args), msi=args.msi, intunewin=args.intunewin,
-                            signing=signing, say=None if args.quiet or args.json else say_stage)
+                            signing=signing, cabinet_bytes=cabinet_bytes,
+                            say=None if args.quiet or args.json else say_stage)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     elif not args.quiet:
         if result.msi is not None:
             print(f"wrote {result.msi.path} ({result.msi.size:,} bytes, {result.msi.files:,} files), product code "
                   f"{result.msi.product.product_code}, upgrade code {result.msi.product.upgrade_code}")
+            for cabinet in result.msi.cabinets:
+                print(f"wrote {cabinet.path} ({cabinet.size:,} bytes): ship it in the MSI's folder")
         for package in result.packages:
             print(f"wrote {package.intunewin.path} ({package.intunewin.size:,} bytes), setup file "
                   f"{package.intunewin.setup_file}\n  inner zip sha256 {package.intunewin.inner_sha256} "
                   f"({package.intunewin.inner_size:,} bytes)")
     return 0
+
+
+def _cabinet_bytes(args: argparse.Namespace) -> int:
+    """--cabinet-bytes, checked before anything is read (it only means something with --msi)."""
+    from bundler.packaging.msi_cabinets import CABINET_BYTES, check_limit
+
+    if args.cabinet_bytes is None:
+        return CABINET_BYTES
+    if not args.msi:
+        msg = "--cabinet-bytes sizes the MSI's cabinets: give --msi"
+        raise UsageError(msg)
+    return check_limit(args.cabinet_bytes)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,7 +148,8 @@ def say_stage(text: str) -> None:
 
 
 def package_bundle(bundle: Path, out: Path, *, cache: Cache, msi: bool = False, intunewin: bool = True,
-                   signing: SignOptions | None = None, say: Callable[[str], None] | None = None) -> Packaged:
+                   signing: SignOptions | None = None, cabinet_bytes: int | None = None,
+                   say: Callable[[str], None] | None = None) -> Packaged:
     """Verify `bundle`, refuse one that is not for Windows, and write its packages into `out` (all or none).
 
     `say`, when given, hears each long stage as it starts (`say_stage` prints it: quiet and `--json` runs pass
@@ -158,7 +179,7 @@ def package_bundle(bundle: Path, out: Path, *, cache: Cache, msi: bool = False, 
         unpacked = unpack(archive, top, staging / "bundle" / top)
         if msi:
             say(f"building the MSI from {human(inflated)}" + (" and signing it" if signing else ""))
-        built = _msi(info, unpacked, staging, signing, intunewin=intunewin) if msi else None
+        built = _msi(info, unpacked, staging, signing, intunewin=intunewin, cabinet_bytes=cabinet_bytes) if msi else None
         if intunewin:
             say("writing the .intunewin packages" + (" of the MSI" if built else ""))
         packages = _intunewins(info, unpacked, staging, member_cache=member_cache, msi=built) if intunewin else []
@@ -214,11 +235,12 @@ def _packageable(bundle: Path, archive: zipfile.ZipFile, top: str, *, formats: f
 
 
 def _msi(info: BundleInfo, unpacked: Unpacked, staging: Path, signing: SignOptions | None, *,
-         intunewin: bool) -> Msi:
-    """The MSI of the bundle unpacked in `staging/bundle` (signed when `signing` says how), with its `.sha256`, in
-    `staging/out`."""
+         intunewin: bool, cabinet_bytes: int | None = None) -> Msi:
+    """The MSI of the bundle unpacked in `staging/bundle` (signed when `signing` says how), its external cabinets
+    and its `.sha256` (a line for each of them, as `sha256sum -c` reads it), in `staging/out`."""
     from bundler.atomic import write_atomic
     from bundler.packaging.msi import build_msi, image_bytes, missing_upgrade_code, signed
+    from bundler.packaging.msi_cabinets import CABINET_BYTES
     from bundler.shipped.ort_bundle.records import PLAN_FILE, InstallPlan
     from bundler.signing.bundle import sign_msi
 
@@ -234,12 +256,14 @@ def _msi(info: BundleInfo, unpacked: Unpacked, staging: Path, signing: SignOptio
     work.mkdir()
     out.mkdir(exist_ok=True)
     built = build_msi(staging / "bundle" / unpacked.top, info, work, out / f"{info.name}-{info.version}-{info.platform}"
-                      ".msi", epoch=unpacked.epoch)
+                      ".msi", epoch=unpacked.epoch, cabinet_bytes=cabinet_bytes or CABINET_BYTES)
     if signing is not None:
         unsigned = built.path.rename(work / built.path.name)
         signer = sign_msi(unsigned, built.path, options=signing, work=work / "signing", epoch=unpacked.epoch)
         built = signed(built, signer=signer)
-    write_atomic(built.path.with_name(built.path.name + ".sha256"), f"{built.sha256}  {built.path.name}\n".encode())
+    sums = "".join(f"{sha256}  {path.name}\n" for path, sha256 in ((built.path, built.sha256),
+                                                                   *((c.path, c.sha256) for c in built.cabinets)))
+    write_atomic(built.path.with_name(built.path.name + ".sha256"), sums.encode())
     shutil.rmtree(work)
     if warning := missing_upgrade_code(info):  # said once the MSI exists: a refusal stays one sentence
         logging.getLogger("bundler").warning("warning: %s", warning)
@@ -267,7 +291,8 @@ def _intunewins(info: BundleInfo, unpacked: Unpacked, staging: Path, *, member_c
         described = MsiInfo(product_code=msi.product.product_code, product_version=msi.product.product_version,
                             upgrade_code=msi.product.upgrade_code, package_code=msi.package_code,
                             publisher=msi.product.publisher, contains_system_registry_keys=True)
-        wrapped = write_intunewin(single_file_folder(msi.path, staging / "msi"), msi.path.name, target,
+        wrapped = write_intunewin(files_folder([msi.path, *(c.path for c in msi.cabinets)], staging / "msi"),
+                                  msi.path.name, target,
                                   name=app.display_name, epoch=unpacked.epoch, member_cache=member_cache, msi=described)
     return [Package(role="app", intunewin=wrapped, app=app), *([vc] if vc else [])]
 
@@ -296,16 +321,26 @@ def single_file_folder(file: Path, folder: Path) -> Path:
     """A new `folder` holding only `file` (linked, else copied): a setup folder is packaged whole, so a setup
     file that lives among others (VC_redist in the bundle, an MSI beside its build files) gets a folder of its
     own."""
+    return files_folder([file], folder)
+
+
+def files_folder(files: list[Path], folder: Path) -> Path:
+    """A new `folder` holding only `files` (linked, else copied): an MSI and the cabinets it reads from its own
+    folder go into its .intunewin together."""
     from bundler.atomic import link_or_copy
 
     folder.mkdir()
-    link_or_copy(file, folder / file.name)
+    for file in files:
+        link_or_copy(file, folder / file.name)
     return folder
 
 
 def _publish_msi(built: Msi, out: Path) -> Msi:
-    """Move the MSI and then its `.sha256` into `out`."""
-    final = replace(built, path=out / built.path.name)
+    """Move the cabinets, the MSI and then its `.sha256` into `out`."""
+    cabinets = tuple(replace(cabinet, path=out / cabinet.path.name) for cabinet in built.cabinets)
+    for cabinet, moved in zip(built.cabinets, cabinets):
+        os.replace(cabinet.path, moved.path)
+    final = replace(built, path=out / built.path.name, cabinets=cabinets)
     os.replace(built.path, final.path)
     os.replace(built.path.with_name(built.path.name + ".sha256"), final.path.with_name(final.path.name + ".sha256"))
     return final

@@ -51,13 +51,15 @@ CHROMIUM = Tool("chromium", "chromium")
 CHROMEDRIVER = Tool("chromedriver", "chromium-driver")
 DOCKER_REGISTRY = Tool("docker-registry", "docker-registry")
 WINE64 = Tool("wine64", "wine64")
+GCAB = Tool("gcab", "gcab")
+CABEXTRACT = Tool("cabextract", "cabextract")
 XDELTA3 = Tool("xdelta3", "xdelta3")
 ZSTD = Tool("zstd", "zstd")
 
 #: Every tool by program name: what .ci/run installs is held to this table by the tests.
 TOOLS = {tool.program: tool for tool in (OSSLSIGNCODE, WIXL, MSIBUILD, MSIINFO, MSIEXTRACT, OPENSSL, CMAKE, MINGW_GCC,
                                          MINGW_DLLTOOL, GCC, PIPX, CHROMIUM, CHROMEDRIVER, DOCKER_REGISTRY, WINE64,
-                                         XDELTA3, ZSTD)}
+                                         XDELTA3, ZSTD, GCAB, CABEXTRACT)}
 
 
 def find(tool: Tool, purpose: str, *, runner: Runner | None = None, instead: str = "") -> str:

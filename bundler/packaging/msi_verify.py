@@ -24,16 +24,9 @@ from pathlib import Path
 
 from bundler.errors import BundleError, VerificationError
 from bundler.hashing import file_sha256
-from bundler.packaging.msi import (
-    PID_CREATE_TIME,
-    PID_LAST_SAVE_TIME,
-    fix_summary,
-    image_files,
-    msi_product,
-    package_code,
-    tool,
-    write_database,
-)
+from bundler.packaging.msi import image_files, msi_product, package_code, tool, write_database
+from bundler.packaging.msi_cabinets import Cabinet, Layout
+from bundler.packaging.msi_summary import PID_CREATE_TIME, PID_LAST_SAVE_TIME, fix_summary
 from bundler.shipped.ort_bundle.bundle_info import BUNDLE_FILE, BundleInfo, BundleInfoError
 from bundler.shipped.ort_bundle.records import PLAN_FILE, RECEIPT_FILE, InstallPlan, Receipt, RecordError
 
@@ -113,8 +106,10 @@ def table_differences(msi: Path, root: Path, receipt: Receipt, *, work: Path) ->
     try:
         product = msi_product(info, plan, bundle_sha256=receipt.bundle_sha256,
                               receipt=(root / RECEIPT_FILE).read_bytes(), source=f"{msi.name}: {BUNDLE_FILE}")
-        write_database(product, image_files(receipt), image=root, output=rebuilt, work=work,
-                       purpose="verifying an MSI")
+        files = sorted(image_files(receipt))
+        layout = cabinet_layout(msi, files)
+        write_database(product, files, image=root, output=rebuilt, work=work, purpose="verifying an MSI",
+                       layout=layout)
     except BundleError as exc:
         msg = f"{msi.name}: the MSI package would write for its image cannot be made ({exc})"
         raise VerificationError(msg) from None
@@ -129,9 +124,33 @@ def table_differences(msi: Path, root: Path, receipt: Receipt, *, work: Path) ->
         else:
             differences += _row_differences(table, expected[table], found[table])
     streams = _streams(msi) - SIGNATURE_STREAMS
-    differences += [f"stream {name!r}: not one package writes" for name in sorted(streams - _streams(rebuilt))]
-    differences += [f"stream {name!r}: missing" for name in sorted(_streams(rebuilt) - streams)]
+    written = _streams(rebuilt) | {cabinet.name for cabinet in layout.cabinets if cabinet.embedded}
+    differences += [f"stream {name!r}: not one package writes" for name in sorted(streams - written)]
+    differences += [f"stream {name!r}: missing" for name in sorted(written - streams)]
     return differences
+
+
+def cabinet_layout(msi: Path, files: list[str]) -> Layout:
+    """The cabinets `msi`'s Media table names, each holding the next of `files` (in package's sequence order) up to
+    its LastSequence: where package cut the files depends on the --cabinet-bytes it was given and whether the one
+    cabinet was small enough to embed, which the MSI alone records. Every other column is then checked by the
+    rebuild (a File row moved to another sequence shows as a difference)."""
+    media = _table("Media", _msiinfo(msi, "export", "Media"))
+    cabinets, taken = [], 0
+    for key in sorted(media.rows, key=lambda key: int(key[0])):
+        row = media.rows[key]
+        last = int(row["LastSequence"]) if row["LastSequence"].isdigit() else -1
+        if not taken <= last <= len(files):
+            msg = f"{msi.name}: Media row {key[0]} ends at sequence {row['LastSequence']}, expected {taken} to {len(files)}"
+            raise VerificationError(msg)
+        name = row["Cabinet"]
+        cabinets.append(Cabinet(name=name.removeprefix("#"), embedded=name.startswith("#"),
+                                files=tuple(files[taken:last]), last_sequence=last))
+        taken = last
+    if taken != len(files):
+        msg = f"{msi.name}: its Media table holds {taken} files, expected the {len(files)} its receipt lists"
+        raise VerificationError(msg)
+    return Layout(cabinets=tuple(cabinets))
 
 
 def _records(msi: Path, root: Path) -> tuple[BundleInfo, InstallPlan]:
