@@ -1,8 +1,8 @@
 """`ort-bundler report`: the release review page, built from real Windows bundles (the real ORT 1.23.1 and numpy
-wheels) and looked at in Debian's headless chromium with the network off (tests/browser.py).
+wheels) and looked at in Debian's headless chromium with the network off (tests/fixtures/browser.py).
 
 Screenshots of the Windows bundle's page and of a diff page are kept in test-artifacts/review/ (made by
-tests/review_screenshots.py, which regenerates the docs' picture).
+tests/fixtures/review_screenshots.py, which regenerates the docs' picture).
 """
 
 from __future__ import annotations

@@ -178,7 +178,8 @@ def test_missing_dlls_are_all_named_with_their_importer(tmp_path, ort_wheel, com
     message = str(caught.value)
     assert "onnxruntime/capi/onnxruntime_providers_cuda.dll imports cublas64_11.dll, which the bundle does not provide" in message
     assert "cublas64_11.dll: NVIDIA's nvidia-cublas-cu11 wheel" in message
-    # cuDNN 8.9.5 names zlibwapi.dll only for its load-failure diagnostic: not a load (tests/test_gpu_zlibwapi.py)
+    # cuDNN 8.9.5 names zlibwapi.dll only for its load-failure diagnostic: not a load
+    # (tests/integration/gpu/test_gpu_zlibwapi.py)
     assert "zlibwapi.dll" not in message
     assert "in its strings" not in message  # the names cudnn64_8.dll holds without loading them are known
     assert "cudart64_110.dll, which" not in message  # shipped

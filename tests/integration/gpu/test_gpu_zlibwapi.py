@@ -1,6 +1,6 @@
 """zlibwapi.dll built from Debian's static zlib for mingw-w64: it exports zlib's names, needs only Windows itself,
 and compresses and inflates through GetProcAddress under Wine; and the GPU component requires it exactly when a
-cuDNN DLL imports it (cuDNN 8.9.5's DLLs do not, measured in tests/test_gpu.py's big test)."""
+cuDNN DLL imports it (cuDNN 8.9.5's DLLs do not, measured in tests/integration/gpu/test_gpu.py's big test)."""
 
 from __future__ import annotations
 

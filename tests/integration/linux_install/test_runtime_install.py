@@ -1,6 +1,6 @@
 """A Linux bundle that carries its interpreter, installed for real on a machine path with no Python on PATH.
 
-The interpreter is the python-build-standalone STAND-IN (tests/runtime_fixtures.py: this machine's CPython,
+The interpreter is the python-build-standalone STAND-IN (tests/fixtures/runtime.py: this machine's CPython,
 made relocatable); the bundle, install.sh, the install engine, the wheels, run.sh, the self-check and
 uninstall.sh are the real ones. `PATH` holds every program of /usr/bin and /bin except `python*`.
 """

@@ -6,7 +6,7 @@ reference library (`in-toto-attestation`: the Statement wrapper's own validation
 protobuf, whose JSON parser refuses any field the predicate does not define), the DSSE signatures are verified
 with `securesystemslib`'s DSSE envelope verification, the referrers are read from a real registry (Debian's
 `docker-registry`, distribution 2.8, which has no referrers API) with plain HTTP requests. The bundles are the
-quickstart builds; the PKI is made in the test (tests/signing_pki.py).
+quickstart builds; the PKI is made in the test (tests/fixtures/signing_pki.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Building bundles that carry their interpreter: the quickstart manifests plus `[python] runtime`, through the CLI.
 
-The Windows interpreter is python.org's CPython 3.11.9, its embeddable package (tests/windows_python.py); the Linux
-one is a STAND-IN made from this machine's CPython (tests/runtime_fixtures.py: python-build-standalone's archive
+The Windows interpreter is python.org's CPython 3.11.9, its embeddable package (fixtures/windows_python.py); the Linux
+one is a STAND-IN made from this machine's CPython (tests/fixtures/runtime.py: python-build-standalone's archive
 cannot be fetched here). The ORT wheels, locks, models and the build are real.
 """
 
@@ -156,7 +156,7 @@ def test_a_windows_bundle_resolves_python311_from_its_interpreter(windows_runtim
 @pytest.mark.wine
 def test_the_bundled_python_exe_runs_under_wine(windows_runtime_zip: Path, wine: Wine, tmp_path: Path) -> None:
     """The bundle's python.exe, unpacked and not yet installed, runs and loads the python311.dll beside it
-    (tests/windows_reporter.py reports the executable, the DLL and the arguments)."""
+    (tests/fixtures/windows_reporter.py reports the executable, the DLL and the arguments)."""
     subprocess.run(["unzip", "-q", str(windows_runtime_zip), "-d", str(tmp_path / "x")], check=True)
     [root] = (tmp_path / "x").iterdir()
     python = root / "payload" / "python" / "python.exe"

@@ -1,7 +1,7 @@
 """`ort-bundler sign` and `verify --trust` for real (issue 14): a test PKI, the quickstart bundles, outside checkers.
 
 The PKI (root -> intermediate -> code-signing certificate) is made in the test with `cryptography`
-(tests/signing_pki.py). The bundles are the quickstart builds. Every claim is checked by a tool that
+(tests/fixtures/signing_pki.py). The bundles are the quickstart builds. Every claim is checked by a tool that
 is not ours where one exists: osslsigncode for the Authenticode signatures, `openssl cms` (through
 the shipped trust.py) for the bundle signature, `sha256sum -c` for the sums, tree-sitter-pwsh for
 the signed scripts. What only Windows can confirm (PowerShell 5.1 accepting the block under

@@ -3,7 +3,7 @@
 A real quickstart bundle, published with `publish` to a real `docker-registry`; the releases pull is given are
 crafted from it as a hostile registry (or whoever can push to it) would: an extra layer, an SBOM that is not the
 zip's, a size far beyond the disk, a body that never ends. The crafted manifests are served by a front before
-the real registry (tests/registry_fixtures.py), so the registry's own checks of what is pushed cannot hide a
+the real registry (tests/fixtures/registry.py), so the registry's own checks of what is pushed cannot hide a
 case; the blobs are real blobs in the real registry.
 """
 

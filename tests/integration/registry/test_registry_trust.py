@@ -1,6 +1,6 @@
 """A registry is a party we do not control: its credentials stay with it, its bytes are bounded in size and time.
 
-Real `docker-registry` processes behind a hostile front (tests/registry_fixtures.py): the front is the registry
+Real `docker-registry` processes behind a hostile front (tests/fixtures/registry.py): the front is the registry
 as the client sees it (its host:port, its Basic login) and forwards to the real registry except where it
 misbehaves — a blob redirected to another origin that asks for credentials, an upload Location on another
 origin, a body sent one byte at a time. "Another origin" is a second server on another port, recording what

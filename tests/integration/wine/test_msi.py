@@ -372,7 +372,7 @@ def test_noselfcheck_then_an_upgrade_whose_self_check_fails_leaves_nothing_of_th
 
 def test_the_install_folder_is_locked_as_the_zip_route_locks_it(packages: Packages) -> None:
     """Severe 7: INSTALLDIR is a created folder with one MsiLockPermissionsEx row (the zip route's icacls line
-    in SDDL, tests/test_msi_folder_trust.py), and no LockPermissions table (both tables fail with error 1941)."""
+    in SDDL, unit/target/test_msi_folder_trust.py), and no LockPermissions table (both tables fail with error 1941)."""
     from bundler.packaging.msi_source import INSTALLDIR_SDDL
 
     for msi in (Path(packages.first["msi"]["path"]), Path(packages.second["msi"]["path"])):

@@ -1,13 +1,13 @@
 """A Windows bundle that carries its interpreter: laid out by its own install engine, started by run.cmd under Wine.
 
-The interpreter is python.org's CPython 3.11.9 in its embeddable layout (tests/windows_python.py), pinned as the
+The interpreter is python.org's CPython 3.11.9 in its embeddable layout (fixtures/windows_python.py), pinned as the
 manifest's `[python] runtime`. The bundle, the install engine (run here by this machine's Python, as install.cmd
 runs it by the bundled one on Windows), the real ORT wheels and `run.cmd` under `wine64 cmd` are real. No
 environment-creation step is needed: with a runtime the engine copies the interpreter instead of running
 `python -m venv`.
 
 One named replacement: the installed `app/infer.py` and `selfcheck/selfcheck.py` import NumPy 2, which aborts under
-Wine 8 (ucrtbase's crealf is not implemented), so once installed both are replaced by tests/windows_reporter.py,
+Wine 8 (ucrtbase's crealf is not implemented), so once installed both are replaced by fixtures/windows_reporter.py,
 which records how the bundled interpreter was started (its command line, sys.executable, the python311.dll it
 loaded, -I, sys.path). test_windows_install.py runs the real ones on a `numpy<2` bundle.
 """

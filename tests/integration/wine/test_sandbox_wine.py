@@ -9,7 +9,7 @@ Windows Sandbox itself cannot run here. What can:
   folder from the registry, each exit code written down, stopping after a failed install. The stand-ins prove
   nothing about the install itself;
 - `try-in-sandbox.cmd --write-only` itself, from real quickstart-win bundles unpacked below a folder with spaces
-  and an ampersand, run by python.org's real CPython 3.11.9 for Windows (tests/windows_python.py): the bundled one
+  and an ampersand, run by python.org's real CPython 3.11.9 for Windows (fixtures/windows_python.py): the bundled one
   for `[python] runtime`, the one on PATH for a machine-Python bundle.
 """
 
@@ -147,7 +147,7 @@ def test_a_failing_self_check_is_recorded_and_a_detection_value_left_by_the_unin
                      "entry-point 14", "uninstall 0", "detection-value left behind", "finished"]
 
 
-# --- try-in-sandbox.cmd itself, in python.org's real CPython 3.11.9 for Windows (tests/windows_python.py) ----------
+# --- try-in-sandbox.cmd itself, in python.org's real CPython 3.11.9 for Windows (fixtures/windows_python.py) ----------
 
 SPACED_PARENT = "deploy tests & co"
 

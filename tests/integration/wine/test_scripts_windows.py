@@ -3,9 +3,9 @@
 There is no PowerShell here, so the .ps1 files are checked with the tree-sitter PowerShell grammar:
 no ERROR or MISSING node, and no PowerShell-7-only construct (a guard that is itself tested on
 snippets). The .cmd wrappers run under `wine64 cmd` and start python.org's CPython 3.11.9
-(tests/windows_python.py): the venv's `Scripts\\python.exe` of a venv that CPython made, its embeddable
+(tests/fixtures/windows_python.py): the venv's `Scripts\\python.exe` of a venv that CPython made, its embeddable
 layout as a bundle's `payload\\python`, and copies of it as machine Pythons. In the place of the program
-(the entry point, selfcheck.py, the engine) is tests/windows_reporter.py, which records how it was started
+(the entry point, selfcheck.py, the engine) is tests/fixtures/windows_reporter.py, which records how it was started
 (the interpreter's command line, sys.executable, the DLL it loaded, -I/-B, the environment) and exits with a
 code the test chooses. Wine's own powershell.exe is a stub that exits 0; its exit code is never taken as evidence.
 """

@@ -3,9 +3,9 @@ shipped Python tools, and sets ORT_BUNDLE_APPLY_TUNING=1 for the entry point exa
 says so.
 
 run.cmd runs for real under `wine64 cmd` and starts python.org's CPython 3.11.9 through the venv's python.exe (a
-venv that CPython made under Wine, tests/windows_python.py), which runs the shipped launcher. In the place of the
+venv that CPython made under Wine, fixtures/windows_python.py), which runs the shipped launcher. In the place of the
 tools (`ort_bundle.tuning`, `.support`, `.profile` in the venv's site-packages) and of the entry point is
-tests/windows_reporter.py, which records the command line and the environment it was started with; the tools
+tests/fixtures/windows_reporter.py, which records the command line and the environment it was started with; the tools
 themselves run for real on Linux in test_tuning_install.py. run.ps1 is parsed as Windows PowerShell 5.1.
 """
 

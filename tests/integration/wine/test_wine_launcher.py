@@ -11,9 +11,10 @@ install.ps1 runs on Windows), executing its install-plan.json: SHA256SUMS verifi
 installed into the Windows layout by the pinned pypa installer with its `win-amd64` launchers, the
 receipt written, the stage swapped in. The engine runs here on the Linux host, so the environment-creation
 step (`python -m venv` of a Windows Python cannot run inside a Linux process) copies a venv that python.org's
-CPython made under Wine (tests/windows_python.py): run.cmd starts the shipped launcher with its python.exe. The
-same install by that CPython under Wine, venv included, is tests/test_windows_install.py's. Everything else the
-launcher and the probe touch comes from the built bundle.
+CPython made under Wine (tests/fixtures/windows_python.py): run.cmd starts the shipped launcher with its
+python.exe. The same install by that CPython under Wine, venv included, is
+tests/integration/wine/test_windows_install.py's. Everything else the launcher and the probe touch comes from the
+built bundle.
 
 The tests without Wine at the end cover the program entry point in run.ps1 (parsed as Windows PowerShell 5.1)
 and README-INSTALL; run.sh starts a program in test_launcher.py.

@@ -1,7 +1,7 @@
 """The ORT release archive and the C/C++ SDK in the bundle (issue 3 §2, issue 6).
 
 Fast tests use small archives whose "library" is a fake ELF header with ORT's build-info string; the
-integration tests build archives in the official layout around the REAL 1.23.1 libraries (tests/sdk_fixtures.py),
+integration tests build archives in the official layout around the REAL 1.23.1 libraries (tests/fixtures/sdk.py),
 install the SDK the way the installer does (bundler.target.image.copy_entries), and compile and run C programs
 against it with CMake and gcc.
 """

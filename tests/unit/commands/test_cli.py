@@ -54,7 +54,8 @@ def test_init_writes_a_manifest_that_loads_and_pins_local_files(tmp_path: Path) 
     assert manifest.ort.capi.sha256 == (hashlib.sha256(wheel.read_bytes()).hexdigest(),)
     assert manifest.models[0].name == "my-model"
     assert manifest.models[0].source.location == str(model)
-    assert manifest.launch.module == "ort_bundle.infer"  # a working default entry point (tests/test_first_use_init.py)
+    # a working default entry point (tests/integration/real_wheels/test_first_use_init.py)
+    assert manifest.launch.module == "ort_bundle.infer"
     again = run_cli("init", "-o", str(out), check=False)
     assert again.returncode == 2 and "already exists" in again.stderr
     unknown = tmp_path / "inputs" / "notes.txt"

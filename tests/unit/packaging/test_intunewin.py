@@ -5,7 +5,8 @@ manchtools/open-package): the outer zip's two members, Detection.xml's elements,
 HMAC-SHA256(MacKey, IV ‖ ciphertext) ‖ IV ‖ AES-256-CBC/PKCS7 ciphertext. It imports nothing of ort-bundler.
 
 The bundle is the win quickstart with a VC_redist.x64.exe STAND-IN (Microsoft's cannot be downloaded here: a
-mingw-built x64 PE with a version resource, tests/test_windows.py), so both packages are written.
+mingw-built x64 PE with a version resource, tests/integration/real_wheels/test_windows_payload.py), so both packages
+are written.
 """
 
 from __future__ import annotations

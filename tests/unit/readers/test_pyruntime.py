@@ -1,10 +1,10 @@
 """The pinned interpreter's reader (`bundler.readers.pyruntime`): what it accepts, and every way it refuses.
 
-The interpreters are STAND-INS (see tests/runtime_fixtures.py): a relocatable CPython made from this
+The interpreters are STAND-INS (see tests/fixtures/runtime.py): a relocatable CPython made from this
 machine's own, in python-build-standalone's install_only layout, and mingw-built PE files in the Windows
 embeddable package's layout. Nothing here downloads either real archive, and nothing here starts a Windows Python:
 the Windows stand-in stays for these readers because it can be what python.org's package cannot (an x86 build, a
-Python 3.12 one). Tests that start a Windows Python run python.org's own (tests/windows_python.py).
+Python 3.12 one). Tests that start a Windows Python run python.org's own (tests/fixtures/windows_python.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Issue 27 §1: the signature check must not trust what it checks (real bundles, real openssl, real installs).
 
 The bundle is test_install_sh's small real one (the engine, the pinned pypa installer, a tiny wheel),
-signed here with `openssl cms` by a test PKI (tests/signing_pki.py) as `ort-bundler sign` signs
+signed here with `openssl cms` by a test PKI (tests/fixtures/signing_pki.py) as `ort-bundler sign` signs
 SHA256SUMS. Each attack plants what the adversarial run planted: bytecode or an extension module
 beside the engine's sources, a replaced checker, a file the signed list does not name; each must end
 in exit 11 naming the file, with the planted code never run (its marker file never appears) and

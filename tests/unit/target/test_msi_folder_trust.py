@@ -1,9 +1,10 @@
 """Issue 34, severe 7: the MSI's custom action refuses an INSTALLDIR others could write before it runs anything
 there, and the MSI locks INSTALLDIR as the zip route's icacls line does.
 
-Wine keeps no ACLs, so the security descriptors here are crafted (tests/test_windows_setup.py's `descriptor`,
-the bytes GetFileSecurityW returns) and handed to the action by a STAND-IN reader in place of Windows'
-GetFileSecurityW. The real reader runs under Wine's msiexec in tests/test_msi.py, where every install passes it.
+Wine keeps no ACLs, so the security descriptors here are crafted (tests/unit/target/test_windows_setup.py's
+`descriptor`, the bytes GetFileSecurityW returns) and handed to the action by a STAND-IN reader in place of
+Windows' GetFileSecurityW. The real reader runs under Wine's msiexec in tests/integration/wine/test_msi.py, where
+every install passes it.
 """
 
 from __future__ import annotations

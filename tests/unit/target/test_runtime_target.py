@@ -1,6 +1,6 @@
 """The target-side interpreter check (`bundler.target.interpreter`), run by real interpreters.
 
-The bundled one is the python-build-standalone STAND-IN (tests/runtime_fixtures.py) laid out as an install
+The bundled one is the python-build-standalone STAND-IN (tests/fixtures/runtime.py) laid out as an install
 would lay it out (`<root>/python/`); "another interpreter" is this machine's CPython and, to show the module
 runs on the oldest supported target, a Python 3.8 when one is installed.
 """

@@ -3,7 +3,7 @@ with its version and rebuilt at another time (every member's timestamp differs, 
 matched member by member inside the wheel, so the delta carries little more than that one file.
 
 The wheel is sympy 1.14.0, fetched for real with pip, rewritten by zipfile into the two releases; the
-bundles around it are real zips with a top folder, as tests/test_delta_refusals.py makes them."""
+bundles around it are real zips with a top folder, as tests/unit/target/test_delta_refusals.py makes them."""
 
 from __future__ import annotations
 
