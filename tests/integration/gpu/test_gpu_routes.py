@@ -17,6 +17,7 @@ from fixtures.cli import MANIFESTS, run_cli
 from fixtures.parts import part_inputs
 from fixtures.wheels import cache_root
 from fixtures.wine import mingw_gcc  # noqa: F401  (fixture)
+from integration.gpu.test_gpu import complete_sources, dlls, ort_wheel, run_gpu  # noqa: F401  (fixtures)
 
 from bundler.assembly.assembly import Assembly
 from bundler.assembly.gpu import add_gpu
@@ -24,7 +25,6 @@ from bundler.errors import BuildError
 from bundler.manifest import load
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import cached_inputs
-from integration.gpu.test_gpu import complete_sources, dlls, ort_wheel, run_gpu  # noqa: F401  (fixtures)
 
 BIG = pytest.mark.skipif(os.environ.get("ORT_BUNDLER_BIG") != "1", reason="fetches ~1.7 GB; set ORT_BUNDLER_BIG=1")
 CUDA12 = MANIFESTS / "gpu-win-cuda12.toml"

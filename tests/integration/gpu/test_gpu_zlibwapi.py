@@ -11,11 +11,11 @@ import pefile
 import pytest
 from fixtures.wine import MINGW_GCC, compile_windows_exe, mingw_gcc, wine  # noqa: F401  (fixtures)
 from fixtures.zlibwapi import build_zlibwapi, def_exports, libz_functions, zlib_h_functions
+from integration.gpu.test_gpu import dlls, make_tgz, make_zip, run_gpu  # noqa: F401  (dlls: the fake CUDA stack, a fixture)
 
 from bundler.errors import BuildError
 from bundler.readers.dllclosure import DepKind, classify
 from bundler.readers.pe import X64_MACHINE, inspect_pe
-from integration.gpu.test_gpu import dlls, make_tgz, make_zip, run_gpu  # noqa: F401  (dlls: the fake CUDA stack, a fixture)
 
 NM = MINGW_GCC.replace("-gcc", "-nm")
 

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 from fixtures.runtime import MINOR, pbs_standin  # noqa: F401
-
 from integration.real_wheels.test_runtime_build import build, runtime_manifest
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,6 @@ import pytest
 from fixtures.cli import MANIFESTS, run_cli
 from fixtures.crafted_archives import sparse_tar, zeros_tar
 from fixtures.hostile import Tmpfs, needs_mount, one_line, run, snapshot
-
 from integration.real_wheels.test_build_faults import failed_build, leftovers, private_cache, sha256_of
 
 pytestmark = pytest.mark.integration

@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pytest
 from fixtures.cli import MANIFESTS, run_cli
-from unit.target.test_selfcheck import oldest_python
-
 from integration.linux_install.test_install_linux import sh, unzip
 from integration.real_wheels.test_diff import variant
 from integration.real_wheels.test_sign import CACHE, pki, sign  # noqa: F401 (the test PKI fixture)
+from unit.target.test_selfcheck import oldest_python
 
 pytestmark = pytest.mark.integration
 

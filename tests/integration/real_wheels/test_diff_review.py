@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fixtures.cli import run_cli
+from integration.real_wheels.test_first_use_messages import quickstart_copy
 from onnx import TensorProto, helper, numpy_helper
 
 from bundler.commands.diff_models import reference_moves
-from integration.real_wheels.test_first_use_messages import quickstart_copy
 
 STEM = "quickstart-linux-1.0.0-linux_x86_64"
 

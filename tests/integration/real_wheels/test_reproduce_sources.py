@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 from fixtures.cli import run_cli
 from fixtures.wheels import ORT_VERSION
-
 from integration.real_wheels.test_first_use_messages import quickstart_copy
 
 pytestmark = pytest.mark.integration

@@ -30,12 +30,12 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 from fixtures.cli import MANIFESTS, REPO, run_cli
 from fixtures.signing_pki import P12_PASSWORD, Pki, Tsa
 from fixtures.wheels import cache_root
+from integration.wine.test_scripts_windows import parse_problems, powershell7_constructs
 from unit.target.test_install_signature_check import outside_check
 from unit.target.test_selfcheck import oldest_python
 
 from bundler.signing.authenticode import split_signature
 from bundler.signing.verify import verify_bundle
-from integration.wine.test_scripts_windows import parse_problems, powershell7_constructs
 
 pytestmark = pytest.mark.integration
 

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from fixtures.windows_python import WindowsPython, copy_interpreter, place_reporter, read_report, windows_python  # noqa: F401
 from fixtures.wine import Wine, wine  # noqa: F401
+from integration.real_wheels.test_runtime_build import build_windows_runtime_zip
 
 from bundler.target import engine
 from bundler.target.launch_config import RUN_SCRIPT
-from integration.real_wheels.test_runtime_build import build_windows_runtime_zip
 
 pytestmark = pytest.mark.integration
 HOSTILE_PARENT = "ort apps & tools"

@@ -26,11 +26,11 @@ from pathlib import Path
 import pytest
 from fixtures.windows_python import WindowsPython, windows_python  # noqa: F401  (fixture)
 from fixtures.wine import Wine, compile_windows_exe, mingw_gcc, wine  # noqa: F401  (fixtures)
+from integration.real_wheels.test_runtime_build import build, runtime_manifest
 from unit.target.test_sandbox import CPU, DOCUMENTED, folders
 
 from bundler.target import sandbox, sandbox_render
 from bundler.target.sandbox_render import Request
-from integration.real_wheels.test_runtime_build import build, runtime_manifest
 
 pytestmark = pytest.mark.wine
 INSTALL_DIR = "C:\\ort demo\\app"

@@ -18,9 +18,6 @@ from typing import Any
 import pytest
 from fixtures.windows_python import read_report, windows_python, windows_venv  # noqa: F401
 from fixtures.wine import Wine, wine  # noqa: F401  (fixtures)
-
-from bundler.assembly.render import LAUNCH_CONFIG, EntryPoint, render_scripts
-from bundler.target.launch_config import RUN_SCRIPT
 from integration.wine.test_scripts_windows import (
     make_install_root,
     parse_problems,
@@ -28,6 +25,9 @@ from integration.wine.test_scripts_windows import (
     reporting,
     windows_context,
 )
+
+from bundler.assembly.render import LAUNCH_CONFIG, EntryPoint, render_scripts
+from bundler.target.launch_config import RUN_SCRIPT
 
 TOOLS = ("ort_bundle.tuning", "ort_bundle.support", "ort_bundle.profile")
 

@@ -26,9 +26,6 @@ from fixtures.native import (  # noqa: F401  (fixtures)
 from fixtures.wheels import ORT_VERSION
 from fixtures.windows_python import windows_python, windows_venv  # noqa: F401  (fixtures)
 from fixtures.wine import Wine, _find_wine, compile_windows_exe, mingw_gcc, require_tool  # noqa: F401  (fixtures)
-
-from bundler.hashing import file_sha256
-from bundler.target.bundle_info import BundleInfo
 from integration.wine.test_wine_launcher import (  # noqa: F401  (fixtures)
     Install,
     install,
@@ -38,6 +35,9 @@ from integration.wine.test_wine_launcher import (  # noqa: F401  (fixtures)
     quoted,
     same_windows_path,
 )
+
+from bundler.hashing import file_sha256
+from bundler.target.bundle_info import BundleInfo
 
 APP_LOCAL = ("app/onnxruntime.dll", "app/onnxruntime_providers_shared.dll")
 
@@ -138,8 +138,9 @@ def test_a_program_importing_a_dll_the_bundle_lacks_fails_the_build_naming_it(
 
 
 def test_readme_install_says_why_the_runtime_sits_beside_the_program() -> None:
-    from bundler.assembly.render import EntryPoint, render_scripts
     from integration.wine.test_scripts_windows import windows_context
+
+    from bundler.assembly.render import EntryPoint, render_scripts
 
     text = render_scripts(windows_context(entry_point=EntryPoint(kind="program", value="app/ortprobe.exe")))[
         "README-INSTALL.txt"].decode("utf-8")

@@ -43,6 +43,7 @@ from fixtures.native import (  # noqa: F401  (fixtures)
 from fixtures.wheels import ORT_VERSION
 from fixtures.windows_python import read_report, windows_python, windows_venv  # noqa: F401  (fixtures)
 from fixtures.wine import Wine, mingw_gcc, wine  # noqa: F401  (fixtures)
+from integration.wine.test_scripts_windows import make_install_root, parse_problems, powershell7_constructs, reporting
 
 from bundler.assembly.render import (
     INSTALL_EXIT_CODES,
@@ -55,7 +56,6 @@ from bundler.errors import BuildError
 from bundler.hashing import file_sha256
 from bundler.target import engine, synth
 from bundler.target.records import InstallPlan
-from integration.wine.test_scripts_windows import make_install_root, parse_problems, powershell7_constructs, reporting
 
 #: The install folder's parent: spaces and '&' in the path, as issue 7 §5 asks (every Wine test uses it).
 HOSTILE_PARENT = "ort apps & tools"

@@ -18,6 +18,7 @@ import pytest
 from fixtures.cli import MANIFESTS
 from fixtures.wheels import ORT_VERSION, cache_root
 from onnx import TensorProto, helper
+from unit.assembly.test_modelgate import graph_model, model_input, save
 
 from bundler.assembly.modelgate import gate_models
 from bundler.assembly.models import _still_pinned, model_inputs
@@ -26,7 +27,6 @@ from bundler.manifest import load
 from bundler.sources.cache import Cache
 from bundler.sources.lock import PinnedModel, read_lock
 from bundler.target.synth import SYNTH_VERSION, synthesize_inputs
-from unit.assembly.test_modelgate import graph_model, model_input, save
 
 FLOATS = ["tensor(float)", "tensor(double)", "tensor(float16)"]
 

@@ -13,10 +13,10 @@ from importlib.resources.abc import Traversable
 
 import pytest
 from jinja2 import nodes
+from unit.assembly.test_render import context
 
 from bundler.assembly.render import make_environment, platform_template, render_scripts
 from bundler.target_platform import TARGETS
-from unit.assembly.test_render import context
 
 #: Names and values that say which platform a template renders for.
 _PLATFORM_NAMES = {"platform", "windows"}

@@ -23,12 +23,12 @@ from fixtures.cli import MANIFESTS, run_cli
 from fixtures.wheels import ORT_VERSION, cache_root
 from integration.real_wheels.test_first_use_messages import quickstart_copy
 from onnx import TensorProto, helper
+from unit.assembly.test_modelgate import model_input
 
 from bundler.assembly.modelgate import gate_models
 from bundler.cli import main
 from bundler.errors import BuildError
 from bundler.readers.onnx_limits import limits_for
-from unit.assembly.test_modelgate import model_input
 
 
 def stamped(path: Path, *, ir: int | None = None, opset: int | None = None) -> Path:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.wheels import pip_download
+from unit.readers.test_pe import extract_capi_binaries
 
 from bundler.errors import BuildError
 from bundler.readers.dllclosure import (
@@ -20,7 +21,6 @@ from bundler.readers.dllclosure import (
     version_at_least,
 )
 from bundler.readers.pe import PeInfo, inspect_pe
-from unit.readers.test_pe import extract_capi_binaries
 
 
 def pe_info(*, imports=(), delay=(), runtime=(), machine=0x8664, linker=(14, 40)) -> PeInfo:

@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fixtures.cli import MANIFESTS, run_cli
+from unit.assembly.test_provenance import all_components
 
 from bundler.hashing import file_sha256
 from bundler.names import location_problem
 from bundler.readers.externaldata import external_refs, reference_problems
 from bundler.writer.members import Member, MemberCache
 from bundler.writer.zipwriter import write_zip
-from unit.assembly.test_provenance import all_components
 
 STEM = "quickstart-linux-1.0.0-linux_x86_64"
 ELEMENTS = 400_000  # 1.6 MB of float32 per data file

@@ -18,6 +18,7 @@ import pytest
 import requests
 from fixtures.hostile import one_line, run, snapshot
 from fixtures.http_server import Handler, LocalHTTPServer, send_status, serve
+from unit.manifest.test_manifest_hostile import SHA, manifest_text
 
 from bundler.errors import InputUnavailableError
 from bundler.hashing import mismatch_message
@@ -27,7 +28,6 @@ from bundler.sources.cache import Cache
 from bundler.sources.download import download
 from bundler.sources.fetch import FetchOptions, fetch_inputs
 from bundler.sources.inputs import target_of
-from unit.manifest.test_manifest_hostile import SHA, manifest_text
 
 TOKEN = "s3cr3t-t0ken"
 

@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from unit.target.test_launcher import context, install, report, start, venv  # noqa: F401  (venv: a fixture)
 
 from bundler.assembly.render import INSTALL_EXIT_CODES
 from bundler.target import cache_folder
-from unit.target.test_launcher import context, install, report, start, venv  # noqa: F401  (venv: a fixture)
 
 PREREQUISITE = INSTALL_EXIT_CODES["prerequisite"]
 OTHER = 65534
@@ -133,8 +133,9 @@ def test_the_launcher_and_the_self_check_share_one_precedence(tmp_path: Path) ->
 @needs_root
 def test_install_refuses_a_cache_dir_another_user_owns_or_can_write(tmp_path: Path, shared: Path) -> None:
     """`install.sh --cache-dir` says so before anything is installed; a sticky shared folder is accepted."""
-    from bundler.target import engine
     from unit.target.test_install_sh import make_bundle
+
+    from bundler.target import engine
 
     bundle = make_bundle(tmp_path / "bundle")
     theirs = shared / "theirs"

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from unit.target.test_install_sh import make_bundle
 
 from bundler.assembly.runtime_package import package_files
 from bundler.target import disk_space, engine
 from bundler.target.records import Check, InstallPlan, Receipt, RecordError, SelfcheckReport
-from unit.target.test_install_sh import make_bundle
 
 #: A stand-in self-check that prints the report a real one would for a given failure (its JSON comes from
 #: the shared definition), and exits 1 — or 0 once the marker file says the reboot has happened.

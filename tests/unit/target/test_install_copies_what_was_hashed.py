@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from unit.target.test_install_sh import make_bundle, write_sums
 
 from bundler.target import engine
 from bundler.target.records import Receipt
-from unit.target.test_install_sh import make_bundle, write_sums
 
 EVIL = b"print('swapped in after the check')\n"
 ENTRY = "payload/app/entry.py"

@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 import pytest
+from unit.target.test_install_sh import CODES, make_bundle, run_sh, write_sums
 
 from bundler.target import engine
-from unit.target.test_install_sh import CODES, make_bundle, run_sh, write_sums
 
 
 def snapshot(folder: Path) -> dict[str, str]:

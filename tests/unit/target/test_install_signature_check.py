@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from fixtures.signing_pki import Pki
-
-from bundler.assembly.render import render_scripts
 from unit.target.test_install_sh import PY, make_bundle, run_sh, script_context, write_sums
 from unit.target.test_selfcheck import oldest_python
+
+from bundler.assembly.render import render_scripts
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="the signature check runs openssl")
 

@@ -18,10 +18,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from unit.target.test_launcher import PY, REPORTER, context, install, report, venv  # noqa: F401  (venv: a fixture)
 
 from bundler.assembly.render import EntryPoint
 from bundler.target import engine_env
-from unit.target.test_launcher import PY, REPORTER, context, install, report, venv  # noqa: F401  (venv: a fixture)
 
 #: A module that leaves PWNED in the folder it was planted in when it is imported, then fails loudly.
 PLANT = "import pathlib; (pathlib.Path(__file__).resolve().parent / 'PWNED').write_text(__name__); raise SystemExit(99)\n"

@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from unit.target.test_install_sh import PY, make_bundle, run_sh
 
 NOBODY = 65534

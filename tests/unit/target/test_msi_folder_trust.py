@@ -15,11 +15,6 @@ from pathlib import Path
 
 import pytest
 from fixtures.cli import REPO
-
-from bundler.packaging.msi_source import INSTALLDIR_SDDL
-from bundler.target import folder_trust
-from bundler.target.engine_fs import EngineError, Log
-from bundler.target.msi_action import CACHE_DIR_FILE, FolderSecurity, finish
 from unit.target.test_windows_setup import (
     ADMINS,
     AUTH_USERS,
@@ -32,6 +27,11 @@ from unit.target.test_windows_setup import (
     USERS,
     descriptor,
 )
+
+from bundler.packaging.msi_source import INSTALLDIR_SDDL
+from bundler.target import folder_trust
+from bundler.target.engine_fs import EngineError, Log
+from bundler.target.msi_action import CACHE_DIR_FILE, FolderSecurity, finish
 
 SYSTEM_ACCOUNT = SYSTEM  # msiexec runs a deferred, no-impersonate action as SYSTEM
 #: What the MSI's MsiLockPermissionsEx row leaves on INSTALLDIR (no inherited ACEs).

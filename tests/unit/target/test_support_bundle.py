@@ -13,11 +13,11 @@ from pathlib import Path
 
 import onnxruntime
 import pytest
+from unit.target.test_tuning import PROBE_APP, bundle_info, make_model, shipped_package
 
 from bundler.assembly.selfcheck_script import selfcheck_script_bytes
 from bundler.target.records import log_file_name
 from bundler.target.support import REMOVED, relevant_environment
-from unit.target.test_tuning import PROBE_APP, bundle_info, make_model, shipped_package
 
 INSTALL_ID = "tuned-1.0"
 SECRET = "s3cr3t-Value-that-must-not-leak-0123456789abcdef"

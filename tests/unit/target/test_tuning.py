@@ -309,9 +309,10 @@ def test_the_self_checks_verdict_names_the_values_and_whether_they_are_in_force(
 
 
 def test_launch_apply_tuning_is_true_or_false(tmp_path: Path) -> None:
+    from unit.manifest.test_manifest import GOOD, write
+
     from bundler.errors import ManifestError
     from bundler.manifest import load
-    from unit.manifest.test_manifest import GOOD, write
 
     assert load(write(tmp_path, GOOD)).launch.apply_tuning is False
     assert load(write(tmp_path, GOOD + "apply_tuning = true\n")).launch.apply_tuning is True

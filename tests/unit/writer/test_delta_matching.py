@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 from fixtures.wheels import pip_download
+from unit.target.test_delta_refusals import deltafile, make_zip, standalone
 
 from bundler.writer.delta import plan
-from unit.target.test_delta_refusals import deltafile, make_zip, standalone
 
 pytestmark = pytest.mark.integration
 
