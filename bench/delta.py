@@ -87,7 +87,7 @@ def sha256(path: Path) -> str:
 
 def linux_model_change(work: Path, cache: Path) -> tuple[Path, Path, str]:
     sys.path.insert(0, str(REPO / "tests"))
-    from test_diff import other_model
+    from integration.real_wheels.test_diff import other_model
 
     old = build(MANIFESTS / "quickstart-linux.toml", work / "a-old", cache)
     folder = copy_manifests(work / "a-variant")

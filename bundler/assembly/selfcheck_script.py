@@ -25,7 +25,7 @@ def identity_model_bytes() -> bytes:
     """The self-check's identity model (payload/selfcheck/identity.onnx), the same bytes on every build.
 
     Shipped as a file of the package: making it with onnx's helpers would import onnx (and NumPy and
-    ml_dtypes, over a second) in every build; tests/test_modelgate.py makes it with them and compares.
+    ml_dtypes, over a second) in every build; tests/unit/assembly/test_modelgate.py makes it with them and compares.
     """
     return resources.files("bundler.shipped.ort_bundle").joinpath("selfcheck", "identity.onnx").read_bytes()
 

@@ -8,7 +8,7 @@ reproduce, diff, inspect, init) or the package that owns it (`signing`, `packagi
 building the parser imports no command's machinery. `package`, `policy`, `report` and `delta` keep the few
 steps that join those packages beside their form. What several commands share (the options every command
 takes, the cache, registry and signing options, the output folder) is `bundler.commands.shared`, not a
-command; no command imports another (tests/test_command_form.py).
+command; no command imports another (tests/unit/commands/test_command_form.py).
 
 Three optional attributes, read by `cli` with these defaults:
 

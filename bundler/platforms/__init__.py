@@ -5,7 +5,7 @@ reads; behaviour that differs lives here instead: the parts only one target has 
 DLL closure and VC++ runtime checks, VC_redist and the Windows Sandbox tool), and the package formats it can be
 wrapped in (MSI, .intunewin). The backends sit above the assembly whose functions they hand out, and the
 commands ask `backend_for(target)`; outside this package no code asks which platform it builds for
-(tests/test_architecture.py holds that). cibuildwheel's `platforms/__init__.py` `PlatformModule` is the model:
+(tests/repo/test_architecture.py holds that). cibuildwheel's `platforms/__init__.py` `PlatformModule` is the model:
 a new target is one new module here plus its identity, not edits to every module that branches.
 """
 

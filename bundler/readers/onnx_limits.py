@@ -7,7 +7,7 @@ and before `lock` starts its gate, the user re-saves the model (or picks a newer
 Sources: ONNX Runtime's compatibility table (onnxruntime.ai/docs/reference/compatibility.html, "ONNX opset
 support") for the rows it lists; the rows marked "measured" were checked against the real wheels (an Identity
 model stamped at each IR version and opset, loaded by `InferenceSession`): 1.17.1, 1.18.1, 1.22.1 and 1.23.1
-(tests/test_model_limits.py measures 1.23.1 again). `ml` is the ai.onnx.ml opset, None where not recorded.
+(measured once; tests/unit/commands/test_first_hour_cli.py holds `init` and `lock` to these rows). `ml` is the ai.onnx.ml opset, None where not recorded.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ argparse parser (`bundler.cli.build_parser`), the exit codes from `bundler/error
 (`bundler/manifest`). So a command, option, exit code or key added in the code appears in the site without
 anyone editing a page, and the output depends on nothing but the code (no terminal width, no home folder).
 
-The functions are also imported by tests/test_docs_reference.py, which holds the pages to the parser.
+The functions are also imported by tests/repo/test_docs_reference.py, which holds the pages to the parser.
 """
 
 from __future__ import annotations

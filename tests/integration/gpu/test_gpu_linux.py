@@ -1,0 +1,202 @@
+"""The CUDA 12 / cuDNN 9 route on linux_x86_64: onnxruntime-gpu 1.23.2's manylinux wheel with NVIDIA's *-cu12 wheels.
+
+The fast tests build small real ELF shared libraries with gcc (stand-ins for NVIDIA's: a library with the soname and
+DT_NEEDED entries, and strings naming what the real one dlopens, as measured on the wheels) and run the closure on
+them. The big tests fetch manifests/gpu-linux-cuda12.toml's inputs (about 2.3 GB) and run only with
+ORT_BUNDLER_BIG=1.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tomllib
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from fixtures.cli import MANIFESTS, run_cli
+from fixtures.parts import part_inputs
+from fixtures.wheels import cache_root
+
+from bundler.assembly.assembly import Assembly
+from bundler.assembly.gpu import add_gpu
+from bundler.assembly.gpu_linux import _library, closure_problems, where_from
+from bundler.errors import BuildError
+from bundler.manifest import load, parse
+from bundler.readers.elf import read_elf
+from bundler.sources.cache import Cache
+from bundler.sources.fetch import cached_inputs
+
+BIG = pytest.mark.skipif(os.environ.get("ORT_BUNDLER_BIG") != "1", reason="fetches ~2.3 GB; set ORT_BUNDLER_BIG=1")
+LINUX_CUDA12 = MANIFESTS / "gpu-linux-cuda12.toml"
+
+
+@pytest.fixture
+def gcc() -> str:
+    found = shutil.which("gcc")
+    if found is None:
+        pytest.skip("no gcc on this machine")
+    return found
+
+
+def shared_library(folder: Path, name: str, gcc: str, *, needed: tuple[Path, ...] = (),
+                   strings: tuple[str, ...] = ()) -> Path:
+    """A real ELF shared library with soname `name`, DT_NEEDED on `needed` and `strings` in its data."""
+    source = folder / f"{name}.c"
+    source.write_text("".join(f'const char *s{i} = "{s}";\n' for i, s in enumerate(strings)) + "int f(void) {return 0;}\n",
+                      encoding="utf-8")
+    out = folder / name
+    links = [f"-l:{lib.name}" for lib in needed]
+    subprocess.run([gcc, "-shared", "-fPIC", "-o", str(out), str(source), f"-Wl,-soname,{name}", f"-L{folder}",
+                    "-Wl,--no-as-needed", *links], check=True, capture_output=True)
+    return out
+
+
+def library(path: Path):
+    return _library(path, source="gpu.sources[0]", origin=f"gpu.sources[0] (x.whl)!{path.name}", version="1")
+
+
+@pytest.fixture
+def stand_ins(tmp_path, gcc):
+    """cudart, cuDNN's loader library (naming its sub-library unversioned, as cuDNN 9.10 does) and the sub-library,
+    and a provider needing cudart and cuDNN."""
+    cudart = shared_library(tmp_path, "libcudart.so.12", gcc, strings=("libcuda.so.1",))
+    ops = shared_library(tmp_path, "libcudnn_ops.so.9", gcc, strings=("libz.so.1",))
+    cudnn = shared_library(tmp_path, "libcudnn.so.9", gcc, strings=("libcudnn_ops.so",))
+    provider = shared_library(tmp_path, "libonnxruntime_providers_cuda.so", gcc, needed=(cudart, cudnn))
+    return {"provider": {provider.name: read_elf(provider, label=provider.name)},
+            "libraries": [library(p) for p in (cudart, cudnn, ops)], "folder": tmp_path}
+
+
+def test_the_complete_stand_in_closure_has_no_problems(stand_ins):
+    assert closure_problems(stand_ins["provider"], stand_ins["libraries"]) == ([], [])
+
+
+def test_a_library_in_dt_needed_that_is_not_shipped_is_named(stand_ins):
+    without_cudart = [lib for lib in stand_ins["libraries"] if lib.name != "libcudart.so.12"]
+    problems, missing = closure_problems(stand_ins["provider"], without_cudart)
+    assert problems == ["onnxruntime/capi/libonnxruntime_providers_cuda.so needs libcudart.so.12 (DT_NEEDED), which "
+                        "the bundle does not provide."]
+    assert missing == ["libcudart.so.12"]
+    assert where_from(missing, cuda="12.8") == ("Where to get them: libcudart.so.12: NVIDIA's nvidia-cuda-runtime-cu12 "
+                                                "wheel (nvidia/cuda_runtime/lib/).")
+
+
+def test_a_sub_library_cudnn_loads_by_its_unversioned_name_is_required(stand_ins):
+    without_ops = [lib for lib in stand_ins["libraries"] if lib.name != "libcudnn_ops.so.9"]
+    problems, missing = closure_problems(stand_ins["provider"], without_ops)
+    assert problems == ["gpu/libcudnn.so.9 loads libcudnn_ops.so at run time (by name), which the bundle does not "
+                        "provide."]
+    assert "libcudnn_ops.so" in missing
+
+
+def test_an_unknown_library_name_in_the_strings_fails(stand_ins, gcc):
+    plugin = shared_library(stand_ins["folder"], "libcufft.so.11", gcc, strings=("libcufft_plugin.so.3",))
+    problems, _ = closure_problems(stand_ins["provider"], [*stand_ins["libraries"], library(plugin)])
+    assert problems == ["gpu/libcufft.so.11 names libcufft_plugin.so.3 in its strings, which is neither in the bundle "
+                        "nor a system library: add it to [gpu], or, if it is not loaded, say why in NOT_LOADS "
+                        "(bundler/assembly/gpu_linux.py)."]
+
+
+def test_a_file_whose_soname_differs_is_refused(tmp_path, gcc):
+    built = shared_library(tmp_path, "libcudart.so.12", gcc)
+    renamed = tmp_path / "libcudart.so"
+    built.rename(renamed)
+    with pytest.raises(BuildError) as caught:
+        library(renamed)
+    assert "its soname is libcudart.so.12, expected its file name libcudart.so" in str(caught.value)
+
+
+def test_a_gpu_component_is_accepted_for_linux():
+    """It was refused ("the GPU component is supported for win_amd64 only") before the Linux route existed."""
+    manifest = parse(tomllib.loads(LINUX_CUDA12.read_text(encoding="utf-8")), path=LINUX_CUDA12)
+    assert manifest.bundle.platform == "linux_x86_64" and manifest.gpu is not None
+    assert manifest.gpu.cuda == "12.8" and len(manifest.gpu.sources) == 7
+
+
+# ---- the real wheels ------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def linux_files() -> dict[str, Path]:
+    cache = cache_root() / "bundler-cache"
+    run_cli("fetch", "-q", "--cache", str(cache), str(LINUX_CUDA12))
+    return cached_inputs(load(LINUX_CUDA12).inputs(), Cache(cache))
+
+
+EXPECTED = ("libcublas.so.12", "libcublasLt.so.12", "libcudart.so.12", "libcudnn.so.9", "libcudnn_adv.so.9",
+            "libcudnn_cnn.so.9", "libcudnn_engines_precompiled.so.9", "libcudnn_engines_runtime_compiled.so.9",
+            "libcudnn_graph.so.9", "libcudnn_heuristic.so.9", "libcudnn_ops.so.9", "libcufft.so.11",
+            "libcurand.so.10", "libnvJitLink.so.12", "libnvrtc-builtins.so.12.8", "libnvrtc.so.12")
+
+
+@pytest.mark.integration
+@BIG
+def test_linux_cuda12_closure_is_complete_from_nvidias_wheels(tmp_path, linux_files):
+    assembly = Assembly()
+    add_gpu(assembly, part_inputs(load(LINUX_CUDA12), files=linux_files, work=tmp_path / "a"))
+    gpu = assembly.facts.gpu
+    assert gpu.record["dlls"] == [f"gpu/{n}" for n in EXPECTED]
+    assert {"libcudart.so.12", "libcudnn.so.9", "libcurand.so.10", "libcufft.so.11"} <= set(
+        gpu.record["provider_imports"])
+    assert gpu.record["min_driver"] == "525.60.13"
+    assert gpu.dll_dirs == ("gpu",)
+    order = list(gpu.preload)
+    assert order.index("gpu/libcublasLt.so.12") < order.index("gpu/libcublas.so.12")
+    assert order.index("gpu/libcudnn_graph.so.9") < order.index("gpu/libcudnn_ops.so.9") < order.index(
+        "gpu/libcudnn_adv.so.9")
+    versions = {f["file"]: f["version"] for f in gpu.record["files"]}
+    assert versions["gpu/libcudnn.so.9"] == "9.10.2.21" and versions["gpu/libcudart.so.12"] == "12.8.90"
+
+
+def without_source(manifest, files, needle: str):
+    index = next(i for i, s in enumerate(manifest.gpu.sources) if needle in s.source.location)
+    sources = tuple(s for i, s in enumerate(manifest.gpu.sources) if i != index)
+    kept = {k: v for k, v in files.items() if not k.startswith("gpu.sources[")}
+    kept |= {f"gpu.sources[{i}]": files[s.source.key] for i, s in enumerate(sources)}
+    renumbered = tuple(replace(s, source=replace(s.source, key=f"gpu.sources[{i}]")) for i, s in enumerate(sources))
+    return replace(manifest, gpu=replace(manifest.gpu, sources=renumbered)), kept
+
+
+@pytest.mark.integration
+@BIG
+@pytest.mark.parametrize(("needle", "expected"), [
+    ("nvidia-curand", ["onnxruntime/capi/libonnxruntime_providers_cuda.so needs libcurand.so.10 (DT_NEEDED), which "
+                       "the bundle does not provide.",
+                       "libcurand.so.10: NVIDIA's nvidia-curand-cu12 wheel"]),
+    ("nvidia-nvjitlink", ["gpu/libcufft.so.11 loads libnvJitLink.so.12 at run time (by name), which the bundle does "
+                          "not provide.", "libnvJitLink.so.12: NVIDIA's nvidia-nvjitlink-cu12 wheel"]),
+])
+def test_linux_cuda12_without_a_library_is_refused_naming_it(tmp_path, linux_files, needle, expected):
+    manifest, files = without_source(load(LINUX_CUDA12), linux_files, needle)
+    with pytest.raises(BuildError) as caught:
+        add_gpu(Assembly(), part_inputs(manifest, files=files, work=tmp_path / "a"))
+    for text in expected:
+        assert text in str(caught.value)
+
+
+def test_the_install_plan_puts_the_gpu_folder_first():
+    """The installer's self-check sets LD_LIBRARY_PATH from the plan's dll_dirs: without gpu/ there, a GPU bundle's
+    self-check found the bundle's CUDA only through the start-up hook's preload (and gpu/ was not guarded)."""
+    from bundler.assembly.facts import GpuFact, PythonEnvFact
+    from bundler.assembly.records import plan_dll_dirs
+
+    capi = "venv/lib/python3.11/site-packages/onnxruntime/capi"
+    for gpu, expected in ((GpuFact(record={}, dlls=(), origins={}, dll_dirs=("gpu",), preload=()), ("gpu", capi)),
+                          (None, (capi,))):
+        assembly = Assembly()
+        assembly.facts.gpu = gpu
+        assembly.facts.python_env = PythonEnvFact(ort=None, wheels=(), dll_dirs=(capi,))  # type: ignore[arg-type]
+        assert plan_dll_dirs(assembly) == expected
+
+
+def test_a_provider_built_for_another_cuda_major_is_named_first(stand_ins):
+    from bundler.assembly.gpu_linux import check_gpu_linux
+    from bundler.manifest import Gpu
+
+    gpu = Gpu(cuda="11.8", cudnn="9.10", sources=())
+    with pytest.raises(BuildError) as caught:
+        check_gpu_linux(stand_ins["provider"], stand_ins["libraries"], gpu=gpu, ort_version="1.23.2")
+    assert str(caught.value) == ('[gpu] cuda = "11.8", but libonnxruntime_providers_cuda.so of ONNX Runtime 1.23.2 '
+                                 'needs libcudart.so.12 (CUDA 12); use the GPU libraries that build was made for.')

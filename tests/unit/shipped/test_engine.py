@@ -1,0 +1,184 @@
+"""The install engine's own decisions, run for real on the small bundle of test_install_sh: what a pending
+reboot may excuse, the deferred self-check after it, deterministic bytecode, and the records it reads."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from unit.shipped.test_install_sh import make_bundle
+
+from bundler.assembly.shipped_package import package_files
+from bundler.shipped.ort_bundle.engine import disk_space, engine
+from bundler.shipped.ort_bundle.records import Check, InstallPlan, Receipt, RecordError, SelfcheckReport
+
+#: A stand-in self-check that prints the report a real one would for a given failure (its JSON comes from
+#: the shared definition), and exits 1 — or 0 once the marker file says the reboot has happened.
+REPORTING_SELFCHECK = """\
+import json, os, sys
+marker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "rebooted")
+if os.path.exists(marker):
+    print(json.dumps({"format": 1, "ok": True, "root": "x", "checks": []}))
+    sys.exit(0)
+print(json.dumps({"format": 1, "ok": False, "root": "x", "checks": %s}))
+sys.exit(1)
+"""
+DLL_FAILURE = {"id": "onnxruntime", "status": "fail", "message": "import onnxruntime failed: DLL load failed while "
+               "importing onnxruntime_pybind11_state: The specified module could not be found.", "fix": "", "details": {}}
+OLD_RUNTIME = {"id": "libraries", "status": "fail", "message": "C:\\Windows\\System32\\msvcp140.dll is version "
+               "14.29.30133, older than the VC++ runtime 14.40.33810 the bundle needs", "fix": "", "details": {}}
+MODEL_MISMATCH = {"id": "model:mlp", "status": "fail", "message": "output 'y' element 4 is 0.6, expected 0.5",
+                  "fix": "", "details": {}}
+
+
+def report(*checks: dict) -> SelfcheckReport:
+    return SelfcheckReport.from_json({"format": 1, "ok": False, "root": "x", "checks": list(checks)})
+
+
+def test_only_a_failure_the_pending_runtime_update_explains_is_excused() -> None:
+    assert engine.reboot_explains(report(DLL_FAILURE))
+    assert engine.reboot_explains(report(DLL_FAILURE, OLD_RUNTIME))
+    assert not engine.reboot_explains(report(DLL_FAILURE, MODEL_MISMATCH))
+    assert not engine.reboot_explains(report(MODEL_MISMATCH))
+    assert not engine.reboot_explains(report({**DLL_FAILURE, "message": "import onnxruntime failed: No module named x"}))
+    assert not engine.reboot_explains(None)  # no report at all: nothing to excuse
+
+
+def bundle_with_selfcheck(root: Path, *checks: dict) -> Path:
+    return make_bundle(root, selfcheck=REPORTING_SELFCHECK % json.dumps(list(checks)))
+
+
+@pytest.mark.parametrize("checks", [(DLL_FAILURE,), (DLL_FAILURE, OLD_RUNTIME)])
+def test_an_explained_failure_is_deferred_and_really_runs_after_the_reboot(tmp_path: Path, checks: tuple) -> None:
+    bundle = bundle_with_selfcheck(tmp_path / "bundle", *checks)
+    target = tmp_path / "apps" / "tiny"
+    options = engine.Options(bundle=bundle, install_dir=target, reboot_pending=True)
+    assert engine.install(options, engine.Log(None)) == "deferred"
+    receipt = Receipt.loads((target / "receipt.json").read_text())
+    assert receipt.reboot_required and receipt.selfcheck.deferred_until_reboot and receipt.selfcheck.after_reboot is None
+    assert receipt.selfcheck.failed_checks == tuple(c["id"] for c in checks)
+    # What the RunOnce value runs at the next logon (install.ps1 writes this command line).
+    (target / "rebooted").write_text("")
+    log = tmp_path / "after.log"
+    proc = subprocess.run([sys.executable, "-I", "-B", str(target / "installer" / "ort_bundle" / "__main__.py"), "engine", "after-reboot",
+                           "--root", str(target), "--log-file", str(log)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert Receipt.loads((target / "receipt.json").read_text()).selfcheck.after_reboot is True
+    assert "the self-check after the reboot passed" in log.read_text()
+
+
+def test_a_reboot_never_excuses_an_unrelated_failure_and_the_previous_install_stays(tmp_path: Path) -> None:
+    target = tmp_path / "apps" / "tiny"
+    assert engine.install(engine.Options(bundle=make_bundle(tmp_path / "v1"), install_dir=target), engine.Log(None))
+    before = {p: p.read_bytes() for p in target.rglob("*") if p.is_file()}
+    bundle = bundle_with_selfcheck(tmp_path / "v2", DLL_FAILURE, MODEL_MISMATCH)
+    with pytest.raises(engine.EngineError, match=r"self-check failed with exit code 1 \(failed: onnxruntime, model:mlp\)"):
+        engine.install(engine.Options(bundle=bundle, install_dir=target, reboot_pending=True, force=True),
+                       engine.Log(None))
+    assert {p: p.read_bytes() for p in target.rglob("*") if p.is_file()} == before
+    assert engine.leftovers(target) == ([], [])
+
+
+def test_bytecode_is_deterministic_and_names_the_final_folder(tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path / "bundle", modules=50)
+    target = tmp_path / "apps" / "tiny"
+    pycs = []
+    for _ in range(2):
+        engine.install(engine.Options(bundle=bundle, install_dir=target, force=True, self_check=False), engine.Log(None))
+        receipt = Receipt.loads((target / "receipt.json").read_text())
+        pycs.append({f.path: f.sha256 for f in receipt.files if f.path.endswith(".pyc")})
+    # __init__ and 50 modules of the wheel, the DLL hook and the ort_bundle package's modules (the launcher among them)
+    modules = [relative for relative in package_files() if relative.endswith(".py")]
+    assert len(pycs[0]) == 52 + len(modules) and pycs[0] == pycs[1]
+    [pyc] = [p for p in target.rglob("mod0007.cpython-*.pyc")]
+    assert pyc.read_bytes()[4:8] == (0b01).to_bytes(4, "little")  # hash-based, unchecked: no timestamp
+    assert str(target).encode() in pyc.read_bytes() and b".staging" not in pyc.read_bytes()
+
+
+def test_the_plan_reads_back_through_its_definition_and_refuses_what_is_off(tmp_path: Path) -> None:
+    plan = engine.load_plan(make_bundle(tmp_path / "bundle"))
+    assert InstallPlan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
+    data = plan.to_json()
+    for change, problem in ((lambda d: d.update(format=1), "has format 1; this program reads format 2"),
+                            (lambda d: d["venv"].update(script_kind="win32"), "expected 'posix' or 'win-amd64'"),
+                            (lambda d: d["venv"].update(wheels="payload/wheels"), "expected a list of relative paths"),
+                            (lambda d: d.pop("installer_wheel"), "key 'installer_wheel' is missing")):
+        hostile = json.loads(json.dumps(data))
+        change(hostile)
+        with pytest.raises(RecordError, match=problem):
+            InstallPlan.from_json(hostile)
+
+
+def test_the_receipt_records_the_log_in_an_optional_key_of_format_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) \
+        -> None:
+    """Issue 26, defect 1: `install_log` (absolute, even for a relative --log-file) is optional: a receipt without it,
+    as older engines wrote, reads back with None and is written back without the key; the format stays 2."""
+    monkeypatch.chdir(tmp_path)
+    target = tmp_path / "tiny"
+    engine.install(engine.Options(bundle=make_bundle(tmp_path / "bundle"), install_dir=target, self_check=False),
+                   engine.Log(Path("install.log")))
+    data = json.loads((target / "receipt.json").read_text())
+    assert data["format"] == 2 and data["install_log"] == str(tmp_path / "install.log")
+    assert Receipt.from_json(data).install_log == str(tmp_path / "install.log")
+    del data["install_log"]
+    older = Receipt.from_json(data)
+    assert older.install_log is None and older.to_json() == data
+
+
+def test_a_receipt_with_a_bad_entry_is_not_ours(tmp_path: Path) -> None:
+    target = tmp_path / "tiny"
+    engine.install(engine.Options(bundle=make_bundle(tmp_path / "bundle"), install_dir=target, self_check=False),
+                   engine.Log(None))
+    good = json.loads((target / "receipt.json").read_text())
+    for change in (lambda r: r.update(files="venv"), lambda r: r["files"][0].update(path="../../etc/passwd"),
+                   lambda r: r["files"][0].update(sha256="xyz"), lambda r: r.update(folders=["..\\up"])):
+        hostile = json.loads(json.dumps(good))
+        change(hostile)
+        (target / "receipt.json").write_text(json.dumps(hostile))
+        with pytest.raises(engine.EngineError, match="holds a receipt.json this installer did not write"):
+            engine.uninstall(target, engine.Log(None), name="tiny", dry_run=False)
+    assert (target / "venv").is_dir()
+
+
+def test_the_shipped_self_check_report_is_read_through_the_shared_definition() -> None:
+    check = Check(id="files", status="fail", message="m", fix="f", details={"changed": ["a"]})
+    data = SelfcheckReport(ok=False, root="/r", checks=(check,)).to_json()
+    assert SelfcheckReport.from_json(json.loads(json.dumps(data))).checks == (check,)
+
+
+def test_the_engine_installs_on_the_oldest_supported_python_with_the_installer_its_lock_pins(tmp_path: Path) -> None:
+    """Python 3.8 (the oldest target) through the real install.sh, with installer 0.7.0 (the newest release for 3.8,
+    what `ort-bundler lock` pins for such a target): install, verify, uninstall."""
+    from unit.shipped.test_install_sh import run_sh
+    from unit.shipped.test_selfcheck import oldest_python
+
+    python = oldest_python()
+    if python is None:
+        pytest.skip("no Python 3.8 on this machine")
+    bundle = make_bundle(tmp_path / "bundle", python="3.8", installer="installer==0.7.0")
+    target = tmp_path / "apps" / "tiny"
+    proc = run_sh(bundle / "install.sh", "--install-dir", str(target), "--python", python, "--log-path",
+                  str(tmp_path / "log"))
+    assert proc.returncode == 0, proc.stderr
+    tool = subprocess.run([str(target / "venv" / "bin" / "tinytool")], capture_output=True, text=True)
+    assert tool.returncode == 0 and tool.stdout.strip() == "tinytool 42", tool.stderr
+    assert list((target / "venv" / "lib" / "python3.8" / "site-packages" / "tinypkg" / "__pycache__").glob("*.cpython-38.pyc"))
+    verify = subprocess.run([str(target / "run.sh"), "--verify"], capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert run_sh(bundle / "uninstall.sh", "--install-dir", str(target), "--python", python).returncode == 0
+    assert not target.exists()
+
+
+def test_room_is_summed_per_file_system_and_each_short_one_is_named() -> None:
+    """Issue 22, m8: the install and the temp folder share one disk's free space when they are on one disk."""
+    needs = [disk_space.Need(Path("/"), 300 << 20, "the install"), disk_space.Need(Path("/"), 64 << 20, "the temp folder")]
+    one_disk = disk_space.shortfalls(needs, device=lambda p: 1, free=lambda p: 350 << 20)
+    assert one_disk == ["only 350 MB free on the file system of /, where the install needs 300 MB and the temp folder "
+                        "needs 64 MB (364 MB in all)"]
+    assert disk_space.shortfalls(needs, device=lambda p: 1, free=lambda p: 364 << 20) == []
+    two_disks = disk_space.shortfalls([needs[0], disk_space.Need(Path("/tmp"), 64 << 20, "the temp folder")],
+                                      device=lambda p: len(str(p)), free=lambda p: 350 << 20)
+    assert two_disks == []
