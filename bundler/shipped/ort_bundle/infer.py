@@ -23,7 +23,7 @@ from .tuning import read_install, session_providers
 
 EXIT_OK, EXIT_NOTHING, EXIT_FAILED = 0, 2, 1
 STAND_IN = ("this is ort-bundler's default entry point ([launch] module = \"ort_bundle.infer\" in the manifest); "
-            "replace it with your application: module = \"myapp.main\", or script = { path = \"app.py\", sha256 = … }")
+            "replace it with your application: module = \"myapp.main\", or script = { path = \"app.py\", sha256 = \"...\" }")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -84,7 +84,7 @@ def staleness(model: ModelTuning, tuning: TuningFile, digests: Dict[str, Tuple[s
     if shipped is None:
         return f"the bundle has no model '{model.name}' any more"
     if shipped != (model.file, model.sha256):
-        return f"model '{model.name}' changed since it was tuned ({shipped[1][:12]}…, tuned {model.sha256[:12]}…)"
+        return f"model '{model.name}' changed since it was tuned ({shipped[1][:12]}..., tuned {model.sha256[:12]}...)"
     if tuning.machine.logical_cores != logical:
         return (f"tuned on a machine with {tuning.machine.logical_cores} usable cores; "
                 f"this process may use {logical}")

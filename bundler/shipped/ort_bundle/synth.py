@@ -240,7 +240,7 @@ def compare_output(name: str, value: Any, recorded: Mapping[str, Any], *, rtol: 
                 f"{expected[first].item()!r} (rtol {rtol}, atol {atol})")
     if expected.size == value.size and np.array_equal(actual, expected, equal_nan=True):
         return (f"output '{name}' equals the recorded values bit for bit but not the recorded digest "
-                f"{recorded['digest'][:12]}…: the reference in bundle.json was altered")
+                f"{recorded['digest'][:12]}...: the reference in bundle.json was altered")
     return None
 
 
