@@ -22,6 +22,7 @@ import jinja2
 
 from bundler.assembly import shipped_package
 from bundler.errors import BuildError
+from bundler.shipped.ort_bundle.cache_folder import windows_cache_dir_problem
 from bundler.shipped.ort_bundle.launch_config import LAUNCH_FILE, EntryPointSpec, LaunchConfig
 from bundler.shipped.ort_bundle.records import INSTALL_EXIT_CODES
 from bundler.target_platform import TARGETS
@@ -324,9 +325,9 @@ def _relative_path_problem(rel: str) -> str | None:
 def _cmd_problems(ctx: ScriptContext) -> list[str]:
     """What cmd.exe cannot carry in the scripts it runs: a `%` or `"` in a value is expanded or ends the quote."""
     problems = []
-    if ctx.cache_dir is not None and ('"' in ctx.cache_dir or "%" in ctx.cache_dir
-                                      or any(ord(c) < 0x20 or ord(c) > 0x7E for c in ctx.cache_dir)):
-        problems.append(f"[launch] cache_dir {ctx.cache_dir!r} must be printable ASCII without '\"' or '%' on Windows")
+    problem = windows_cache_dir_problem(ctx.cache_dir) if ctx.cache_dir is not None else None
+    if problem:
+        problems.append(f"[launch] cache_dir {ctx.cache_dir!r} {problem} on Windows")
     # Shown in the scripts' help text: plain folder characters only (%ProgramFiles% is expanded by the engine).
     if not re.fullmatch(r"[A-Za-z0-9%:\\ ._()+-]+", ctx.default_install_dir):
         problems.append(f"default install dir {ctx.default_install_dir!r} must be letters, digits, spaces and "

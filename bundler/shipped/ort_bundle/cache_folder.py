@@ -24,6 +24,19 @@ CACHE_DIR_FILE = "cache_dir.txt"
 PER_USER = "the per-user cache"
 
 
+#: What a cache folder on Windows may not hold: cmd.exe expands `%` and ends a quote at `"` in the launchers, `;`
+#: splits the PATH-like lists they build, and `< > | ? *` are not allowed in a Windows path at all.
+WINDOWS_CACHE_DIR_FORBIDDEN = '"%<>|?*;'
+
+
+def windows_cache_dir_problem(value: str) -> Optional[str]:
+    """Why the launchers could not use `value` as a Windows cache folder, or None: the one rule for the manifest's
+    [launch] cache_dir (checked at build) and install.cmd's -CacheDir (checked by the engine)."""
+    if any(c in WINDOWS_CACHE_DIR_FORBIDDEN for c in value) or any(ord(c) < 0x20 or ord(c) > 0x7E for c in value):
+        return f"must be printable ASCII without any of {' '.join(WINDOWS_CACHE_DIR_FORBIDDEN)}"
+    return None
+
+
 @dataclass(frozen=True)
 class CacheChoice:
     path: str  # absolute, normalised

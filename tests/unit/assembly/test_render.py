@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -111,6 +112,20 @@ def test_a_non_ascii_value_in_a_cmd_script_is_refused() -> None:
         render_scripts(context("win_amd64", cache_dir="D:\\caché"))
     with pytest.raises(BuildError, match=r"default install dir 'C:\\\\x#> y' must be letters, digits"):
         render_scripts(context("win_amd64", default_install_dir="C:\\x#> y"))
+
+
+@pytest.mark.parametrize("char", list('"%<>|?*;'))
+def test_the_build_refuses_a_cache_dir_as_install_cmd_refuses_its_cache_switch(char: str) -> None:
+    """One Windows cache-folder rule (bundler/shipped/ort_bundle/cache_folder.py) for the manifest's [launch]
+    cache_dir and install.cmd's -CacheDir: the build refused only `"` and `%`, the engine also `< > | ? * ;`."""
+    from bundler.shipped.ort_bundle.cache_folder import windows_cache_dir_problem
+
+    value = f"D:\\cache{char}x"
+    problem = windows_cache_dir_problem(value)
+    assert problem == "must be printable ASCII without any of \" % < > | ? * ;"
+    with pytest.raises(BuildError, match=re.escape(f"[launch] cache_dir {value!r} {problem} on Windows")):
+        render_scripts(context("win_amd64", cache_dir=value))
+    assert windows_cache_dir_problem("D:\\cache (x86)\\app-1.0") is None
 
 
 def test_unsafe_context_values_are_refused_with_every_problem_named() -> None:

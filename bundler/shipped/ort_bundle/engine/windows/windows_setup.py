@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ...bundle_info import BUNDLE_FILE, BundleInfo, BundleInfoError
+from ...cache_folder import windows_cache_dir_problem
 from ...folder_trust import parse_descriptor, windows_problem
 from ...records import INSTALL_EXIT_CODES, PLAN_FILE, RECEIPT_FILE, InstallPlan, Receipt, RecordError, log_file_name
 from .. import disk_space
@@ -267,9 +268,9 @@ def _install(engine, bundle: Path, info: BundleInfo, switches: Switches, *, admi
     target = resolve_install_dir(switches.value("InstallDir") or default_install_dir(info.name),
                                  budget=install_budget(plan, bundle))
     cache_dir = switches.value("CacheDir")
-    if cache_dir is not None and (re.search(r'["%<>|?*;]', cache_dir) or any(ord(c) < 0x20 or ord(c) > 0x7E for c in cache_dir)):
-        raise EngineError("usage", f"-CacheDir '{cache_dir}' must be ASCII without any of \" % < > | ? * ; (the "
-                                   f"launchers cannot use it otherwise)")
+    problem = windows_cache_dir_problem(cache_dir) if cache_dir is not None else None
+    if problem:
+        raise EngineError("usage", f"-CacheDir '{cache_dir}' {problem} (the launchers cannot use it otherwise)")
     protected = [os.environ.get(v) for v in ("ProgramFiles", "ProgramFiles(x86)", "SystemRoot", "ProgramData")]
     if not admin and any(p and _below(target, p) for p in protected):
         raise EngineError("prerequisite", f"installing into {target} needs administrator rights; run install.cmd as "
