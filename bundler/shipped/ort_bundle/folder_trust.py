@@ -23,7 +23,6 @@ from typing import FrozenSet, List, Optional, Tuple
 SYSTEM = "S-1-5-18"
 ADMINISTRATORS = "S-1-5-32-544"
 TRUSTED_INSTALLER = "S-1-5-80-956008885-3418522649-1831038044-1853292631-2271478464"
-CREATOR_OWNER = "S-1-3-0"  # stands for whoever creates a child: only meaningful on inherit-only ACEs
 TRUSTED_SIDS: FrozenSet[str] = frozenset({SYSTEM, ADMINISTRATORS, TRUSTED_INSTALLER})
 
 #: Rights that let a principal change what the folder holds or who may: add a file or folder, delete a

@@ -16,7 +16,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import PurePosixPath
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 # ---------------------------------------------------------------- the install records (install engine)
 
@@ -374,8 +374,3 @@ class SelfcheckReport:
     @classmethod
     def loads(cls, text: str, *, source: str = "the self-check report") -> SelfcheckReport:
         return cls.from_json(_load_json(text, source=source), source=source)
-
-
-def plan_lines(values: Sequence[str]) -> str:
-    """Values one a line: how the shell front ends read a list."""
-    return "".join(f"{value}\n" for value in values)

@@ -29,7 +29,6 @@ REBOOT_KEYS = (
     ("SOFTWARE\\Microsoft\\Windows\\CurrentVersion\\WindowsUpdate\\Auto Update\\RebootRequired", None),
     ("SYSTEM\\CurrentControlSet\\Control\\Session Manager", "PendingFileRenameOperations"),
 )
-ERROR_ALREADY_EXISTS = 183
 ERROR_SHARING_VIOLATION = 32
 ERROR_LOCK_VIOLATION = 33
 ERROR_ACCESS_DENIED = 5
