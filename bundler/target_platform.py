@@ -52,6 +52,8 @@ class TargetPlatform:
     runtime_layout: Literal["embeddable", "standalone"]  # the `[python] runtime` archive the target takes
     archive_os: str  # the OS word of ORT's and python-build-standalone's file names (`onnxruntime-win-x64-...`)
     sections: frozenset[str]  # the optional manifest sections only some targets support, that this one does
+    #: The GPU execution providers a bundle for this target can carry (DirectML is a DirectX 12 library).
+    gpu_providers: frozenset[str]
     reserved_name: Callable[[str], bool]  # whether the file system refuses a name (Windows' device names)
     scripts: tuple[str, ...]  # the bundle paths of its install and run scripts, each rendered from `<file name>.j2`
     wheel_platforms: tuple[str, ...]  # the `--platform` values for pip, most preferred first
@@ -105,6 +107,7 @@ WINDOWS = TargetPlatform(
     # The engine expands %ProgramFiles% on the target; a folder only administrators can write.
     install_dir="%ProgramFiles%\\{name}", machine="x64", program_suffix=".exe", binary_format="pe",
     runtime_layout="embeddable", archive_os="win", sections=frozenset({"vc_redist", "gpu"}),
+    gpu_providers=frozenset({"CUDAExecutionProvider", "DmlExecutionProvider"}),
     reserved_name=reserved_on_windows, wheel_platforms=("win_amd64",), wheel_platform=re.compile(r"^win_amd64$"),
 )
 LINUX = TargetPlatform(
@@ -115,6 +118,7 @@ LINUX = TargetPlatform(
     venv_scripts="bin", interpreter="python", lib_dir="lib/python{python}", script_kind="posix",
     install_dir="/opt/{name}", machine="x86-64", program_suffix="", binary_format="elf",
     runtime_layout="standalone", archive_os="linux", sections=frozenset({"gpu"}), reserved_name=_no_reserved_names,
+    gpu_providers=frozenset({"CUDAExecutionProvider"}),
     wheel_platforms=(*_MANYLINUX, "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64"),
     wheel_platform=_MANYLINUX_X86_64,
 )

@@ -100,7 +100,7 @@ def parse(data: Mapping[str, Any], *, path: Path) -> Manifest:
     launch = _launch(table_at(data, "launch", problems), base, problems)
     if bundle:
         _check_sections(bundle, problems, vc_redist=vc_redist is not None, gpu=gpu is not None)
-        if gpu is not None and gpu.directml and TARGETS[bundle.platform].binary_format != "pe":
+        if gpu is not None and gpu.directml and DML not in TARGETS[bundle.platform].gpu_providers:
             problems.add("gpu.providers", f"found '{DML}' for platform '{bundle.platform}', expected it only for "
                          "Windows: DirectML is a DirectX 12 library")
         _check_reserved_names(bundle, models, problems)

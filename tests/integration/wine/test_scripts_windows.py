@@ -59,7 +59,7 @@ CONTEXTS = {
     "cpu-module": windows_context(gpu_dll_dirs=(), gpu_preload=(), vc_redist=None,
                                   entry_point=EntryPoint(kind="module", value="demo.cli"), cache_dir="cache"),
     "no-entry-hostile": windows_context(entry_point=None, vc_runtime_min=None, vc_redist=None,
-                                        cache_dir="D:\\x'; Stop-Computer; '", env={"X": "'; Stop-Computer; '"}),
+                                        cache_dir="D:\\x' + (Stop-Computer) + '", env={"X": "'; Stop-Computer; '"}),
     # [python] runtime: the bundled interpreter (bundler/assembly/runtime.py)
     "runtime-script": windows_context(runtime_python="python/python.exe",
                                       runtime_bundle_python="payload/python/python.exe"),
