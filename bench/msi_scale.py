@@ -1,4 +1,4 @@
-"""`package --msi` at scale: the MSI writer (bundler.packaging.msi.write_msi, the code `package --msi` runs once
+"""`package --msi` at scale: the MSI writer (bundler.platforms.windows.msi.write_msi, the code `package --msi` runs once
 the install image is made) against `gcab -c -z` of the same image followed by `openssl enc` of that cabinet,
 in one run (the encrypted copy goes to /dev/null, which favours the baseline); with --install, the MSI
 installed by Wine's msiexec and every file's sha256 checked.
@@ -27,8 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bundler.packaging.msi import write_msi
-from bundler.packaging.msi_source import MsiProduct, guid
+from bundler.platforms.windows.msi import write_msi
+from bundler.platforms.windows.msi_source import MsiProduct, guid
 
 CHUNK = 256 << 20
 EPOCH = 1767225600

@@ -11,7 +11,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from bundler.assembly.assembly import Assembly, BuildInputs
-from bundler.assembly.closure import payload_binaries
+from bundler.assembly.binaries import payload_binaries
 from bundler.errors import BuildError
 from bundler.hashing import file_sha256
 from bundler.manifest import AllowedTestSignature, Manifest

@@ -4,7 +4,7 @@ them (`cli.COMMANDS`, in the order `ort-bundler --help` lists them).
 A command module is the command line's side of one command: what it is called and says (`NAME`, `HELP`,
 `EXAMPLES`), its arguments (`configure(parser)`) and what it prints and returns (`run(args)`, the exit code).
 The work is imported inside `run` (or the functions it calls), from `bundler.operations` (build, lock, fetch,
-reproduce, diff, inspect, init) or the package that owns it (`signing`, `packaging`, `releases`, `review`), so
+reproduce, diff, inspect, init) or the package that owns it (`signing`, `platforms`, `releases`, `review`), so
 building the parser imports no command's machinery. `package`, `policy`, `report` and `delta` keep the few
 steps that join those packages beside their form. What several commands share (the options every command
 takes, the cache, registry and signing options, the output folder) is `bundler.commands.shared`, not a

@@ -4,7 +4,7 @@ ConfigMgr take.
 The bundle is verified exactly as `ort-bundler verify` verifies it (one that fails is never packaged), unpacked
 (`bundler.signing.layout.unpack`, which keeps every member inside its folder) and wrapped:
 
-- `DIR/<name>-<version>-win_amd64.msi` (--msi): the bundle's install image as an MSI (bundler/packaging/msi.py);
+- `DIR/<name>-<version>-win_amd64.msi` (--msi): the bundle's install image as an MSI (bundler/platforms/windows/msi.py);
 - `DIR/<name>-<version>-win_amd64.intunewin`: that MSI as the setup file, or without --msi the unpacked bundle
   with install.cmd as the setup file;
 - `DIR/<name>-<version>-vcredist-x64.intunewin`: when the bundle ships VC_redist.x64.exe, that file alone, to be
@@ -42,9 +42,9 @@ from bundler.commands.shared import (
 from bundler.errors import BuildError, UnsupportedError, UsageError, VerificationError
 
 if TYPE_CHECKING:
-    from bundler.packaging.intunewin import Intunewin
-    from bundler.packaging.msi import Msi
-    from bundler.packaging.win32app import Win32App
+    from bundler.platforms.windows.intunewin import Intunewin
+    from bundler.platforms.windows.msi import Msi
+    from bundler.platforms.windows.win32app import Win32App
     from bundler.shipped.ort_bundle.bundle_info import BundleInfo
     from bundler.signing.bundle import SignOptions
     from bundler.signing.layout import Unpacked
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _cabinet_bytes(args: argparse.Namespace) -> int:
     """--cabinet-bytes, checked before anything is read (it only means something with --msi)."""
-    from bundler.packaging.msi_cabinets import CABINET_BYTES, check_limit
+    from bundler.platforms.windows.msi_cabinets import CABINET_BYTES, check_limit
 
     if args.cabinet_bytes is None:
         return CABINET_BYTES
@@ -216,7 +216,7 @@ def _check_room(bundle: str, out: Path, stages: list[Stage]) -> None:
 def _packageable(bundle: Path, archive: zipfile.ZipFile, top: str, *, formats: frozenset[str]) -> BundleInfo:
     """The bundle's own record, and only for a target whose backend offers every package format asked for
     (Intune and its packages are Windows')."""
-    from bundler.platforms import BACKENDS
+    from bundler.platforms.backends import BACKENDS
     from bundler.shipped.ort_bundle.bundle_info import BUNDLE_FILE, BundleInfo, BundleInfoError
 
     try:
@@ -239,8 +239,8 @@ def _msi(info: BundleInfo, unpacked: Unpacked, staging: Path, signing: SignOptio
     """The MSI of the bundle unpacked in `staging/bundle` (signed when `signing` says how), its external cabinets
     and its `.sha256` (a line for each of them, as `sha256sum -c` reads it), in `staging/out`."""
     from bundler.atomic import write_atomic
-    from bundler.packaging.msi import build_msi, image_bytes, missing_upgrade_code, signed
-    from bundler.packaging.msi_cabinets import CABINET_BYTES
+    from bundler.platforms.windows.msi import build_msi, image_bytes, missing_upgrade_code, signed
+    from bundler.platforms.windows.msi_cabinets import CABINET_BYTES
     from bundler.shipped.ort_bundle.records import PLAN_FILE, InstallPlan
     from bundler.signing.bundle import sign_msi
 
@@ -273,8 +273,8 @@ def _msi(info: BundleInfo, unpacked: Unpacked, staging: Path, signing: SignOptio
 def _intunewins(info: BundleInfo, unpacked: Unpacked, staging: Path, *, member_cache: MemberCache,
                 msi: Msi | None) -> list[Package]:
     """Every package of the bundle unpacked in `staging/bundle` (or of its MSI), written to `staging/out`."""
-    from bundler.packaging.intunewin import MsiInfo, write_intunewin
-    from bundler.packaging.win32app import bundle_app, msi_app
+    from bundler.platforms.windows.intunewin import MsiInfo, write_intunewin
+    from bundler.platforms.windows.win32app import bundle_app, msi_app
 
     folder, out = staging / "bundle" / unpacked.top, staging / "out"
     vc = _vc_redist_package(info, unpacked, staging, member_cache=member_cache)
@@ -300,8 +300,8 @@ def _intunewins(info: BundleInfo, unpacked: Unpacked, staging: Path, *, member_c
 def _vc_redist_package(info: BundleInfo, unpacked: Unpacked, staging: Path, *,
                        member_cache: MemberCache) -> Package | None:
     """The bundle's VC_redist.x64.exe wrapped on its own, when the bundle ships one."""
-    from bundler.packaging.intunewin import write_intunewin
-    from bundler.packaging.win32app import vc_redist_app
+    from bundler.platforms.windows.intunewin import write_intunewin
+    from bundler.platforms.windows.win32app import vc_redist_app
 
     if info.vc_redist is None:
         return None

@@ -3,7 +3,7 @@ policies that let a locked-down fleet run what the install puts on disk.
 
 Under a signed-only policy `import numpy` fails (its `.pyd` files and OpenBLAS DLL are unsigned), and so does
 ORT. Admins then allow-list by hash, by hand, every release. The bundle knows every binary the install writes:
-this command names each one in a rule (bundler/packaging/app_control.py) and says which rule in a report.
+this command names each one in a rule (bundler/platforms/windows/app_control.py) and says which rule in a report.
 
 The input is checked first, as `package` checks it: a bundle must verify (`verify`), an MSI must verify
 against its receipt (and its signature with `--trust`). A policy never allows a file nobody checked.
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from bundler.commands.shared import cache_of, check_output_folder, output_staging
 from bundler.errors import UnsupportedError, UsageError, VerificationError
-from bundler.packaging.app_control import (
+from bundler.platforms.windows.app_control import (
     PolicyOptions,
     Rule,
     Uncovered,
@@ -41,7 +41,7 @@ from bundler.packaging.app_control import (
 )
 
 if TYPE_CHECKING:
-    from bundler.packaging.install_files import InstallFiles
+    from bundler.platforms.windows.install_files import InstallFiles
     from bundler.readers.pe_identity import PeIdentity
     from bundler.shipped.ort_bundle.bundle_info import BundleInfo
     from bundler.sources.cache import Cache
@@ -167,8 +167,8 @@ def _install_files(bundle: Path, staging: Path, *, cache: Cache, trust: Path | N
     """The bundle's (or MSI's) name, version and the PE files its install writes, once the input verified."""
     if bundle.suffix.lower() == ".msi":
         return _msi_files(bundle, staging, trust=trust)
-    from bundler.packaging.install_files import image_files, planned_files
-    from bundler.packaging.msi import make_image
+    from bundler.platforms.windows.install_files import image_files, planned_files
+    from bundler.platforms.windows.msi import make_image
     from bundler.shipped.ort_bundle.engine.image import relocatable
     from bundler.shipped.ort_bundle.records import PLAN_FILE, InstallPlan
     from bundler.signing.layout import unpack
@@ -210,9 +210,9 @@ def _windows_bundle(bundle: Path, archive: zipfile.ZipFile, top: str) -> BundleI
 
 
 def _msi_files(msi: Path, staging: Path, *, trust: Path | None) -> tuple[str, str, InstallFiles]:
-    from bundler.packaging.install_files import image_files
-    from bundler.packaging.msi import tool
-    from bundler.packaging.msi_verify import verify_msi
+    from bundler.platforms.windows.install_files import image_files
+    from bundler.platforms.windows.msi import tool
+    from bundler.platforms.windows.msi_verify import verify_msi
     from bundler.shipped.ort_bundle.records import RECEIPT_FILE, Receipt
 
     report = verify_msi(msi, trust=trust)

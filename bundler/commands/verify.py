@@ -1,7 +1,7 @@
 """`ort-bundler verify`: check a finished bundle or the MSI `package --msi` wrote.
 
-The checks themselves are the trust code's (`bundler.signing.verify` for a bundle, `bundler.packaging.msi_verify`
-for an MSI), which `sign`, `publish`, `pull`, `package` and `report` run too; this is their command line.
+The checks themselves are the trust code's (`bundler.signing.verify` for a bundle) and Windows'
+(`bundler.platforms.windows.msi_verify` for an MSI), which `sign`, `publish`, `pull`, `package` and `report` run too; this is their command line.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from bundler.commands.shared import cache_of
 from bundler.errors import VerificationError
 
 if TYPE_CHECKING:
-    from bundler.packaging.msi_verify import MsiReport
+    from bundler.platforms.windows.msi_verify import MsiReport
     from bundler.signing.verify import Report
 
 NAME = "verify"
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from bundler.signing.verify import verify_bundle
 
     if args.bundle.suffix.lower() == ".msi":
-        from bundler.packaging.msi_verify import verify_msi
+        from bundler.platforms.windows.msi_verify import verify_msi
 
         report: Report | MsiReport = verify_msi(args.bundle, trust=args.trust)
     else:

@@ -131,7 +131,7 @@ def _assemble(manifest: Manifest, *, lock: Lock | None, files: Mapping[str, Path
     from bundler.assembly.provenance import add_provenance
     from bundler.assembly.records import add_records, sha256sums
     from bundler.assembly.sbom import add_sbom, install_sbom
-    from bundler.platforms import backend_for
+    from bundler.platforms.backends import backend_for
 
     stem = manifest.bundle.stem
     with cache.scratch(prefix="build-") as work, disk_errors(BuildError, "build"):

@@ -1,42 +1,7 @@
-"""Platform backends: what each target does differently, one module per target behind one Protocol.
+"""What each target does differently, one package per target: `windows/` and `linux/`.
 
-The identity of a target (`bundler.target_platform.TargetPlatform`) is data at the base, which every layer
-reads; behaviour that differs lives here instead: the parts only one target has (Windows' app-local runtime,
-DLL closure and VC++ runtime checks, VC_redist and the Windows Sandbox tool), and the package formats it can be
-wrapped in (MSI, .intunewin). The backends sit above the assembly whose functions they hand out, and the
-commands ask `backend_for(target)`; outside this package no code asks which platform it builds for
-(tests/repo/test_architecture.py holds that). cibuildwheel's `platforms/__init__.py` `PlatformModule` is the model:
-a new target is one new module here plus its identity, not edits to every module that branches.
+The identity of a target (`bundler.target_platform.TargetPlatform`) is data at the base, which every layer reads;
+the behaviour that differs lives here, each target's in its own package, and the two never import each other.
+`backends.py` puts them behind one Protocol (`backend_for(target)`); this file imports nothing, so a command
+that needs one Windows module (the MSI check of `verify`) does not load every backend's parts.
 """
-
-from __future__ import annotations
-
-from typing import Protocol
-
-from bundler.assembly.parts import Part
-from bundler.platforms import linux, windows
-from bundler.target_platform import TargetPlatform
-
-
-class PlatformBackend(Protocol):
-    """A target's behaviour; each backend module (`windows`, `linux`) implements it with module attributes."""
-
-    @property
-    def identity(self) -> TargetPlatform:
-        """The target this backend builds for."""
-
-    @property
-    def parts(self) -> tuple[Part, ...]:
-        """Every part of a bundle for this target, in order (`bundler.assembly.parts.parts_for`)."""
-
-    @property
-    def package_formats(self) -> frozenset[str]:
-        """The `ort-bundler package` formats a bundle for this target can be wrapped in."""
-
-
-BACKENDS: dict[str, PlatformBackend] = {backend.identity.tag: backend for backend in (windows, linux)}
-
-
-def backend_for(target: TargetPlatform) -> PlatformBackend:
-    """The backend of a target (every `TargetPlatform` has one)."""
-    return BACKENDS[target.tag]

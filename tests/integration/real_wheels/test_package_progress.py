@@ -1,7 +1,7 @@
 """`package` says each long stage on stderr as it starts (issue 37), and nothing with `--json` or `-q`.
 
 The real commands: the Windows quickstart built from the test run's shared cache, then packaged as `.intunewin`.
-(The MSI's own progress inside its cabinets is bundler/packaging's to report through the same `say` hook.)
+(The MSI's own progress inside its cabinets is bundler/platforms/windows/'s to report through the same `say` hook.)
 """
 
 from __future__ import annotations

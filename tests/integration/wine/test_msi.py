@@ -373,7 +373,7 @@ def test_noselfcheck_then_an_upgrade_whose_self_check_fails_leaves_nothing_of_th
 def test_the_install_folder_is_locked_as_the_zip_route_locks_it(packages: Packages) -> None:
     """Severe 7: INSTALLDIR is a created folder with one MsiLockPermissionsEx row (the zip route's icacls line
     in SDDL, unit/shipped/test_msi_folder_trust.py), and no LockPermissions table (both tables fail with error 1941)."""
-    from bundler.packaging.msi_source import INSTALLDIR_SDDL
+    from bundler.platforms.windows.msi_source import INSTALLDIR_SDDL
 
     for msi in (Path(packages.first["msi"]["path"]), Path(packages.second["msi"]["path"])):
         [lock] = table(msi, "MsiLockPermissionsEx")
@@ -473,8 +473,8 @@ def test_a_publisher_wixl_cannot_store_is_refused_in_one_sentence(packages: Pack
 def test_latin_1_text_goes_through_real_wixl_in_code_page_1252(tmp_path: Path) -> None:
     """The same check's other side, with real wixl and msibuild: a publisher in Windows-1252 is stored and read
     back as written, in a database whose code page says 1252."""
-    from bundler.packaging.msi import write_database
-    from bundler.packaging.msi_source import MsiProduct, guid
+    from bundler.platforms.windows.msi import write_database
+    from bundler.platforms.windows.msi_source import MsiProduct, guid
 
     image = tmp_path / "image"
     (image / "python").mkdir(parents=True)

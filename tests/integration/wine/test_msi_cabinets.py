@@ -24,7 +24,7 @@ from fixtures.windows_python import WindowsPython, windows_python  # noqa: F401 
 from fixtures.wine import Wine, require_tool, wine  # noqa: F401  (fixture)
 
 from bundler.errors import UnsupportedError
-from bundler.packaging.msi_cabinets import CAB_FOLDER_BYTES, CABINET_BYTES, split
+from bundler.platforms.windows.msi_cabinets import CAB_FOLDER_BYTES, CABINET_BYTES, split
 
 NAME = "wincab"
 #: Small enough that the test bundle (python.org's CPython, numpy, ORT: about 220 MB installed) makes several
@@ -145,7 +145,7 @@ def test_two_runs_give_byte_identical_msis_and_cabinets(built: Built) -> None:
 
 def test_the_intunewin_carries_the_msi_and_every_cabinet(built: Built) -> None:
     """A Win32 app's setup folder is the MSI's folder on the client: msiexec reads the cabinets from there."""
-    from unit.packaging.test_intunewin import read_intunewin, zip_files
+    from unit.platforms.windows.test_intunewin import read_intunewin, zip_files
 
     [app] = [p for p in built.again["packages"] if p["role"] == "app"]
     inner = zip_files(read_intunewin(Path(app["path"])).inner)
@@ -172,7 +172,7 @@ def test_verify_catches_a_cabinet_swapped_with_its_receipt_rewritten_to_match(bu
     """The MSI's signature does not cover its external cabinets (nor does msiexec check them). A cabinet rebuilt
     by an attacker with a file changed and the receipt's sha256 of it changed to match passes the files-against-
     receipt check, but the receipt's MD5 is in the MSI's own MsiFileHash table, so verify's rebuild names it."""
-    from bundler.packaging.msi_source import identifier
+    from bundler.platforms.windows.msi_source import identifier
 
     folder = tmp_path / "swapped"
     shutil.copytree(Path(built.first["msi"]["path"]).parent, folder)
@@ -256,6 +256,6 @@ def test_msiexec_installs_from_the_cabinets_and_repairs_a_file_from_one_of_them(
 
 
 def identifier_of(path: str) -> str:
-    from bundler.packaging.msi_source import identifier
+    from bundler.platforms.windows.msi_source import identifier
 
     return identifier("f", path)

@@ -11,7 +11,6 @@ from fixtures.parts import part_inputs
 
 from bundler.assembly import parts
 from bundler.assembly.assembly import Assembly
-from bundler.assembly.closure import add_vc_redist, check_windows
 from bundler.assembly.facts import FactOrderError, Facts, SelfCheckFact
 from bundler.assembly.launch import add_scripts
 from bundler.assembly.models import add_models
@@ -20,7 +19,10 @@ from bundler.assembly.records import bundle_info
 from bundler.assembly.sdk import add_sdk
 from bundler.errors import BuildError
 from bundler.manifest import load, parse
-from bundler.platforms import BACKENDS, linux, windows
+from bundler.platforms.backends import BACKENDS
+from bundler.platforms.linux import backend as linux
+from bundler.platforms.windows import backend as windows
+from bundler.platforms.windows.closure import add_vc_redist, check_windows
 
 
 def test_reading_a_fact_before_its_part_ran_names_that_part() -> None:

@@ -52,7 +52,7 @@ from bundler.errors import BuildError, InputUnavailableError
 from bundler.hashing import file_sha256
 from bundler.manifest import Manifest, load
 from bundler.operations.build import build
-from bundler.platforms import backend_for
+from bundler.platforms.backends import backend_for
 from bundler.readers.pe import inspect_pe
 from bundler.readers.signatures import SignatureEvidence
 from bundler.sources.cache import Cache

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bundler.assembly.records import _venv_layout
-from bundler.platforms import BACKENDS, backend_for
+from bundler.platforms.backends import BACKENDS, backend_for
 from bundler.shipped.ort_bundle.records import VenvPlan
 from bundler.target_platform import LINUX, TARGETS, WINDOWS, named_by
 

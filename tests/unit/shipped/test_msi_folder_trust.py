@@ -28,7 +28,7 @@ from unit.shipped.test_windows_setup import (
     descriptor,
 )
 
-from bundler.packaging.msi_source import INSTALLDIR_SDDL
+from bundler.platforms.windows.msi_source import INSTALLDIR_SDDL
 from bundler.shipped.ort_bundle import folder_trust
 from bundler.shipped.ort_bundle.engine.engine_fs import EngineError, Log
 from bundler.shipped.ort_bundle.engine.windows.msi_action import CACHE_DIR_FILE, FolderSecurity, finish

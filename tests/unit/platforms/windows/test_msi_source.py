@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from bundler.errors import UnsupportedError
-from bundler.packaging.msi_source import SEQUENCE, MsiProduct, guid, product_version, wxs
+from bundler.platforms.windows.msi_source import SEQUENCE, MsiProduct, guid, product_version, wxs
 
 NS = {"w": "http://schemas.microsoft.com/wix/2006/wi"}
 
@@ -93,7 +93,7 @@ def test_an_image_without_the_interpreter_is_refused() -> None:
 
 def test_a_missing_tool_or_python_is_named_with_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     from bundler.errors import InputUnavailableError
-    from bundler.packaging.msi import compiler_python, tool
+    from bundler.platforms.windows.msi import compiler_python, tool
 
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(InputUnavailableError, match="wixl is not installed; package --msi needs it: install the "

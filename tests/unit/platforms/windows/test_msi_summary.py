@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bundler.errors import BuildError
-from bundler.packaging.msi_summary import SUMMARY_STREAM, CompoundFile, fix_summary
+from bundler.platforms.windows.msi_summary import SUMMARY_STREAM, CompoundFile, fix_summary
 
 CODE = "{0D7A5C3E-1B2F-4E6A-9C8D-7F1E2D3C4B5A}"
 EPOCH = 1767225600

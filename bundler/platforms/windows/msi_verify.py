@@ -10,7 +10,7 @@ without `--trust` a signature is reported, not judged, and with it an unsigned M
 The files alone say nothing of what the MSI runs: a deferred SYSTEM custom action rewritten, or a Run-key
 Registry row added, leaves them as they were. So the MSI is built again from the image it installs (its
 bundle.json, install-plan.json and receipt, the same records `package` read) by the code `package` uses
-(bundler/packaging/msi.py's `write_database`, wixl and msibuild), and every table, the summary information
+(bundler/platforms/windows/msi.py's `write_database`, wixl and msibuild), and every table, the summary information
 (but its two timestamps) and the list of streams are compared row by row, each difference named by table and
 row. There is no second description of what an MSI of ours holds.
 """
@@ -24,9 +24,9 @@ from pathlib import Path
 
 from bundler.errors import BundleError, VerificationError
 from bundler.hashing import file_sha256
-from bundler.packaging.msi import image_files, msi_product, package_code, tool, write_database
-from bundler.packaging.msi_cabinets import Cabinet, Layout
-from bundler.packaging.msi_summary import PID_CREATE_TIME, PID_LAST_SAVE_TIME, fix_summary
+from bundler.platforms.windows.msi import image_files, msi_product, package_code, tool, write_database
+from bundler.platforms.windows.msi_cabinets import Cabinet, Layout
+from bundler.platforms.windows.msi_summary import PID_CREATE_TIME, PID_LAST_SAVE_TIME, fix_summary
 from bundler.shipped.ort_bundle.bundle_info import BUNDLE_FILE, BundleInfo, BundleInfoError
 from bundler.shipped.ort_bundle.records import PLAN_FILE, RECEIPT_FILE, InstallPlan, Receipt, RecordError
 

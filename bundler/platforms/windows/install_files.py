@@ -1,7 +1,7 @@
 """The PE files an install of a Windows bundle puts on disk, as App Control and AppLocker policies must name them.
 
 A bundle that carries its interpreter ([python] runtime) installs a relocatable tree: its install image is made
-here by the install engine, exactly as `package --msi` makes it (bundler/packaging/msi.py `make_image`), so the
+here by the install engine, exactly as `package --msi` makes it (bundler/platforms/windows/msi.py `make_image`), so the
 console-script launchers pypa's installer writes and every `.pyd` inside the wheels are files of the image.
 
 A bundle that runs on the target's own Python installs a tree that depends on that machine: the environment's
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from bundler.errors import VerificationError
-from bundler.packaging.app_control import Uncovered
+from bundler.platforms.windows.app_control import Uncovered
 from bundler.readers.pe import is_pe
 from bundler.shipped.ort_bundle.records import InstallPlan
 

@@ -28,9 +28,9 @@ from fixtures.wine import require
 from bundler.errors import ManifestError
 from bundler.integrations import tools
 from bundler.manifest import load
-from bundler.packaging.msi import legacy_upgrade_code, missing_upgrade_code, msi_product, write_database
-from bundler.packaging.msi_source import NAMESPACE, SEQUENCE, guid, identifier, wxs
-from bundler.packaging.win32app import msi_app
+from bundler.platforms.windows.msi import legacy_upgrade_code, missing_upgrade_code, msi_product, write_database
+from bundler.platforms.windows.msi_source import NAMESPACE, SEQUENCE, guid, identifier, wxs
+from bundler.platforms.windows.win32app import msi_app
 from bundler.readers.pe_identity import file_version
 from bundler.shipped.ort_bundle.bundle_info import BundleInfo
 from bundler.shipped.ort_bundle.records import InstallPlan, VenvPlan

@@ -6,9 +6,9 @@ Steps, each a tool that is not ours where one exists:
 1. The image: `engine.py make-image` (bundler/shipped/ort_bundle/engine/image.py, the code install.cmd runs on the target),
    run by a Python of the bundle's minor version (bytecode is per minor version): the running one when it
    matches, else `pythonX.Y` on PATH, else exit 9 naming it. It runs our own engine, not the bundle's copy.
-2. The source: bundler/packaging/msi_source.py, from the image's receipt (every file, and the receipt).
+2. The source: bundler/platforms/windows/msi_source.py, from the image's receipt (every file, and the receipt).
 3. The cabinets: `gcab -c -z` (Debian package `gcab`), streaming, split within the cabinet format's limits
-   (bundler/packaging/msi_cabinets.py): one small cabinet embedded, else every cabinet a file beside the MSI.
+   (bundler/platforms/windows/msi_cabinets.py): one small cabinet embedded, else every cabinet a file beside the MSI.
 4. The tables: `wixl -a x64` (Debian package `wixl`), run on empty stand-ins of the image's files (wixl reads
    every file whole into memory and builds its one cabinet there), every file dated the bundle's time, in UTC;
    the File, MsiFileHash and Media tables are then written from the real files and the cabinets' layout;
@@ -18,7 +18,7 @@ Steps, each a tool that is not ours where one exists:
    range), sets each PE file's version and drops wixl's MD5 rows of versioned files, and sets the strings'
    code page (msi_source's docstring).
 5. The summary information: wixl writes a random PackageCode and the build's clock into it (docs/facts.md §9),
-   so both are rewritten in place (bundler/packaging/msi_summary.py, which reads only the sectors on the way to
+   so both are rewritten in place (bundler/platforms/windows/msi_summary.py, which reads only the sectors on the way to
    the summary stream: olefile's write mode read the whole sector table in a way that grows with its square):
    the PackageCode from the image's receipt digest and the two FILETIMEs from the bundle's SOURCE_DATE_EPOCH.
    Two runs then give the same bytes, MSI and cabinets.
@@ -39,7 +39,7 @@ from pathlib import Path, PurePosixPath
 from bundler.errors import BuildError, UnsupportedError
 from bundler.hashing import file_sha256
 from bundler.integrations import tools
-from bundler.packaging.msi_cabinets import (
+from bundler.platforms.windows.msi_cabinets import (
     CABINET_BYTES,
     EMBEDDED_NAME,
     Layout,
@@ -49,7 +49,7 @@ from bundler.packaging.msi_cabinets import (
     too_large,
     write_cabinets,
 )
-from bundler.packaging.msi_source import (
+from bundler.platforms.windows.msi_source import (
     CODEPAGE_TABLE,
     LOCK_TABLE,
     NAMESPACE,
@@ -62,7 +62,7 @@ from bundler.packaging.msi_source import (
     upgrade_table,
     wxs,
 )
-from bundler.packaging.msi_summary import fix_summary
+from bundler.platforms.windows.msi_summary import fix_summary
 from bundler.readers.pe_identity import file_version
 from bundler.shipped.ort_bundle.bundle_info import BundleInfo
 from bundler.shipped.ort_bundle.records import PLAN_FILE, RECEIPT_FILE, InstallPlan, Receipt

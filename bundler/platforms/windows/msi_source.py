@@ -31,7 +31,7 @@ GUID is given). Choices:
   MsiLockPermissionsEx row with the zip route's ACL (`icacls /inheritance:r`, Administrators and SYSTEM full,
   Users read and run): a protected SDDL, so a folder on a data volume does not inherit "Authenticated Users:
   Modify". CreateFolders runs before InstallFiles, so every file is written under it. wixl 0.101 has no
-  PermissionEx, so the row is added by msibuild (bundler/packaging/msi.py); only MsiLockPermissionsEx is
+  PermissionEx, so the row is added by msibuild (bundler/platforms/windows/msi.py); only MsiLockPermissionsEx is
   written, as a package with both it and LockPermissions fails (Windows Installer error 1941), and only it
   can drop inheritance.
 - Text. libmsi (under wixl) stores table strings in one ANSI code page: a character outside Windows-1252 is

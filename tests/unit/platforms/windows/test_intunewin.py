@@ -30,7 +30,7 @@ from fixtures.wine import mingw_gcc  # noqa: F401  (fixture)
 from integration.real_wheels.test_windows_payload import manifest_with_vc_redist, vc_redist_stand_in
 
 from bundler.errors import BuildError
-from bundler.packaging.intunewin import Detection, EncryptionInfo, MsiInfo, check_setup_file, detection_xml
+from bundler.platforms.windows.intunewin import Detection, EncryptionInfo, MsiInfo, check_setup_file, detection_xml
 
 STEM = "quickstart-win-1.0.0-win_amd64"
 APP = f"{STEM}.intunewin"

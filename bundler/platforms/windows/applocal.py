@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 
 from bundler.assembly.assembly import Assembly, BuildInputs
-from bundler.assembly.closure import payload_binaries
+from bundler.assembly.binaries import payload_binaries
 from bundler.errors import BuildError
 from bundler.hashing import file_sha256
 
