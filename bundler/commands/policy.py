@@ -29,18 +29,9 @@ from typing import TYPE_CHECKING
 
 from bundler.commands.shared import cache_of, check_output_folder, output_staging
 from bundler.errors import UnsupportedError, UsageError, VerificationError
-from bundler.platforms.windows.app_control import (
-    PolicyOptions,
-    Rule,
-    Uncovered,
-    applocker_policy,
-    rule_ids,
-    rules_for,
-    wdac_policy,
-    why_hash,
-)
 
 if TYPE_CHECKING:
+    from bundler.platforms.windows.app_control import PolicyOptions, Rule, Uncovered
     from bundler.platforms.windows.install_files import InstallFiles
     from bundler.readers.pe_identity import PeIdentity
     from bundler.shipped.ort_bundle.bundle_info import BundleInfo
@@ -100,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
 
 def write_policies(bundle: Path, out: Path, *, cache: Cache, trust: Path | None, formats: frozenset[str],
                    base_policy_id: str | None, sid: str) -> Written:
+    from bundler.platforms.windows.app_control import PolicyOptions, applocker_policy, rules_for, wdac_policy
+
     check_output_folder(out)
     with output_staging(out) as staging:
         name, version, found = _install_files(bundle, staging, cache=cache, trust=trust)
@@ -126,6 +119,10 @@ def write_policies(bundle: Path, out: Path, *, cache: Cache, trust: Path | None,
 
 def policy_report(bundle: Path, options: PolicyOptions, rules: tuple[Rule, ...],
                   uncovered: tuple[Uncovered, ...]) -> dict[str, object]:
+    """The report's data: every file's rule, and what no rule covers (the Authenticode readers load only here: the
+    parser of every command imports this module)."""
+    from bundler.platforms.windows.app_control import rule_ids, why_hash
+
     ids = rule_ids(rules, options)
     files = []
     for rule in rules:
