@@ -82,8 +82,8 @@ def test_a_script_entry_point_imports_from_its_own_folder_and_nothing_from_the_c
                                                               str(root / "app"))
     assert pwned(folder) == []
     # --self-check and the bare interpreter (no entry point) run isolated too.
-    (root / "selfcheck").mkdir()
-    (root / "selfcheck" / "selfcheck.py").write_text(REPORTER, encoding="utf-8")
+    (root / "installer" / "ort_bundle").mkdir(parents=True)
+    (root / "installer" / "ort_bundle" / "__main__.py").write_text(REPORTER, encoding="utf-8")
     assert report(run_from(folder, run_sh, "--self-check", cache=tmp_path / "cache"))["isolated"] == 1
     assert pwned(folder) == []
 

@@ -240,8 +240,8 @@ def run_selfcheck(plan: InstallPlan, root: Path, log: Log, *,
     Always isolated (-I: no PYTHONPATH, no user site, not the script's folder on sys.path) and without
     bytecode writes (-B): as an administrator or SYSTEM it must not import a module planted beside it."""
     python = str(native(root, plan.venv.dir + "/" + plan.venv.interpreter))
-    script = root / "selfcheck" / "selfcheck.py"
-    command = [python, "-I", "-B", str(script), "--json"] if script.is_file() else \
+    script = root / "installer" / "ort_bundle" / "__main__.py"
+    command = [python, "-I", "-B", str(script), "selfcheck", "--json"] if script.is_file() else \
         [python, "-I", "-B", "-c", "import onnxruntime; print('onnxruntime', onnxruntime.__version__)"]
     if cache_dir and script.is_file():
         command += ["--cache-dir", cache_dir]
