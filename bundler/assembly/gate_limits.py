@@ -10,71 +10,26 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 
+from bundler.assembly import gate_worker
 from bundler.errors import UsageError
 
 # How long one model may take to load and run in the worker (seconds), and the setting that changes it.
 GATE_SECONDS = 600
 GATE_SECONDS_ENV = "ORT_BUNDLER_GATE_TIMEOUT"
 # The line the worker writes to stderr before each model, so a worker stopped at its deadline names the model.
-_CHECKING = "ort-bundler-gate: checking "
+_CHECKING = gate_worker.CHECKING
 # How a worker stopped at its deadline ends: SIGALRM's default action (POSIX), or the watchdog's exit (Windows).
-_DEADLINE_EXITS = (-14, 124)
-# Run the self-check script with a memory limit (RLIMIT_DATA, where `resource` exists) and a wall-clock limit
-# per model: `signal.alarm`, whose default action ends the process even inside ORT's native code, or on Windows
-# a watchdog thread. The script is loaded as a module so that each model's probe re-arms the clock and says
-# which model it is on.
-_LIMIT_BOOTSTRAP = (
-    "import os, sys, types\n"
-    "memory, seconds, script, argv = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4:]\n"
-    "try:\n"
-    "    import resource\n"
-    "except ImportError:\n"
-    "    resource = None\n"
-    "if resource is not None:\n"
-    "    _, hard = resource.getrlimit(resource.RLIMIT_DATA)\n"
-    "    memory = memory if hard == resource.RLIM_INFINITY else min(memory, hard)\n"
-    "    resource.setrlimit(resource.RLIMIT_DATA, (memory, hard))\n"
-    "import signal\n"
-    "if hasattr(signal, 'alarm'):\n"
-    "    arm = signal.alarm\n"
-    "else:\n"
-    "    import threading\n"
-    "    clock = []\n"
-    "    def arm(after):\n"
-    "        while clock:\n"
-    "            clock.pop().cancel()\n"
-    "        if after:\n"
-    "            clock.append(threading.Timer(after, os._exit, (124,)))\n"
-    "            clock[0].daemon = True\n"
-    "            clock[0].start()\n"
-    "arm(seconds)\n"
-    "module = types.ModuleType('ort_bundler_gate')\n"
-    "module.__file__ = script\n"
-    "sys.modules[module.__name__] = module\n"
-    "sys.argv = [script, *argv]\n"
-    "with open(script, encoding='utf-8') as source:\n"
-    "    exec(compile(source.read(), script, 'exec'), module.__dict__)\n"
-    "probe = module.probe_model\n"
-    "def timed_probe(onnxruntime, path, *args, **kwargs):\n"
-    f"    sys.stderr.write({_CHECKING!r} + path + '\\n')\n"
-    "    sys.stderr.flush()\n"
-    "    arm(seconds)\n"
-    "    try:\n"
-    "        return probe(onnxruntime, path, *args, **kwargs)\n"
-    "    finally:\n"
-    "        arm(0)\n"
-    "module.probe_model = timed_probe\n"
-    "sys.exit(module.main(argv))\n"
-)
+_DEADLINE_EXITS = (-14, gate_worker.WATCHDOG_EXIT)
 
 
 def limited(memory: int, seconds: int) -> list[str]:
-    """`-c BOOTSTRAP MEMORY SECONDS` arguments that run the script after them with at most `memory` bytes of
-    data memory (RLIMIT_DATA: heap and private writable mappings, not the mapped model or libraries; a host
+    """`gate_worker.py MEMORY SECONDS` arguments that run the start file and program after them (`gate_worker`)
+    with at most `memory` bytes of data memory (RLIMIT_DATA: heap and private writable mappings, not the mapped model or libraries; a host
     without `resource`, Windows, has none), so an allocation beyond it fails in the child instead of taking the
     build host's memory, and stop it when one model takes more than `seconds` to load and run."""
-    return ["-c", _LIMIT_BOOTSTRAP, str(memory), str(seconds)]
+    return [str(Path(gate_worker.__file__).resolve()), str(memory), str(seconds)]
 
 
 def gate_seconds() -> int:

@@ -33,7 +33,7 @@ from bundler import __version__
 from bundler import runner as runners
 from bundler.assembly.gate_limits import gate_seconds, limited, worker_failure
 from bundler.assembly.ortenv import host_has_ort, isolated_python
-from bundler.assembly.selfcheck_script import selfcheck_script_bytes
+from bundler.assembly.shipped_package import package_files, write_package
 from bundler.atomic import link_or_copy, write_atomic
 from bundler.errors import (
     BuildError,
@@ -190,8 +190,14 @@ def gate_pinned(
 def gate_key(model: ModelInput, pinned: ModelRecord, ort_version: str) -> str:
     """What a gate result depends on: the model, the ORT version, the pinned record and the gate's own code."""
     parts = [model.sha256, ort_version, pinned.pinned_json(), __version__,
-             hashlib.sha256(selfcheck_script_bytes()).hexdigest()]
+             _package_digest()]
     return hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()
+
+
+def _package_digest() -> str:
+    """The shipped package's files, one digest: the gate runs its self-check, which imports its siblings."""
+    listing = "".join(f"{hashlib.sha256(data).hexdigest()}  {name}\n" for name, data in package_files().items())
+    return hashlib.sha256(listing.encode("utf-8")).hexdigest()
 
 
 def pinned_problem(model: ModelInput, pinned: ModelRecord, probe: Json, ort_version: str) -> str | None:
@@ -388,17 +394,17 @@ def run_reference_worker(
     python: Path, models: Sequence[ModelInput], *, paths: Mapping[str, Path], ort_version: str, runner: Runner,
     work_dir: Path,
 ) -> dict[str, Json]:
-    """Run the shipped self-check's `--reference` mode under `python` and read its JSON report."""
+    """Run the shipped self-check's `--reference` mode under `python`, from a private copy of the shipped package
+    started through its start file as on the target, and read its JSON report."""
     work_dir.mkdir(parents=True, exist_ok=True)
     with gate_scratch(work_dir) as private:  # one per build: builds may overlap
-        script = Path(private) / "selfcheck-reference.py"
-        script.write_bytes(selfcheck_script_bytes())
+        start = write_package(Path(private))
         request = Path(private) / "model-gate-request.json"
         request.write_text(json.dumps([{"name": model.name, "path": str(paths[model.name]), "shapes": dict(model.shapes),
                                         "synth": model.synth} for model in models]), encoding="utf-8")
         limit, seconds = GATE_MEMORY_BYTES + sum(model_bytes(model) for model in models), gate_seconds()
         try:
-            stdout = runner([str(python), "-I", *limited(limit, seconds), str(script), "--reference", str(request)])
+            stdout = runner([str(python), "-I", *limited(limit, seconds), str(start), "selfcheck", "--reference", str(request)])
         except BuildError as exc:  # stopped at its deadline, killed, or aborted by an allocation (std::bad_alloc)
             labels = {str(paths[model.name]): model.label for model in models}
             raise BuildError(worker_failure(str(exc), labels, ort_version=ort_version, memory=limit,

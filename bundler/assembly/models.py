@@ -15,7 +15,7 @@ from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.facts import SelfCheckFact
 from bundler.assembly.modelgate import DataFile, ModelInput, ModelRecord, gate_models, gate_pinned
 from bundler.assembly.ortenv import host_has_ort, host_wheels, isolated_requirements
-from bundler.assembly.selfcheck_script import identity_model_bytes, selfcheck_script_bytes
+from bundler.assembly.shipped_package import INSTALL_DIR, INSTALLED_START_FILE
 from bundler.errors import ManifestError
 from bundler.manifest import Manifest
 from bundler.shipped.ort_bundle.synth import SYNTH_VERSION
@@ -147,8 +147,7 @@ def pinned_records(manifest: Manifest, lock: Lock | None, inputs: Sequence[Model
 
 
 def add_selfcheck(assembly: Assembly, build: BuildInputs) -> None:
-    """The self-check script and its identity model, installed under selfcheck/."""
-    for name, data in (("selfcheck.py", selfcheck_script_bytes()), ("identity.onnx", identity_model_bytes())):
-        assembly.add_bytes(f"payload/selfcheck/{name}", data)
-        assembly.plan_copy(f"payload/selfcheck/{name}", f"selfcheck/{name}")
-    assembly.facts.selfcheck = SelfCheckFact(identity_model="selfcheck/identity.onnx", script="selfcheck/selfcheck.py")
+    """Where the install's self-check and its identity model are: programs and data of the shipped package, which
+    shipped_package adds and installs under installer/ort_bundle/ (`__main__.py selfcheck`)."""
+    assembly.facts.selfcheck = SelfCheckFact(identity_model=f"{INSTALL_DIR}/selfcheck/identity.onnx",
+                                             script=INSTALLED_START_FILE)

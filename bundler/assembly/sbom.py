@@ -313,7 +313,7 @@ def _later_component(name: str, why: str) -> Component:
 GROUP_PREFIXES = (
     ("payload/sdk/", "sdk"),
     ("payload/gpu/", "gpu"),
-    ("payload/selfcheck/", "selfcheck"),
+    ("payload/ort_bundle/selfcheck/", "selfcheck"),  # the shipped package's self-check; the rest is the installer's
     ("payload/app/", "app"),
     (RUNTIME_BUNDLE_DIR + "/", "python-runtime"),
     (LICENSES, "licenses"),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from importlib import resources
 from importlib.resources.abc import Traversable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # render names the start file from here, and assembly's facts import render
@@ -37,6 +38,24 @@ def package_files() -> dict[str, bytes]:
     files = {f"{PACKAGE}/{relative}": root.joinpath(*relative.split("/")).read_bytes() for relative in _sources(root, "")}
     files |= {f"{PACKAGE}/{relative}": root.joinpath(*relative.split("/")).read_bytes() for relative in PACKAGE_DATA}
     return dict(sorted(files.items()))
+
+
+def identity_model_bytes() -> bytes:
+    """The self-check's identity model (ort_bundle/selfcheck/identity.onnx), the same bytes on every build.
+
+    Shipped as a file of the package: making it with onnx's helpers would import onnx (and NumPy and
+    ml_dtypes, over a second) in every build; tests/test_modelgate.py makes it with them and compares.
+    """
+    return resources.files("bundler.shipped.ort_bundle").joinpath("selfcheck", "identity.onnx").read_bytes()
+
+
+def write_package(folder: Path) -> Path:
+    """The package as shipped, written under `folder` (folder/ort_bundle/...); its start file."""
+    for relative, data in package_files().items():
+        path = folder.joinpath(*relative.split("/"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return folder / PACKAGE / START
 
 
 def _sources(folder: Traversable, prefix: str) -> list[str]:

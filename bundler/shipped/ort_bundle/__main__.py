@@ -1,7 +1,9 @@
 """The one start file of the ort_bundle package: `python -I -B <folder>/ort_bundle/__main__.py PROGRAM [ARGS...]`.
 
 PROGRAM is one of PROGRAMS: `engine` (install, verify, uninstall, the MSI's image and custom action),
-`uninstall-copy` (the interpreter copy a Windows uninstall runs from), `sandbox` (try-in-sandbox.cmd). The
+`uninstall-copy` (the interpreter copy a Windows uninstall runs from), `sandbox` (try-in-sandbox.cmd),
+`selfcheck` (the installed self-check; the build's model gate runs its `--reference` mode from a copy),
+`compile-worker` (the engine's bytecode workers, started by the engine itself). The
 bundle starts it from payload/ort_bundle, the install from installer/ort_bundle; `python -m ort_bundle PROGRAM`
 runs the same programs from site-packages. Standard library only, Python 3.8+.
 
@@ -34,6 +36,8 @@ PROGRAMS: Dict[str, str] = {
     "engine": "engine.engine",
     "uninstall-copy": "engine.uninstall_copy",
     "sandbox": "sandbox.sandbox",
+    "selfcheck": "selfcheck.selfcheck",
+    "compile-worker": "engine.compile_worker",
 }
 USAGE = f"usage: python -I -B ort_bundle/__main__.py {{{','.join(PROGRAMS)}}} [ARGS...]"
 

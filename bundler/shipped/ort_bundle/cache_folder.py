@@ -4,11 +4,11 @@ First found: the ORT_BUNDLE_CACHE_DIR variable (the launcher exports its choice,
 the same folder), then, at install time only, the cache folder the MSI is about to record (CACHEDIR), then the
 install's cache_dir.txt (the installer's cache switch), then the bundle's [launch] cache_dir, then the user's own
 cache (`~/.cache/ort-bundles/NAME`, `%LOCALAPPDATA%\\ort-bundles\\NAME`). A relative path lies below the install.
-The launcher (ort_bundle.launcher) and the self-check (inlined into selfcheck.py) both call `choose`; the launcher
+The launcher (ort_bundle.launcher) and the self-check (ort_bundle.selfcheck) both call `choose`; the launcher
 then checks who may write the folder (folder_trust's rule) before anything is put there.
 
-Standard library only, Python 3.8 syntax, no import of another target module: it ships in the `ort_bundle` package
-and is inlined into the self-check script.
+Standard library only, Python 3.8 syntax, no import of another module of the package: it ships in the `ort_bundle`
+package.
 """
 
 from __future__ import annotations

@@ -216,8 +216,8 @@ def command(root: str, config: LaunchConfig, args: Sequence[str], env: Dict[str,
     if action == "verify":
         return Command(python, (*own, os.path.join(root, "installer", "ort_bundle", "__main__.py"), "engine", "verify", "--root", root, *rest), env)
     if action == "self-check":
-        script = os.path.join(root, "selfcheck", "selfcheck.py")
-        check = [script] if os.path.isfile(script) else ["-c", IMPORT_CHECK]
+        script = os.path.join(root, "installer", "ort_bundle", "__main__.py")
+        check = [script, "selfcheck"] if os.path.isfile(script) else ["-c", IMPORT_CHECK]
         return Command(python, (*own, *check, *rest), env)
     if action == "apply":  # a delta bundle, applied by this installation's own applier (ort_bundle/delta_apply.py)
         return Command(python, (*own, "-m", "ort_bundle.delta_apply", *rest), env)

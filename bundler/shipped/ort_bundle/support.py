@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import os
 import platform
@@ -153,15 +152,10 @@ def import_runtime(collection: Collection) -> Any:
 
 
 def selfcheck_helpers(root: Path) -> Any:
-    """The installed self-check as a module: it holds the one lister of loaded libraries for both systems."""
-    path = root / "selfcheck" / "selfcheck.py"
-    spec = importlib.util.spec_from_file_location("ort_bundle_selfcheck", str(path))
-    if spec is None or spec.loader is None:
-        raise OSError(f"{path} cannot be loaded")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while being defined
-    spec.loader.exec_module(module)
-    return module
+    """The self-check's library module: it holds the one lister of loaded libraries for both systems."""
+    from .selfcheck import libraries
+
+    return libraries
 
 
 def python_modules() -> List[Dict[str, Any]]:
@@ -198,12 +192,12 @@ def loaded_modules(root: Path, collection: Collection) -> Dict[str, Any]:
 
 
 def run_selfcheck(root: Path, collection: Collection) -> None:
-    script = root / "selfcheck" / "selfcheck.py"
+    script = root / "installer" / "ort_bundle" / "__main__.py"
     if not script.is_file():
         collection.lack("selfcheck.json", f"{script} is missing")
         return
     try:
-        proc = subprocess.run([sys.executable, "-I", "-B", str(script), "--json", "--root", str(root)], capture_output=True,
+        proc = subprocess.run([sys.executable, "-I", "-B", str(script), "selfcheck", "--json", "--root", str(root)], capture_output=True,
                               text=True, timeout=SELFCHECK_TIMEOUT, check=False)
     except (OSError, subprocess.SubprocessError) as exc:
         collection.lack("selfcheck.json", f"the self-check did not run: {exc}")

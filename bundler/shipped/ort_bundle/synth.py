@@ -2,7 +2,7 @@
 
 The build records a reference output for every model; the self-check on the target recomputes it
 and compares. Both must feed the model byte-identical inputs, so both use this one module: the build
-imports it, and the shipped self-check carries it inlined (`bundler.assembly.selfcheck_script`).
+imports it, and the shipped self-check (ort_bundle.selfcheck) imports the very same file.
 It runs on the target, so it uses only the standard library and numpy, and imports numpy inside the
 functions: a missing numpy must become a failed check in the self-check's report, not a traceback.
 """

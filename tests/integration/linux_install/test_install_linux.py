@@ -175,7 +175,8 @@ def test_self_check_catches_a_stray_onnxruntime_a_missing_model_and_a_changed_mo
     proc = subprocess.run(selfcheck, capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # Started without the launcher, by an interpreter that honours PYTHONPATH, the check names the stray.
-    direct = [str(root / "venv" / "bin" / "python"), str(root / "selfcheck" / "selfcheck.py"), "--json"]
+    direct = [str(root / "venv" / "bin" / "python"), str(root / "installer" / "ort_bundle" / "__main__.py"), "selfcheck",
+              "--json"]
     proc = subprocess.run(direct, capture_output=True, text=True, env=env)
     assert proc.returncode != 0
     failed = {c["id"]: c["message"] for c in json.loads(proc.stdout)["checks"] if c["status"] == "fail"}

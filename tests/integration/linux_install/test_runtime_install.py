@@ -105,7 +105,7 @@ def test_pythonpath_pythonhome_and_the_user_site_cannot_change_what_runs(install
 def test_another_interpreter_running_the_installed_code_fails_the_self_check(installed: Path) -> None:
     """This machine's CPython pointed at the installed code: the self-check says so and fails."""
     site = installed / "python" / "lib" / f"python{MINOR}" / "site-packages"
-    proc = subprocess.run([sys.executable, "-I", str(installed / "selfcheck" / "selfcheck.py"), "--json",
+    proc = subprocess.run([sys.executable, "-I", str(installed / "installer" / "ort_bundle" / "__main__.py"), "selfcheck", "--json",
                            "--root", str(installed)], capture_output=True, text=True,
                           env={"PATH": os.environ["PATH"], "PYTHONPATH": str(site)})
     assert proc.returncode != 0

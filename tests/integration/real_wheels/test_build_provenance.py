@@ -244,7 +244,7 @@ CASES = {
     "statement byte with its sum rewritten": (STATEMENT, _flip, True, "provenance.intoto.dsse.json signs other bytes"),
     "envelope signature": (ENVELOPE, lambda d: d.replace(b'"sig":"', b'"sig":"AAAA', 1), False,
                            '"altered": ["provenance.intoto.dsse.json"]'),
-    "a bundle member": ("payload/selfcheck/selfcheck.py", _flip, True, "subject payload/selfcheck/selfcheck.py has"),
+    "a bundle member": ("payload/ort_bundle/selfcheck/selfcheck.py", _flip, True, "subject payload/ort_bundle/selfcheck/selfcheck.py has"),
     "beside payload byte": (None, lambda line: _payload_edit(line, lambda p: p.replace(b"startedOn", b"startedOm")),
                             False, "the signature does not match its payload"),
     "beside signature removed": (None, lambda line: line.replace(json.dumps(json.loads(line)["signatures"],

@@ -201,7 +201,7 @@ def test_a_script_whose_signature_would_depend_on_the_code_page_is_not_signed(wi
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
-@pytest.mark.parametrize("member", ["payload/selfcheck/selfcheck.py", "install.ps1"])
+@pytest.mark.parametrize("member", ["payload/ort_bundle/selfcheck/selfcheck.py", "install.ps1"])
 def test_a_changed_file_with_rewritten_sums_is_refused(signed_win: Path, pki: dict[str, Pki], tmp_path: Path,
                                                        member: str) -> None:
     tampered = _tampered(signed_win, tmp_path, member)
@@ -358,7 +358,7 @@ def test_the_linux_install_time_check_with_openssl(linux_zip: Path, pki: dict[st
                               capture_output=True, text=True)
         assert proc.returncode == 0 and "ERROR" not in proc.stdout + proc.stderr, (command, proc.stdout, proc.stderr)
         assert command.startswith("openssl") or proc.stdout == "", (command, proc.stdout)
-    cases = {"tampered": (_tampered(signed, tmp_path / "t", "payload/selfcheck/selfcheck.py"), pki["good"].root),
+    cases = {"tampered": (_tampered(signed, tmp_path / "t", "payload/ort_bundle/selfcheck/selfcheck.py"), pki["good"].root),
              "other-ca": (signed, pki["other"].root), "system-ca": (signed, Path("/etc/ssl/certs/ca-certificates.crt")),
              "unsigned": (linux_zip, pki["good"].root)}
     for where, (zip_path, anchor) in cases.items():

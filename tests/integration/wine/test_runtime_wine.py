@@ -6,9 +6,9 @@ runs it by the bundled one on Windows), the real ORT wheels and `run.cmd` under 
 environment-creation step is needed: with a runtime the engine copies the interpreter instead of running
 `python -m venv`.
 
-One named replacement: the installed `app/infer.py` and `selfcheck/selfcheck.py` import NumPy 2, which aborts under
-Wine 8 (ucrtbase's crealf is not implemented), so once installed both are replaced by fixtures/windows_reporter.py,
-which records how the bundled interpreter was started (its command line, sys.executable, the python311.dll it
+One named replacement: the installed `app/infer.py` and `installer/ort_bundle/selfcheck/selfcheck.py` import
+NumPy 2, which aborts under Wine 8 (ucrtbase's crealf is not implemented), so once installed both are replaced
+by fixtures/windows_reporter.py, which records how the bundled interpreter was started (its command line, sys.executable, the python311.dll it
 loaded, -I, sys.path). test_windows_install.py runs the real ones on a `numpy<2` bundle.
 """
 
@@ -57,8 +57,8 @@ def test_the_engine_lays_out_the_interpreter_as_the_environment(installed: Path,
 
 @pytest.fixture(scope="module")
 def reporting_install(installed: Path) -> Path:
-    """The install with REPORTER in the place of infer.py and selfcheck.py (NumPy 2 aborts under Wine 8)."""
-    for program in ("app/infer.py", "selfcheck/selfcheck.py"):
+    """The install with REPORTER in the place of infer.py and the self-check's module (NumPy 2 aborts under Wine 8)."""
+    for program in ("app/infer.py", "installer/ort_bundle/selfcheck/selfcheck.py"):
         assert (installed / program).is_file(), program
         place_reporter(installed / program)
     return installed
@@ -99,4 +99,4 @@ def test_run_cmd_self_check_runs_the_bundled_python_isolated(reporting_install: 
     started = read_report(report)
     args = started["orig_argv"][1:]
     assert started["executable"] == wine.to_windows(installed / "python" / "python.exe") and started["isolated"] == 1
-    assert args[:2] == ["-I", "-B"] and args[2:] == [wine.to_windows(installed / "selfcheck" / "selfcheck.py")]
+    assert args[:2] == ["-I", "-B"] and args[2:] == [wine.to_windows(installed / "installer" / "ort_bundle" / "__main__.py"), "selfcheck"]

@@ -217,7 +217,7 @@ def make_install_root(folder: Path, venv: Path, context: ScriptContext, *, modul
         place_reporter(site.joinpath(*packages, f"{module}.py"))
         for depth in range(1, len(packages) + 1):
             site.joinpath(*packages[:depth], "__init__.py").touch()
-    for program in ("app/main.py", "selfcheck/selfcheck.py", "installer/ort_bundle/__main__.py"):
+    for program in ("app/main.py", "installer/ort_bundle/__main__.py"):
         place_reporter(folder / program)
     return run_cmd
 
@@ -257,7 +257,7 @@ def test_run_cmd_sets_the_environment_and_passes_arguments_and_exit_code(wine: W
     args = ["--self-check", "--json", '"a b"', "3", "4", "5", "6", "7", "8", "9", "10"]
     check = wine.cmd(run_cmd, *args, env={**env, "REPORTER_EXIT": "0"})
     assert check.returncode == 0
-    assert read_report(report)["orig_argv"][1:] == ["-I", "-B", f"{win_root}\\selfcheck\\selfcheck.py", "--json",
+    assert read_report(report)["orig_argv"][1:] == ["-I", "-B", f"{win_root}\\installer\\ort_bundle\\__main__.py", "selfcheck", "--json",
                                                     "a b", *(str(n) for n in range(3, 11))]
 
 

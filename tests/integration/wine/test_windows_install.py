@@ -236,11 +236,11 @@ def test_a_planted_previous_folder_and_planted_modules_are_neither_adopted_nor_r
     (bundles.runtime_1_0_0 / "payload" / "ort_bundle" / "json.py").unlink()
     assert refused.returncode == CODES["integrity"], refused.stderr[-3000:]
     assert "payload/ort_bundle/json.py is in the bundle folder but not in SHA256SUMS" in refused.stderr
-    (root / "selfcheck" / "onnxruntime.py").write_text(code)
+    (root / "installer" / "ort_bundle" / "selfcheck" / "onnxruntime.py").write_text(code)
     result = install(windows, bundles.runtime_1_0_0, "-Force", "-NoSelfCheck")  # the engine imports, not the check
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "not carried over" in result.stderr and "selfcheck/onnxruntime.py" in result.stderr
-    assert not (root / "selfcheck" / "onnxruntime.py").exists()
+    assert "not carried over" in result.stderr and "installer/ort_bundle/selfcheck/onnxruntime.py" in result.stderr
+    assert not (root / "installer" / "ort_bundle" / "selfcheck" / "onnxruntime.py").exists()
     # A folder planted beside the install, named as a previous install, while the install is gone.
     assert windows.cmd(root / "uninstall.cmd", timeout=INSTALL_TIMEOUT).returncode == 0
     planted = root.parent / ".winapp.previous-0123456789ab"

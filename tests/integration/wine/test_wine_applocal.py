@@ -102,7 +102,7 @@ def test_the_same_probe_without_the_app_local_copy_loads_system32s_decoy(
     elsewhere.mkdir()
     probe = shutil.copy2(install.program, elsewhere / install.program.name)
     result = wine.run([wine.to_windows(Path(probe)), "--check-identity",
-                       wine.to_windows(install.root / "selfcheck" / "identity.onnx")])
+                       wine.to_windows(install.root / "installer" / "ort_bundle" / "selfcheck" / "identity.onnx")])
 
     assert result.returncode == ProbeExit.OK, result.stdout + result.stderr
     report = ProbeReport.parse(result.stdout)

@@ -202,7 +202,7 @@ def test_run_cmd_starts_the_program_on_the_installed_ort_and_every_bundled_model
     assert same_windows_path(report.module, wine.to_windows(install.ort_dll))
     assert report.version == ORT_VERSION == install.bundle["ort"]["version"]
     identity, *models = report.models
-    assert same_windows_path(identity.path, wine.to_windows(install.root / "selfcheck" / "identity.onnx"))
+    assert same_windows_path(identity.path, wine.to_windows(install.root / "installer" / "ort_bundle" / "selfcheck" / "identity.onnx"))
     assert identity.identity == "exact"
     for index, (record, run) in enumerate(zip(install.bundle["models"], models, strict=True), start=1):
         reference = record["reference"]
@@ -227,7 +227,7 @@ def test_run_cmd_starts_the_program_on_the_installed_ort_and_every_bundled_model
 def test_a_decoy_ort_first_on_the_callers_path_loads_only_without_the_launcher(
         wine: Wine, install: Install, ort_win_capi, tmp_path: Path) -> None:
     decoy = ort_win_capi(DECOY_ORT_VERSION)
-    identity = quoted(wine, install.root / "selfcheck" / "identity.onnx")
+    identity = quoted(wine, install.root / "installer" / "ort_bundle" / "selfcheck" / "identity.onnx")
     through_launcher = write_path_cmd(tmp_path / "launcher.cmd", wine=wine, target=install.run_cmd, path_first=[decoy])
     # A copy of the probe without the app-local runtime beside it: nothing but PATH can then find an ORT.
     elsewhere = tmp_path / "elsewhere"
@@ -306,7 +306,8 @@ def test_run_cmd_self_check_of_a_program_bundle_still_runs_python_not_the_progra
 
     assert result.returncode == 3, result.stdout + result.stderr
     started = read_report(report)
-    assert started["orig_argv"][1:] == ["-I", "-B", f"{wine.to_windows(root)}\\selfcheck\\selfcheck.py", "--json"]
+    assert started["orig_argv"][1:] == ["-I", "-B", f"{wine.to_windows(root)}\\installer\\ort_bundle\\__main__.py", "selfcheck",
+                                        "--json"]
     assert started["executable"] == f"{wine.to_windows(root)}\\venv\\Scripts\\python.exe"
 
 

@@ -33,7 +33,8 @@ def test_reading_a_fact_before_its_part_ran_names_that_part() -> None:
 
 def test_a_fact_is_set_once() -> None:
     facts = Facts()
-    facts.selfcheck = SelfCheckFact(script="selfcheck/selfcheck.py", identity_model="selfcheck/identity.onnx")
+    facts.selfcheck = SelfCheckFact(script="installer/ort_bundle/__main__.py",
+                                    identity_model="installer/ort_bundle/selfcheck/identity.onnx")
     with pytest.raises(FactOrderError, match="'selfcheck' was set twice"):
         facts.selfcheck = SelfCheckFact(script="x", identity_model="y")
 

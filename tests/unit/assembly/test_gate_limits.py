@@ -142,3 +142,12 @@ def test_lock_of_a_manifest_with_the_spinning_model_ends_with_one_sentence(bundl
     assert re.search(rf"model 'spin' \(models/spin.onnx\): the model check in ONNX Runtime {re.escape(ORT_VERSION)} "
                      r"did not finish within 5 seconds and was stopped", line), proc.stderr
     assert "tiny-mlp" not in line
+
+
+def test_the_limits_are_a_module_of_the_build_run_as_a_file_not_code_in_a_string() -> None:
+    """The limits were a bootstrap written in a string (`python -c`) that exec'd the inlined self-check script;
+    they are `bundler/assembly/gate_worker.py`, which loads the shipped package through its start file's finder."""
+    worker, memory, seconds = gate_limits.limited(123, 4)
+    assert Path(worker) == Path(gate_limits.gate_worker.__file__).resolve() and Path(worker).is_file()
+    assert (memory, seconds) == ("123", "4") and "-c" not in gate_limits.limited(123, 4)
+    assert not hasattr(gate_limits, "_LIMIT_BOOTSTRAP")

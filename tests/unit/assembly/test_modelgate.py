@@ -8,7 +8,6 @@ version into a venv and gates through it.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import re
@@ -24,7 +23,7 @@ from fixtures.wheels import ORT_VERSION, cache_root
 from onnx import TensorProto, helper
 
 from bundler import runner as runners
-from bundler.assembly import modelgate, ortenv, selfcheck_script
+from bundler.assembly import modelgate, ortenv, shipped_package
 from bundler.assembly.modelgate import ModelInput, gate_models
 from bundler.errors import BuildError, HashMismatchError
 from bundler.shipped.ort_bundle.synth import output_digest, synthesize_inputs
@@ -211,7 +210,7 @@ def made_identity_model() -> bytes:
 
 
 def test_identity_model_bytes_are_the_shipped_file_onnx_makes_and_run_exactly():
-    first = selfcheck_script.identity_model_bytes()
+    first = shipped_package.identity_model_bytes()
 
     assert first == made_identity_model()
     onnx.checker.check_model(onnx.load_from_string(first), full_check=True)
@@ -219,17 +218,6 @@ def test_identity_model_bytes_are_the_shipped_file_onnx_makes_and_run_exactly():
     feeds = synthesize_inputs([{"name": "x", "type": "tensor(float)", "shape": [2, 8]}])
     (result,) = session.run(None, feeds)
     assert np.array_equal(result, feeds["x"])
-
-
-def test_shipped_selfcheck_is_one_file_with_synth_inlined():
-    source = selfcheck_script.selfcheck_script_bytes().decode("utf-8")
-
-    tree = ast.parse(source)
-    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert not any(module and module.startswith("bundler") for module in imported)
-    defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
-    assert {"synthesize_inputs", "output_digest", "compare_output", "probe_model", "main"} <= defined
-    assert selfcheck_script.selfcheck_script_bytes() == source.encode("utf-8")
 
 
 def test_reference_worker_in_a_real_subprocess_matches_in_process(tmp_path):

@@ -210,7 +210,7 @@ def demo_assembly(tmp_path: Path) -> Assembly:
     assembly.add_bytes("payload/sdk/ThirdPartyNotices.txt", b"notices\n")
     assembly.add_bytes("payload/sdk/include/onnxruntime_c_api.h", b"/* api */\n")
     assembly.add_bytes("payload/models/net.onnx", b"model bytes")
-    assembly.add_bytes("payload/selfcheck/selfcheck.py", b"print('ok')\n")
+    assembly.add_bytes("payload/ort_bundle/selfcheck/selfcheck.py", b"print('ok')\n")
     assembly.add_bytes("payload/gpu/zlibwapi.dll", b"placed without a GPU record")
     assembly.add_bytes("install.sh", b"#!/bin/sh\n", executable=True)
     assembly.facts.gpu = None  # a bundle without [gpu]: what the GPU part sets then
@@ -261,7 +261,7 @@ def test_sbom_validates_and_lists_every_member(tmp_path: Path) -> None:
     assert sdk["hashes"] == [{"alg": "SHA-256", "content": "a" * 64}]
     assert {c["name"] for c in sdk["components"]} == {"payload/sdk/LICENSE", "payload/sdk/ThirdPartyNotices.txt",
                                                        "payload/sdk/include/onnxruntime_c_api.h"}
-    assert "payload/selfcheck/selfcheck.py" in {c["name"] for c in by_name["ort-bundler-selfcheck"]["components"]}
+    assert "payload/ort_bundle/selfcheck/selfcheck.py" in {c["name"] for c in by_name["ort-bundler-selfcheck"]["components"]}
     assert [c["name"] for c in by_name["gpu-runtime"]["components"]] == ["payload/gpu/zlibwapi.dll"]
     assert str(tmp_path) not in data.decode("utf-8"), "the build machine's paths must not leak into the SBOM"
     assert SBOM in {c.target for c in assembly.copies}

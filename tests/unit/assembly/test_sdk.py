@@ -38,6 +38,7 @@ from bundler.assembly.assembly import Assembly
 from bundler.assembly.facts import GpuFact
 from bundler.assembly.models import add_selfcheck
 from bundler.assembly.sdk import add_sdk
+from bundler.assembly.shipped_package import add_shipped_package
 from bundler.errors import BuildError, UnsafeArchiveError
 from bundler.integrations import tools
 from bundler.manifest import Manifest, load
@@ -74,6 +75,7 @@ def write_manifest(folder: Path, archive: Path, *, platform: str, version: str =
 def sdk_assembly(archive: Path, folder: Path, *, platform: str, prepare=None) -> Assembly:
     manifest = write_manifest(archive.parent, archive, platform=platform)
     assembly = Assembly()
+    add_shipped_package(assembly, part_inputs(manifest, work=folder / "work"))  # the identity model is its data
     add_selfcheck(assembly, part_inputs(manifest, work=folder / "work"))
     if prepare:
         prepare(assembly)
@@ -306,7 +308,7 @@ def test_the_shipped_sample_builds_and_runs_the_bundled_identity_model(
     run = subprocess.run([str(build / "ort_sample")], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.splitlines()[0] == f"ONNX Runtime {ORT_VERSION}"
-    assert f"model: {root / 'selfcheck' / 'identity.onnx'}" in run.stdout
+    assert f"model: {root / 'installer' / 'ort_bundle' / 'selfcheck' / 'identity.onnx'}" in run.stdout
     assert "input 0: x\n" in run.stdout and "output 0: y\n" in run.stdout
     assert "ran x -> y on 16 values: 0 0.5 1 1.5 2 2.5 3 3.5 ..." in run.stdout
     assert "identity: output equals input" in run.stdout
@@ -439,7 +441,7 @@ def test_the_windows_cmake_config_names_the_dll_and_lib_that_exist(win_sdk: Asse
     record = win_sdk.facts.sdk.sdk
     assert record["props"] == "sdk/build/native/onnxruntime.props" and record["import_library"] == "sdk/lib/onnxruntime.lib"
     sample = win_sdk.members["payload/sdk/sample/CMakeLists.txt"].data.decode()
-    assert "../../selfcheck/identity.onnx" in sample and "onnxruntime_copy_runtime_files(ort_sample)" in sample
+    assert "../../installer/ort_bundle/selfcheck/identity.onnx" in sample and "onnxruntime_copy_runtime_files(ort_sample)" in sample
 
 
 @pytest.mark.integration
@@ -462,7 +464,7 @@ def test_the_windows_sample_built_with_the_cmake_package_runs_beside_its_copied_
     for dll in ("onnxruntime.dll", "onnxruntime_providers_shared.dll", "cudart64_110.dll"):
         assert (build / dll).is_file(), dll
     assert sha256(build / "onnxruntime.dll") == sha256(win_dlls[0])
-    model = wine.to_windows(root / "selfcheck" / "identity.onnx")
+    model = wine.to_windows(root / "installer" / "ort_bundle" / "selfcheck" / "identity.onnx")
     run = wine.run([wine.to_windows(build / "ort_sample.exe"), model], cwd=build)
     assert run.returncode == 0, run.stdout + run.stderr
     assert f"ONNX Runtime {ORT_VERSION}" in run.stdout

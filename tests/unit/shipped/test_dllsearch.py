@@ -99,10 +99,3 @@ def test_the_native_check_skips_python_entry_points(tmp_path: Path) -> None:
                   allow_cpu_fallback=False)
     assert check_native_runtime(ctx).status == "skip"
 
-
-def test_the_shipped_self_check_carries_the_search_inlined() -> None:
-    from bundler.assembly.selfcheck_script import selfcheck_script_bytes
-
-    script = selfcheck_script_bytes().decode()
-    compile(script, "selfcheck.py", "exec")
-    assert "\nfrom ." not in script and "def search_folders(" in script

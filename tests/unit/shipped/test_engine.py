@@ -19,7 +19,7 @@ from bundler.shipped.ort_bundle.records import Check, InstallPlan, Receipt, Reco
 #: the shared definition), and exits 1 — or 0 once the marker file says the reboot has happened.
 REPORTING_SELFCHECK = """\
 import json, os, sys
-marker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "rebooted")
+marker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "rebooted")
 if os.path.exists(marker):
     print(json.dumps({"format": 1, "ok": True, "root": "x", "checks": []}))
     sys.exit(0)

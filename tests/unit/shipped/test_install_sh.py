@@ -110,8 +110,6 @@ def make_bundle(root: Path, *, version: str = "1.0", broken_wheel: bool = False,
     (wheels / "requirements.txt").write_text(f"tinypkg=={version} --hash=sha256:{digest}\n")
     (root / "payload" / "models").mkdir(parents=True)
     make_identity_model(root / "payload" / "models" / "m.onnx")
-    (root / "payload" / "selfcheck").mkdir(parents=True)
-    (root / "payload" / "selfcheck" / "selfcheck.py").write_text(selfcheck)
     (root / "payload" / "app").mkdir(parents=True)
     (root / "payload" / "app" / "entry.py").write_text(ENTRY_STANDIN)
     (root / "payload" / "installer").mkdir(parents=True)
@@ -122,8 +120,9 @@ def make_bundle(root: Path, *, version: str = "1.0", broken_wheel: bool = False,
                       **{f"payload/{rel}": data for rel, data in package_files().items()}}.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(data)
+    (root / "payload" / "ort_bundle" / "selfcheck" / "selfcheck.py").write_text(selfcheck)  # the stand-in
     copies = [("bundle.json", "bundle.json"), ("payload/models/m.onnx", "models/m.onnx"),
-              ("payload/selfcheck/selfcheck.py", "selfcheck/selfcheck.py"), ("payload/app/entry.py", "app/entry.py"),
+              ("payload/app/entry.py", "app/entry.py"),
               ("payload/launchers/run.sh", "run.sh"), ("payload/launchers/launch.json", "launch.json"),
               *((f"payload/{rel}", f"installer/{rel}") for rel in package_files())]
     site_files = [(f"payload/launchers/ort_bundle_hook.{ext}", f"ort_bundle_hook.{ext}") for ext in ("py", "pth")]

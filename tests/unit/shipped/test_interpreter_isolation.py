@@ -13,6 +13,7 @@ started from such a folder. Windows' run.cmd hands over to the same module (test
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -81,8 +82,8 @@ def test_a_script_entry_point_imports_from_its_own_folder_and_nothing_from_the_c
                                                               str(root / "app"))
     assert pwned(folder) == []
     # --self-check and the bare interpreter (no entry point) run isolated too.
-    (root / "selfcheck").mkdir()
-    (root / "selfcheck" / "selfcheck.py").write_text(REPORTER, encoding="utf-8")
+    (root / "installer" / "ort_bundle").mkdir(parents=True)
+    (root / "installer" / "ort_bundle" / "__main__.py").write_text(REPORTER, encoding="utf-8")
     assert report(run_from(folder, run_sh, "--self-check", cache=tmp_path / "cache"))["isolated"] == 1
     assert pwned(folder) == []
 
@@ -105,3 +106,29 @@ def test_the_engines_venv_and_bytecode_workers_ignore_the_current_folder(tmp_pat
     compiler.submit([(str(source), "/final/module.py")])
     assert list(compiler.results()) == [engine_env.bytecode_path(str(source))] and pwned(folder) == []
     assert sys.flags.isolated == 0  # the test itself runs from the planted folder unharmed: nothing imported it
+
+
+def test_the_bytecode_worker_is_a_module_of_the_package_started_through_the_start_file(tmp_path: Path) -> None:
+    """The worker was code in a string run with `python -c`; it is `engine/compile_worker.py`, started as the start
+    file's `compile-worker` program (no -I, for PYTHONHASHSEED): a `json.py` planted beside the start file, beside
+    the worker or in the caller's folder is never imported, and its output is reproducible."""
+    package = Path(engine_env.__file__).resolve().parent.parent
+    copy = tmp_path / "ort_bundle"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    folder = planted_folder(tmp_path, "json", "hashlib", "py_compile")
+    for planted in (copy / "json.py", copy / "engine" / "json.py", copy / "engine" / "py_compile.py"):
+        planted.write_text(PLANT, encoding="utf-8")
+    source = tmp_path / "module.py"
+    source.write_text("VALUE = {'a', 'b', 'c'}\n", encoding="utf-8")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0", "PYTHONNOUSERSITE": "1"}
+    pycs = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-s", "-B", str(copy / "__main__.py"), "compile-worker"], cwd=folder,
+                              input=json.dumps([[str(source), "/final/module.py"]]),
+                              capture_output=True, text=True, env=env, check=False)
+        assert proc.returncode == 0, proc.stderr
+        [[pyc, digest]] = json.loads(proc.stdout)
+        assert pyc == engine_env.bytecode_path(str(source))
+        pycs.append((digest, Path(pyc).read_bytes()))
+    assert pycs[0] == pycs[1] and pwned(folder) == [] and pwned(copy) == [] and pwned(copy / "engine") == []
+    assert not hasattr(engine_env, "COMPILE_WORKER")

@@ -244,12 +244,14 @@ def test_the_switches_start_the_self_check_the_audit_and_the_tools(venv: Path, t
     root = tmp_path / "root"
     run_sh = install(root, venv, context(apply_tuning=True))
     cache = str(tmp_path / "c")
-    # Stand-ins where the install keeps the self-check and the engine: they report how they were started.
-    for place in ("selfcheck/selfcheck.py", "installer/ort_bundle/__main__.py"):
+    # A stand-in for the start file of the install's package, which runs the self-check and the engine: it reports
+    # how it was started.
+    for place in ("installer/ort_bundle/__main__.py",):
         (root / place).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(root / "app" / "main.py", root / place)
     seen = report(start(run_sh, "--self-check", "--json", ORT_BUNDLE_CACHE_DIR=cache))
-    assert seen["argv"] == [str(root / "selfcheck" / "selfcheck.py"), "--json"] and seen["isolated"] == 1
+    assert seen["argv"] == [str(root / "installer" / "ort_bundle" / "__main__.py"), "selfcheck", "--json"]
+    assert seen["isolated"] == 1
     assert seen["env"]["ORT_BUNDLE_APPLY_TUNING"] is None  # the self-check's sessions stay at ORT's defaults
     seen = report(start(run_sh, "--verify", "--json", ORT_BUNDLE_CACHE_DIR=cache))
     assert seen["argv"] == [str(root / "installer" / "ort_bundle" / "__main__.py"), "engine", "verify", "--root", str(root), "--json"]

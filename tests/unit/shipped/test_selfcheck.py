@@ -22,7 +22,7 @@ from fixtures.wheels import ORT_VERSION, cache_root
 from onnx import TensorProto, helper
 
 from bundler.assembly.modelgate import ModelInput, gate_models
-from bundler.assembly.selfcheck_script import identity_model_bytes, selfcheck_script_bytes
+from bundler.assembly.shipped_package import identity_model_bytes, write_package
 from bundler.shipped.ort_bundle.selfcheck import cuda_check, libraries, selfcheck
 from bundler.shipped.ort_bundle.synth import (
     compare_output,
@@ -211,11 +211,9 @@ def test_non_ascii_install_path_fails(tmp_path):
 
 
 def test_missing_bundle_json_is_a_failed_check_not_a_traceback(tmp_path):
-    script = tmp_path / "selfcheck" / "selfcheck.py"
-    script.parent.mkdir()
-    script.write_bytes(selfcheck_script_bytes())
+    start = write_package(tmp_path / "installer")
 
-    result = subprocess.run([sys.executable, "-I", str(script), "--json"], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-I", str(start), "selfcheck", "--json"], capture_output=True, text=True)
 
     report = json.loads(result.stdout)
     assert result.returncode == 1 and not report["ok"]
@@ -248,14 +246,19 @@ def matmul_model(path: Path) -> Path:
     return path
 
 
+#: Where the install_root fixture keeps its copy of the package (an install keeps it in installer/).
+CHECKER = "checker"
+
+
 @pytest.fixture
 def install_root(tmp_path, ort_venv) -> Path:
     """An install root as the installer leaves it: venv, bundle.json, self-check, one gated model."""
     root = tmp_path / "install"
     shutil.copytree(ort_venv, root / "venv", symlinks=True, copy_function=os.link)
-    (root / "selfcheck").mkdir()
-    (root / "selfcheck/selfcheck.py").write_bytes(selfcheck_script_bytes())
-    (root / "selfcheck/identity.onnx").write_bytes(identity_model_bytes())
+    # The package beside the venv, not in installer/: the receipt audit (`engine verify`, which needs the receipt a
+    # real install writes) then skips, as it did when the self-check was one script in selfcheck/.
+    write_package(root / CHECKER)
+    assert (root / CHECKER / "ort_bundle/selfcheck/identity.onnx").read_bytes() == identity_model_bytes()
     model = matmul_model(tmp_path / "mm.onnx")
     sha = hashlib.sha256(model.read_bytes()).hexdigest()
     (record,) = gate_models([ModelInput(name="mm", path=model, sha256=sha, shapes={"x": (3, 4)})],
@@ -264,7 +267,7 @@ def install_root(tmp_path, ort_venv) -> Path:
     shutil.copyfile(model, root / "models/mm.onnx")
     bundle = {"format": 1, "name": "demo", "version": "1.0.0", "platform": "linux_x86_64", "python": "3.11",
               "ort": {"version": ORT_VERSION}, "expected_providers": ["CPUExecutionProvider"],
-              "vc_runtime_min": None, "gpu": None, "selfcheck": {"identity_model": "selfcheck/identity.onnx"},
+              "vc_runtime_min": None, "gpu": None, "selfcheck": {"identity_model": f"{CHECKER}/ort_bundle/selfcheck/identity.onnx"},
               "models": [{**record.to_json(), "file": "models/mm.onnx"}]}
     (root / "bundle.json").write_text(json.dumps(bundle, indent=2), encoding="utf-8")
     return root
@@ -278,8 +281,8 @@ def edit_bundle(root: Path, change) -> None:
 
 def run_selfcheck(root: Path, *args: str, python: Path | None = None) -> tuple[int, dict]:
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
-    result = subprocess.run([str(python or root / "venv/bin/python"), str(root / "selfcheck/selfcheck.py"),
-                             "--json", *args], capture_output=True, text=True, env=env)
+    result = subprocess.run([str(python or root / "venv/bin/python"), str(root / CHECKER / "ort_bundle/__main__.py"),
+                             "selfcheck", "--json", *args], capture_output=True, text=True, env=env)
     return result.returncode, json.loads(result.stdout)
 
 
@@ -301,7 +304,8 @@ def test_selfcheck_passes_in_a_real_installation(install_root):
     loaded = checks["libraries"]["details"]["libraries"]
     assert loaded and all(lib["path"].startswith(str(install_root)) for lib in loaded if lib["family"] == "onnxruntime")
 
-    human = subprocess.run([str(install_root / "venv/bin/python"), str(install_root / "selfcheck/selfcheck.py")],
+    human = subprocess.run([str(install_root / "venv/bin/python"), str(install_root / CHECKER / "ort_bundle/__main__.py"),
+                            "selfcheck"],
                            capture_output=True, text=True)
     assert human.returncode == 0 and human.stdout.rstrip().endswith("Result: PASSED (0 failed, 0 warnings)")
 
@@ -404,9 +408,8 @@ def test_the_shipped_self_check_runs_on_the_oldest_supported_python(tmp_path: Pa
     python = oldest_python()
     if python is None:
         pytest.skip("no Python 3.8 on this machine")
-    script = tmp_path / "selfcheck.py"
-    script.write_bytes(selfcheck_script_bytes())
-    proc = subprocess.run([python, str(script), "--root", str(tmp_path / "missing"), "--json"],
+    start = write_package(tmp_path / "installer")
+    proc = subprocess.run([python, str(start), "selfcheck", "--root", str(tmp_path / "missing"), "--json"],
                           capture_output=True, text=True)
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode != 0 and "bundle.json" in proc.stdout

@@ -17,21 +17,19 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from fixtures.cli import MANIFESTS
 from integration.real_wheels.test_build import build
 
 import bundler.shipped.ort_bundle
 from bundler.assembly.shipped_package import PACKAGE_DATA, package_files
 
 PACKAGE = Path(bundler.shipped.ort_bundle.__file__).parent
-MANIFESTS = Path(__file__).resolve().parents[1] / "manifests"
 BUNDLE_DIR = "payload/ort_bundle/"
 #: The .py members outside the package, and why each is there.
 EXPLAINED = {
     "payload/app/infer.py": "the manifest's [launch] script (app/infer.py beside the manifest), copied as it is",
     "payload/launchers/ort_bundle_hook.py": "the environment's start-up hook, rendered from "
                                             "templates/ort_bundle_hook.py.j2 with this bundle's values",
-    "payload/selfcheck/selfcheck.py": "the self-check as one script, its modules inlined "
-                                      "(bundler/assembly/selfcheck_script.py): not yet started through the package",
 }
 
 

@@ -15,7 +15,7 @@ import onnxruntime
 import pytest
 from unit.shipped.test_tuning import PROBE_APP, bundle_info, make_model, shipped_package
 
-from bundler.assembly.selfcheck_script import selfcheck_script_bytes
+from bundler.assembly.shipped_package import write_package
 from bundler.shipped.ort_bundle.records import log_file_name
 from bundler.shipped.ort_bundle.support import REMOVED, relevant_environment
 
@@ -41,8 +41,7 @@ def installation(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     own_log = logs / log_file_name(INSTALL_ID, str(root), "install")
     (root / "receipt.json").write_text(json.dumps({"format": 2, "install_id": INSTALL_ID, "files": [],
                                                    "install_log": str(own_log)}), encoding="utf-8")
-    (root / "selfcheck").mkdir()
-    (root / "selfcheck" / "selfcheck.py").write_bytes(selfcheck_script_bytes())
+    write_package(root / "installer")  # the engine's copy of the package, whose self-check the tool runs
     own_log.write_text("2026-01-01T00:00:00Z installed\n", encoding="utf-8")
     (logs / "other-2.0-install.log").write_text("another installation's log\n", encoding="utf-8")
     # Issue 26, defect 1: the same name and version installed into another folder, its log beside this one's.
@@ -127,7 +126,7 @@ def test_the_support_bundle_holds_the_listed_items_and_nothing_from_outside(
 def test_what_cannot_be_collected_is_listed_and_an_unwritable_cache_fails_cleanly(
         installation: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
     root, env = installation
-    (root / "selfcheck" / "selfcheck.py").unlink()
+    (root / "installer" / "ort_bundle" / "__main__.py").unlink()
     proc = python("-m", "ort_bundle.support", "--root", str(root), env=env)
     assert proc.returncode == 0, proc.stderr
     (written,) = (tmp_path / "cache" / "support").iterdir()

@@ -56,31 +56,14 @@ def _import_installer(wheel: Path):  # type: ignore[no-untyped-def]
     return installer
 
 
-#: Run by each bytecode worker: compile the (source, name shown in tracebacks) pairs it reads from stdin,
-#: print [pyc, sha256] of each. A file that does not compile stays source-only, as pip leaves it. It cannot run
-#: with -I (which ignores the PYTHONHASHSEED that makes its output reproducible), so its first line takes the
-#: caller's current folder off sys.path, before any import can find a `json.py` planted there (issue 34 §3).
-COMPILE_WORKER = """
-import sys
-sys.path[:] = [p for p in sys.path if p not in ("", ".")]
-import hashlib, json, py_compile
-done = []
-for source, display in json.load(sys.stdin):
-    try:
-        pyc = py_compile.compile(source, dfile=display, doraise=True,
-                                 invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
-    except (py_compile.PyCompileError, SyntaxError, ValueError):
-        continue
-    with open(pyc, "rb") as f:
-        done.append([pyc, hashlib.sha256(f.read()).hexdigest()])
-json.dump(done, sys.stdout)
-"""
+#: The package's start file: the bytecode workers run `compile-worker` through it (`compile_worker`).
+START_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "__main__.py")
 
 
 class Compiler:
     """Bytecode in parallel while the wheels unpack, deterministically: unchecked-hash pycs (no timestamps),
-    compiled by worker processes with PYTHONHASHSEED=0 (set constants are marshalled in hash order), each
-    naming the source by its final path. Returns the sha256 of every pyc it wrote, for the receipt."""
+    compiled by worker processes (`compile_worker`, not -I: PYTHONHASHSEED=0, as set constants are marshalled in
+    hash order), each naming the source by its final path. Returns the sha256 of every pyc it wrote, for the receipt."""
 
     CHUNK = 200
 
@@ -95,7 +78,7 @@ class Compiler:
             self.futures.append(self.pool.submit(self._run, list(pairs[start:start + self.CHUNK])))
 
     def _run(self, pairs: List[Tuple[str, str]]) -> List[Tuple[str, str]]:
-        proc = subprocess.run([sys.executable, "-s", "-B", "-c", COMPILE_WORKER], input=json.dumps(pairs),
+        proc = subprocess.run([sys.executable, "-s", "-B", START_FILE, "compile-worker"], input=json.dumps(pairs),
                               capture_output=True, text=True, env=self.env, check=False)
         if proc.returncode != 0:
             raise EngineError("install", f"compiling bytecode failed: {proc.stderr.strip()[-500:]}")
@@ -257,8 +240,8 @@ def run_selfcheck(plan: InstallPlan, root: Path, log: Log, *,
     Always isolated (-I: no PYTHONPATH, no user site, not the script's folder on sys.path) and without
     bytecode writes (-B): as an administrator or SYSTEM it must not import a module planted beside it."""
     python = str(native(root, plan.venv.dir + "/" + plan.venv.interpreter))
-    script = root / "selfcheck" / "selfcheck.py"
-    command = [python, "-I", "-B", str(script), "--json"] if script.is_file() else \
+    script = root / "installer" / "ort_bundle" / "__main__.py"
+    command = [python, "-I", "-B", str(script), "selfcheck", "--json"] if script.is_file() else \
         [python, "-I", "-B", "-c", "import onnxruntime; print('onnxruntime', onnxruntime.__version__)"]
     if cache_dir and script.is_file():
         command += ["--cache-dir", cache_dir]

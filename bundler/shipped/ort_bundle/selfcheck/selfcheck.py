@@ -1,9 +1,10 @@
 """ort-bundler self-check: proves on the target machine that this installation works, or says what to fix.
 
-    <install>/venv/bin/python <install>/selfcheck/selfcheck.py [--json] [--allow-cpu-fallback] [--root DIR]
+    <install>/venv/bin/python -I -B <install>/installer/ort_bundle/__main__.py selfcheck [--json]
+        [--allow-cpu-fallback] [--root DIR]
 
-It runs where only the installed environment exists, so it is one standard-library file (the build
-inlines the target modules it imports into the shipped copy: bundler/assembly/selfcheck_script.py).
+It runs where only the installed environment exists: standard library only, started through the shipped
+package's start file, which reads only the package's .py sources (the modules it imports are its siblings).
 onnxruntime and numpy are imported inside the checks: a broken environment must become a failed check with
 advice, not a traceback.
 Exit 0 only when no check failed; warnings do not fail.
@@ -288,8 +289,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", action="store_true", help="print a machine-readable report")
     parser.add_argument("--allow-cpu-fallback", action="store_true",
                         help="report an unusable CUDA provider as a warning instead of a failure")
-    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent,
-                        help="the installation folder holding bundle.json (default: the folder above selfcheck/)")
+    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[3],
+                        help="the installation folder holding bundle.json (default: the folder above "
+                             "installer/ort_bundle/)")
     parser.add_argument("--cache-dir", metavar="DIR", help=argparse.SUPPRESS)  # msi-finish: CACHEDIR, before cache_dir.txt
     parser.add_argument("--reference", type=Path, metavar="REQUEST",
                         help="(used by ort-bundler's build) record reference outputs for the models in REQUEST")
