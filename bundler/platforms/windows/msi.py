@@ -64,6 +64,7 @@ from bundler.platforms.windows.msi_source import (
 )
 from bundler.platforms.windows.msi_summary import fix_summary
 from bundler.readers.pe_identity import file_version
+from bundler.runner import run
 from bundler.shipped.ort_bundle.bundle_info import BundleInfo
 from bundler.shipped.ort_bundle.records import PLAN_FILE, RECEIPT_FILE, InstallPlan, Receipt
 
@@ -106,7 +107,7 @@ class CabinetFile:
 
 def tool(name: str, *, purpose: str = "package --msi") -> str:
     """The path of one of the MSI work's outside programs (bundler/integrations/tools.py), or one sentence."""
-    return tools.find(tools.TOOLS[name], purpose)
+    return tools.find(tools.TOOLS[name], purpose, runner=run)
 
 
 def build_msi(bundle: Path, info: BundleInfo, work: Path, output: Path, *, epoch: int,

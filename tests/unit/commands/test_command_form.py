@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures.cli import REPO
 
 from bundler import commands as commands_package
 from bundler.cli import COMMANDS, build_parser, main
@@ -75,7 +76,7 @@ def test_building_the_parser_imports_no_commands_machinery() -> None:
             "print(sorted(m for m in sys.modules if m.startswith(('bundler.operations.', 'bundler.readers.', "
             "'bundler.platforms.windows.', 'cryptography'))))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          cwd=Path(__file__).resolve().parents[1])
+                          cwd=REPO)
     assert proc.stdout.strip() == "[]", proc.stdout
 
 

@@ -48,3 +48,12 @@ def test_a_tool_below_its_floor_is_refused_with_the_version_found(monkeypatch: p
     with pytest.raises(tools.ToolMissingError, match=r"is osslsigncode 2\.5, using:; signing needs osslsigncode 2\.8 "
                                                      r"or later: install the Debian package osslsigncode \(on Debian 12"):
         tools.find(tools.OSSLSIGNCODE, "signing", runner=run)
+
+
+def test_every_tool_the_msi_work_names_is_found_through_the_table() -> None:
+    """`tool()` of the MSI code for each program it runs, osslsigncode's version floor included (a floor needs a
+    runner to ask the version: `verify APP.msi --trust` once stopped with an internal error there)."""
+    from bundler.platforms.windows.msi import tool
+
+    for name in ("wixl", "msibuild", "msiinfo", "msiextract", "gcab", "osslsigncode"):
+        assert tool(name).endswith(f"/{name}")

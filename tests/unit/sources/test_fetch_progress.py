@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
+from fixtures.cli import REPO
 from fixtures.http_server import LocalHTTPServer, serve
 
 from bundler.errors import HashMismatchError
@@ -32,7 +33,6 @@ from bundler.sources.fetch import FetchOptions, fetch_inputs
 from bundler.sources.lock import Target, read_lock
 from bundler.sources.progress import ByteProgress
 
-REPO = Path(__file__).resolve().parents[1]
 LINUX = Target(platform="linux_x86_64", python="3.11")
 FAST = RetryPolicy(attempts=2, backoff=0.01, max_backoff=0.05, timeout=5.0)
 SMALL_WHEELS = ("coloredlogs", "flatbuffers", "humanfriendly")
