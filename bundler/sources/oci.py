@@ -348,11 +348,27 @@ class Registry:
         return data, digest
 
     def put_manifest(self, tag: str, data: bytes) -> str:
-        response = self.request("PUT", f"/v2/{self.ref.repository}/manifests/{tag}", ok=(201,),
-                                what=f"the manifest for the tag {tag}", retry=False,
-                                headers={"Content-Type": OCI_MANIFEST}, data=data)
-        response.close()
+        """Tag `data`. A registry still committing a blob that another client pushed at the same moment may refuse a
+        manifest naming it (distribution answers 400 DIGEST_INVALID or BLOB_UNKNOWN): asked again after a pause,
+        it accepts the manifest once that blob has landed; any other refusal is final."""
+        for attempt in range(MANIFEST_ATTEMPTS):
+            try:
+                response = self.request("PUT", f"/v2/{self.ref.repository}/manifests/{tag}", ok=(201,),
+                                        what=f"the manifest for the tag {tag}", retry=False,
+                                        headers={"Content-Type": OCI_MANIFEST}, data=data)
+            except InputUnavailableError as exc:
+                if attempt + 1 == MANIFEST_ATTEMPTS or not any(code in str(exc) for code in BLOB_RACE_ERRORS):
+                    raise
+                time.sleep(0.5 * 2**attempt)
+                continue
+            response.close()
+            break
         return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+#: How often a manifest is put while the registry says a blob it names is not whole yet (a concurrent push).
+MANIFEST_ATTEMPTS = 4
+BLOB_RACE_ERRORS = ("DIGEST_INVALID", "BLOB_UNKNOWN")
 
 
 class _Slice:
