@@ -4,8 +4,8 @@ Each part is a function `(Assembly, BuildInputs) -> None` that turns cached inpu
 assembly and sets its own facts (`bundler.assembly.facts`); a later part reads the facts of earlier
 ones. The order is the only place the parts meet, and `parts_for` holds it; a platform backend
 (`bundler.platforms`) brings the parts only its target has and gets them placed in their slots:
-`bundle_tools` after the engine (what runs from the unpacked bundle), and `native` after the SDK and before the
-models and scripts. Why a part must come after others is data (`After`): the rules below and the backend's own
+`bundle_tools` after the engine (what runs from the unpacked bundle), `gpu` (the target's GPU routes, which read its
+own binary format) after the self-check, and `native` after the SDK and before the models and scripts. Why a part must come after others is data (`After`): the rules below and the backend's own
 for its native parts, checked by `parts_for` each time it places them.
 The records (bundle.json, install-plan.json) and then the SBOM are written after all parts, by
 `bundler.operations.build`, because they describe everything the parts added.
@@ -18,7 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from bundler.assembly.assembly import Assembly, BuildInputs
-from bundler.assembly.gpu import add_gpu
 from bundler.assembly.launch import add_engine, add_entry_point, add_scripts
 from bundler.assembly.licenses import add_licenses
 from bundler.assembly.models import add_models, add_selfcheck, gate
@@ -46,25 +45,28 @@ class PlatformParts:
     and the order its native parts need among themselves."""
 
     bundle_tools: tuple[Part, ...]
+    #: Sets `facts.gpu` (None without a `[gpu]` table) and ships the GPU libraries.
+    gpu: Part
     native: tuple[Part, ...]
     order: tuple[After, ...] = ()
 
 
-#: What every target's parts need of each other.
-ORDER = (
-    After(part=add_sdk, needs=(add_gpu,), why="the SDK's property sheet copies the GPU DLLs"),
-    After(part=check_signatures, needs=(add_runtime, add_python, add_shipped_package, add_engine, add_entry_point,
-                                        add_gpu, add_sdk, add_models),
-          why="the signature policy reads every member that carries a binary"),
-    After(part=add_licenses, needs=(add_python, add_runtime, add_gpu, add_sdk, add_models),
-          why="the licences cover every member that carries one"),
-)
+def _order(gpu: Part) -> tuple[After, ...]:
+    """What every target's parts need of each other, its GPU part among them."""
+    return (
+        After(part=add_sdk, needs=(gpu,), why="the SDK's property sheet copies the GPU DLLs"),
+        After(part=check_signatures, needs=(add_runtime, add_python, add_shipped_package, add_engine, add_entry_point,
+                                            gpu, add_sdk, add_models),
+              why="the signature policy reads every member that carries a binary"),
+        After(part=add_licenses, needs=(add_python, add_runtime, gpu, add_sdk, add_models),
+              why="the licences cover every member that carries one"),
+    )
 
 
-def _native_order(native: tuple[Part, ...]) -> tuple[After, ...]:
+def _native_order(native: tuple[Part, ...], gpu: Part) -> tuple[After, ...]:
     """The slot's rules: what places a DLL beside a native program runs before the native parts (those DLLs join
     the closure they check), and the scripts after them (they enforce the VC++ minimum the closure finds)."""
-    before = (add_python, add_gpu, add_entry_point, add_sdk)
+    before = (add_python, gpu, add_entry_point, add_sdk)
     return (*(After(part=part, needs=before, why="the interpreter's, GPU, entry point's and SDK's DLLs join the "
                                                  "closure the native parts check") for part in native),
             After(part=add_scripts, needs=native, why="the scripts enforce the VC++ minimum the native parts find"))
@@ -80,7 +82,7 @@ def parts_for(platform: PlatformParts) -> tuple[Part, ...]:
         *platform.bundle_tools,
         add_entry_point,
         add_selfcheck,
-        add_gpu,
+        platform.gpu,
         add_sdk,
         *platform.native,
         add_models,
@@ -88,7 +90,7 @@ def parts_for(platform: PlatformParts) -> tuple[Part, ...]:
         check_signatures,
         add_licenses,
     )
-    for rule in (*ORDER, *_native_order(platform.native), *platform.order):
+    for rule in (*_order(platform.gpu), *_native_order(platform.native, platform.gpu), *platform.order):
         _check(rule, parts)
     return parts
 

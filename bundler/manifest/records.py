@@ -124,7 +124,7 @@ class GpuSource:
 @dataclass(frozen=True, kw_only=True)
 class Gpu:
     # The CUDA route's stack; both empty for the DirectML route (`providers = ["DmlExecutionProvider"]`), whose
-    # one library, DirectML.dll, comes inside the onnxruntime-directml wheel itself (bundler/assembly/gpu_directml.py).
+    # one library, DirectML.dll, comes inside the onnxruntime-directml wheel itself (bundler/platforms/windows/gpu_directml.py).
     cuda: str
     cudnn: str
     sources: tuple[GpuSource, ...]

@@ -1,4 +1,4 @@
-"""The Linux backend: no part of its own yet, and no package format besides the bundle zip.
+"""The Linux backend: its GPU route (`gpu.py`) and no package format besides the bundle zip.
 
 A Linux bundle has no DLL closure or VC++ runtime to check, no redistributable to ship and no app-local
 runtime to place (a native program finds libonnxruntime.so through LD_LIBRARY_PATH, which the launcher
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.parts import PlatformParts, parts_for
+from bundler.platforms.linux.gpu import add_gpu
 from bundler.target_platform import LINUX
 
 
@@ -21,5 +22,5 @@ def no_native_checks(assembly: Assembly, build: BuildInputs) -> None:
 
 
 identity = LINUX
-parts = parts_for(PlatformParts(bundle_tools=(), native=(no_native_checks,)))
+parts = parts_for(PlatformParts(bundle_tools=(), gpu=add_gpu, native=(no_native_checks,)))
 package_formats: frozenset[str] = frozenset()

@@ -12,11 +12,13 @@ from __future__ import annotations
 from bundler.assembly.parts import After, PlatformParts, parts_for
 from bundler.platforms.windows.applocal import add_app_local_runtime
 from bundler.platforms.windows.closure import add_vc_redist, check_windows
+from bundler.platforms.windows.gpu import add_gpu
 from bundler.target_platform import WINDOWS
 
 identity = WINDOWS
 parts = parts_for(PlatformParts(
     bundle_tools=(),
+    gpu=add_gpu,
     native=(add_app_local_runtime, check_windows, add_vc_redist),
     order=(After(part=check_windows, needs=(add_app_local_runtime,),
                  why="the closure check resolves a native program's imports from its own folder"),

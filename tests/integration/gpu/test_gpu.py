@@ -25,17 +25,17 @@ from fixtures.wheels import cache_root, pip_download
 from fixtures.wine import mingw_gcc  # noqa: F401  (fixture)
 
 from bundler.assembly.assembly import Assembly, Copy
-from bundler.assembly.gpu import (
+from bundler.errors import BuildError, UnsupportedError
+from bundler.hashing import file_sha256
+from bundler.manifest import Gpu, load, parse
+from bundler.platforms.windows.gpu import add_gpu
+from bundler.platforms.windows.gpu_cuda import (
     GpuDll,
-    add_gpu,
     check_gpu,
     declared_version_problems,
     gpu_record,
     load_order,
 )
-from bundler.errors import BuildError, UnsupportedError
-from bundler.hashing import file_sha256
-from bundler.manifest import Gpu, load, parse
 from bundler.readers.pe import PeInfo, inspect_pe
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import cached_inputs

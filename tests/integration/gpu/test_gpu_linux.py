@@ -21,10 +21,9 @@ from fixtures.parts import part_inputs
 from fixtures.wheels import cache_root
 
 from bundler.assembly.assembly import Assembly
-from bundler.assembly.gpu import add_gpu
-from bundler.assembly.gpu_linux import _library, closure_problems, where_from
 from bundler.errors import BuildError
 from bundler.manifest import load, parse
+from bundler.platforms.linux.gpu import _library, add_gpu, closure_problems, where_from
 from bundler.readers.elf import read_elf
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import cached_inputs
@@ -97,7 +96,7 @@ def test_an_unknown_library_name_in_the_strings_fails(stand_ins, gcc):
     problems, _ = closure_problems(stand_ins["provider"], [*stand_ins["libraries"], library(plugin)])
     assert problems == ["gpu/libcufft.so.11 names libcufft_plugin.so.3 in its strings, which is neither in the bundle "
                         "nor a system library: add it to [gpu], or, if it is not loaded, say why in NOT_LOADS "
-                        "(bundler/assembly/gpu_linux.py)."]
+                        "(bundler/platforms/linux/gpu.py)."]
 
 
 def test_a_file_whose_soname_differs_is_refused(tmp_path, gcc):
@@ -192,8 +191,8 @@ def test_the_install_plan_puts_the_gpu_folder_first():
 
 
 def test_a_provider_built_for_another_cuda_major_is_named_first(stand_ins):
-    from bundler.assembly.gpu_linux import check_gpu_linux
     from bundler.manifest import Gpu
+    from bundler.platforms.linux.gpu import check_gpu_linux
 
     gpu = Gpu(cuda="11.8", cudnn="9.10", sources=())
     with pytest.raises(BuildError) as caught:

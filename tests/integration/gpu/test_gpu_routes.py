@@ -20,9 +20,9 @@ from fixtures.wine import mingw_gcc  # noqa: F401  (fixture)
 from integration.gpu.test_gpu import complete_sources, dlls, ort_wheel, run_gpu  # noqa: F401  (fixtures)
 
 from bundler.assembly.assembly import Assembly
-from bundler.assembly.gpu import add_gpu
 from bundler.errors import BuildError
 from bundler.manifest import load
+from bundler.platforms.windows.gpu import add_gpu
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import cached_inputs
 

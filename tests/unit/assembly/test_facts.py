@@ -23,6 +23,7 @@ from bundler.platforms.backends import BACKENDS
 from bundler.platforms.linux import backend as linux
 from bundler.platforms.windows import backend as windows
 from bundler.platforms.windows.closure import add_vc_redist, check_windows
+from bundler.platforms.windows.gpu import add_gpu as windows_gpu
 
 
 def test_reading_a_fact_before_its_part_ran_names_that_part() -> None:
@@ -75,7 +76,7 @@ def test_every_part_runs_once_in_one_order(backend) -> None:
 
 def test_a_backend_whose_native_parts_break_its_own_order_is_refused() -> None:
     """The order is data: VC_redist placed before the closure check it must meet fails when the parts are placed."""
-    swapped = parts.PlatformParts(bundle_tools=(), native=(add_vc_redist, check_windows),
+    swapped = parts.PlatformParts(bundle_tools=(), gpu=windows_gpu, native=(add_vc_redist, check_windows),
                                   order=(parts.After(part=add_vc_redist, needs=(check_windows,), why="the minimum"),))
     with pytest.raises(AssertionError, match="part add_vc_redist is placed before check_windows; expected it after "
                                              "them: the minimum"):
@@ -84,8 +85,8 @@ def test_a_backend_whose_native_parts_break_its_own_order_is_refused() -> None:
 
 def test_every_rule_of_the_shared_order_can_fail() -> None:
     """Each shared rule names parts that are placed, so none holds by default; reversing one is caught."""
-    placed = set(parts.parts_for(parts.PlatformParts(bundle_tools=(), native=())))
-    for rule in parts.ORDER:
+    placed = set(parts.parts_for(parts.PlatformParts(bundle_tools=(), gpu=windows_gpu, native=())))
+    for rule in parts._order(windows_gpu):
         assert rule.part in placed
         assert set(rule.needs) <= placed
         with pytest.raises(AssertionError, match=rule.why):

@@ -18,8 +18,6 @@ from pathlib import Path, PurePosixPath
 
 from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.facts import GpuFact, Published
-from bundler.assembly.gpu_directml import add_gpu_directml
-from bundler.assembly.gpu_linux import add_gpu_linux
 from bundler.assembly.gpu_strings import unexplained_names
 from bundler.assembly.load_order import dependency_order
 from bundler.errors import BuildError, UnsupportedError
@@ -95,23 +93,11 @@ class GpuDll:
         return f"{INSTALL_DIR}/{self.name}"
 
 
-#: The GPU part of targets whose binaries are not PE files, by the target's binary format.
-_BY_BINARY_FORMAT = {"elf": add_gpu_linux}
-
-
-def add_gpu(assembly: Assembly, build: BuildInputs) -> None:
+def add_gpu_cuda(assembly: Assembly, build: BuildInputs) -> None:
     """Ship the [gpu] DLLs under payload/gpu/ once the CUDA provider is known to load with them."""
     manifest, files, work = build.manifest, build.files, build.work
     gpu = manifest.gpu
-    if gpu is None:
-        assembly.facts.gpu = None
-        return
-    if gpu.directml:  # the parser allows it for Windows only; DirectML.dll ships inside the ORT wheel
-        add_gpu_directml(assembly, build)
-        return
-    if (other := _BY_BINARY_FORMAT.get(build.target.binary_format)) is not None:
-        other(assembly, build)  # Linux's libraries: the same part, read from ELF files (bundler/assembly/gpu_linux.py)
-        return
+    assert gpu is not None  # bundler/platforms/windows/gpu.py add_gpu chose this route for a [gpu] table
     provider = read_provider(manifest, files, work / "gpu-provider")
     dlls = collect_dlls(gpu.sources, files, work / "gpu")
     check_gpu(provider, dlls, gpu=gpu, ort_version=manifest.ort.version, target_python=manifest.bundle.python)

@@ -106,10 +106,12 @@ class GpuLibrary:
         return f"{INSTALL_DIR}/{self.name}"
 
 
-def add_gpu_linux(assembly: Assembly, build: BuildInputs) -> None:
+def add_gpu(assembly: Assembly, build: BuildInputs) -> None:
     """Ship the [gpu] libraries under payload/gpu/ once the CUDA provider is known to load with them."""
     manifest, gpu = build.manifest, build.manifest.gpu
-    assert gpu is not None
+    if gpu is None:
+        assembly.facts.gpu = None
+        return
     provider = read_provider(manifest, build.files, build.work / "gpu-provider")
     libraries = collect_libraries(gpu.sources, build.files, build.work / "gpu")
     check_gpu_linux(provider, libraries, gpu=gpu, ort_version=manifest.ort.version)
@@ -272,7 +274,7 @@ def unexplained_names(label: str, names: Sequence[str], *, shipped: Collection[s
             continue
         problems.append(f"{label} names {name} in its strings, which is neither in the bundle nor a system library: "
                         f"add it to [gpu], or, if it is not loaded, say why in NOT_LOADS "
-                        f"(bundler/assembly/gpu_linux.py).")
+                        f"(bundler/platforms/linux/gpu.py).")
     return problems
 
 
