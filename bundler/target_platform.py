@@ -126,11 +126,6 @@ LINUX = TargetPlatform(
 TARGETS: dict[str, TargetPlatform] = {target.tag: target for target in (WINDOWS, LINUX)}
 
 
-def target_platform(tag: str) -> TargetPlatform:
-    """The platform for a validated `[bundle] platform` value."""
-    return TARGETS[tag]
-
-
 def host_platform() -> TargetPlatform | None:
     """The target this machine itself is (the model gate runs here), or None for another kind of machine:
     `sysconfig`'s `linux-x86_64` and `win-amd64` are the wheel platform tags with `-` for `_`."""

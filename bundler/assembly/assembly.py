@@ -17,7 +17,7 @@ from bundler.errors import BuildError
 from bundler.manifest import Manifest
 from bundler.sources.cache import Cache
 from bundler.sources.lock import Lock
-from bundler.target_platform import TargetPlatform, target_platform
+from bundler.target_platform import TargetPlatform
 from bundler.writer.members import Member
 
 if TYPE_CHECKING:
@@ -74,4 +74,4 @@ class BuildInputs:
 
     @property
     def target(self) -> TargetPlatform:
-        return target_platform(self.manifest.bundle.platform)
+        return self.manifest.bundle.target

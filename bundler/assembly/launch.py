@@ -38,7 +38,7 @@ def add_scripts(assembly: Assembly, build: BuildInputs) -> None:
     bundle = manifest.bundle
     closure, gpu, vc_redist, python_env = facts.closure, facts.gpu, facts.vc_redist, facts.python_env
     context = ScriptContext(
-        name=bundle.name, version=bundle.version, platform=bundle.platform, python=bundle.python,
+        name=bundle.name, version=bundle.version, target=target, python=bundle.python,
         vc_runtime_min=closure.vc_runtime_min if closure else None, vc_redist=vc_redist.file if vc_redist else None,
         gpu_dll_dirs=gpu.dll_dirs if gpu else (), gpu_preload=gpu.preload if gpu else (),
         dll_dirs=python_env.dll_dirs if python_env else (), entry_point=facts.entry_point,

@@ -20,13 +20,12 @@ from bundler.readers.archives import SafeArchive
 from bundler.readers.wheels import verify_official_wheel, wheel_metadata
 from bundler.sources.cache import Cache, cached_sha256
 from bundler.sources.lock import LockedWheel, requirements_txt
-from bundler.target_platform import target_platform
 
 
 def site_packages(manifest: Manifest) -> str:
     """Where the environment keeps its packages on the target, install-relative: the venv's, or with
     [python] runtime the bundled interpreter's own (bundler.assembly.runtime)."""
-    target = target_platform(manifest.bundle.platform)
+    target = manifest.bundle.target
     if manifest.python.runtime is not None:
         return runtime_site_packages(target, manifest.bundle.python)
     return target.site_packages(manifest.bundle.python)
@@ -45,13 +44,13 @@ def ort_wheel(manifest: Manifest, files: Mapping[str, Path], work: Path, cache: 
     if ort.wheel is not None:
         path = files[ort.wheel.key]
         name = Requirement(ort.wheel.location).name if ort.wheel.kind == "requirement" else path.name.split("-")[0]
-        verify_official_wheel(path, expected_name=name, expected_version=ort.version, target_platform=bundle.platform,
+        verify_official_wheel(path, expected_name=name, expected_version=ort.version, target=bundle.target,
                               target_python=bundle.python, label="ort.wheel")
         requires = ort.dependencies if ort.dependencies is not None else wheel_requires(path)
         return OrtWheel(path=path, sha256=cached_sha256(path), requires=requires)
     assert ort.capi is not None
     source = files[ort.capi.key]  # hashed against its pin when the build began (`verify_transformed`)
-    built = capi_wheel(source, source_sha256=cached_sha256(source), platform=bundle.platform,
+    built = capi_wheel(source, source_sha256=cached_sha256(source), target=bundle.target,
                        target_python=bundle.python, expected_version=ort.version, requires=ort.dependencies,
                        source_date_epoch=bundle.source_date_epoch, work=work,
                        cache=DerivedCache(cache.work_dir("derived")) if cache is not None else None)

@@ -25,7 +25,7 @@ from bundler.errors import BuildError
 from bundler.shipped.ort_bundle.cache_folder import windows_cache_dir_problem
 from bundler.shipped.ort_bundle.launch_config import LAUNCH_FILE, EntryPointSpec, LaunchConfig
 from bundler.shipped.ort_bundle.records import INSTALL_EXIT_CODES
-from bundler.target_platform import TARGETS
+from bundler.target_platform import TargetPlatform
 
 __all__ = ["INSTALL_EXIT_CODES", "EntryPoint", "ScriptContext", "render_scripts"]
 
@@ -46,7 +46,6 @@ TRUST_CHECK = f"{shipped_package.BUNDLE_DIR}/engine/trust.py"
 #: The launcher's data (bundler/shipped/ort_bundle/launch_config.py), installed beside run.* in the install root.
 LAUNCH_CONFIG = f"payload/launchers/{LAUNCH_FILE}"
 
-PLATFORMS = tuple(TARGETS)
 # Bundle names and versions become file names, a registry key and comment text in every script.
 _IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -74,7 +73,7 @@ class ScriptContext:
 
     name: str
     version: str
-    platform: str
+    target: TargetPlatform
     python: str
     vc_runtime_min: str | None
     vc_redist: str | None
@@ -186,20 +185,20 @@ _COMMON = {
 #: (README-INSTALL.txt.j2, onnxruntimeConfig.cmake.j2) that the platform's template of the same name
 #: extends, filling its blocks: no template asks which platform it is. The one place a template is
 #: chosen by platform.
-def platform_template(platform: str, name: str) -> str:
-    """The template that renders `name` for `platform`: the platform's own, which extends the shared one."""
-    return f"{TARGETS[platform].name}/{name}"
+def platform_template(target: TargetPlatform, name: str) -> str:
+    """The template that renders `name` for `target`: the target's own, which extends the shared one."""
+    return f"{target.name}/{name}"
 
 
 def render_scripts(ctx: ScriptContext, *, compiled: Path | None = None) -> dict[str, bytes]:
-    """Bundle-relative path -> exact bytes of every generated script for `ctx.platform`."""
+    """Bundle-relative path -> exact bytes of every generated script for `ctx.target`."""
     _validate(ctx)
     env = make_environment(compiled)
     values = _template_values(ctx)
-    readme = {"README-INSTALL.txt": platform_template(ctx.platform, "README-INSTALL.txt.j2")}
-    own = {path: f"{PurePosixPath(path).name}.j2" for path in TARGETS[ctx.platform].scripts}
+    readme = {"README-INSTALL.txt": platform_template(ctx.target, "README-INSTALL.txt.j2")}
+    own = {path: f"{PurePosixPath(path).name}.j2" for path in ctx.target.scripts}
     outputs = {**own, **_COMMON, **readme}
-    rendered = {path: encode_script(path, env.get_template(template).render(values), platform=ctx.platform)
+    rendered = {path: encode_script(path, env.get_template(template).render(values), target=ctx.target)
                 for path, template in outputs.items()}
     rendered[LAUNCH_CONFIG] = launch_config(ctx).dumps().encode("utf-8")
     return dict(sorted(rendered.items()))
@@ -215,7 +214,7 @@ def launch_config(ctx: ScriptContext) -> LaunchConfig:
         exit_prerequisite=INSTALL_EXIT_CODES["prerequisite"])
 
 
-def encode_script(path: str, text: str, *, platform: str) -> bytes:
+def encode_script(path: str, text: str, *, target: TargetPlatform) -> bytes:
     """Line endings and encoding by file type: what each interpreter reads reliably."""
     lines = text.replace("\r\n", "\n")
     suffix = PurePosixPath(path).suffix
@@ -228,7 +227,7 @@ def encode_script(path: str, text: str, *, platform: str) -> bytes:
             msg = f"{path} would contain the non-ASCII text {exc.object[exc.start:exc.end]!r}; cmd.exe cannot read it reliably"
             raise BuildError(msg) from None
     if suffix == ".txt":  # read by a person, in the target's own editor
-        return lines.replace("\n", TARGETS[platform].newline).encode("utf-8")
+        return lines.replace("\n", target.newline).encode("utf-8")
     return lines.encode("utf-8")
 
 
@@ -237,8 +236,8 @@ def _template_values(ctx: ScriptContext) -> dict[str, object]:
         "name": ctx.name,
         "version": ctx.version,
         "install_id": f"{ctx.name}-{ctx.version}",
-        "platform": ctx.platform,
-        "dll_path_variable": TARGETS[ctx.platform].dll_path_variable,
+        "platform": ctx.target.tag,
+        "dll_path_variable": ctx.target.dll_path_variable,
         "python": ctx.python,
         "vc_runtime_min": ctx.vc_runtime_min,
         "vc_redist": ctx.vc_redist,
@@ -270,8 +269,6 @@ def _validate(ctx: ScriptContext) -> None:
     implementations differ on whether an expanded '%' is read again (Wine's does).
     """
     problems: list[str] = []
-    if ctx.platform not in PLATFORMS:
-        problems.append(f"platform {ctx.platform!r} has no install scripts; expected one of {', '.join(PLATFORMS)}")
     problems += [f"bundle {label} {value!r} must be letters, digits and . _ + - only"
                  for label, value in (("name", ctx.name), ("version", ctx.version)) if not _IDENTIFIER.match(value)]
     if not re.fullmatch(r"3\.\d+", ctx.python):
@@ -287,13 +284,12 @@ def _validate(ctx: ScriptContext) -> None:
     if ctx.entry_point and ctx.entry_point.kind == "module" and not _MODULE.match(ctx.entry_point.value):
         problems.append(f"[launch] module {ctx.entry_point.value!r} is not a dotted Python module name")
     program = ctx.entry_point if ctx.entry_point and ctx.entry_point.kind == "program" else None
-    target = TARGETS.get(ctx.platform)
-    suffix = target.program_suffix if target else ""
+    suffix = ctx.target.program_suffix
     if program and not program.value.lower().endswith(suffix):
-        problems.append(f"[launch] program {program.value!r} must be a {suffix} file on {ctx.platform}")
+        problems.append(f"[launch] program {program.value!r} must be a {suffix} file on {ctx.target.tag}")
     if ctx.vc_runtime_min and not re.fullmatch(r"\d+\.\d+\.\d+(\.\d+)?", ctx.vc_runtime_min):
         problems.append(f"vc_runtime_min {ctx.vc_runtime_min!r} is not a version like '14.40.33810'")
-    if target and any(PurePosixPath(path).suffix == ".cmd" for path in target.scripts):
+    if any(PurePosixPath(path).suffix == ".cmd" for path in ctx.target.scripts):
         problems += _cmd_problems(ctx)
     if problems:
         msg = "cannot render install scripts: " + "; ".join(problems)

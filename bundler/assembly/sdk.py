@@ -34,7 +34,7 @@ from bundler.readers.ortarchive import (
     _Layout,
     extract_ort_archive,
 )
-from bundler.target_platform import target_platform
+from bundler.target_platform import TargetPlatform
 
 SDK_BUNDLE_DIR = "payload/sdk"
 SDK_INSTALL_DIR = "sdk"
@@ -65,15 +65,15 @@ def add_sdk(assembly: Assembly, build: BuildInputs) -> None:
         return
     identity_model, gpu_dlls = assembly.facts.selfcheck.identity_model, _gpu_dlls(assembly)
     path = build.files[source.key]
-    platform = manifest.bundle.platform
-    archive, root = extract_ort_archive(path, label=f"{source.key} ({path.name})", platform=platform,
+    target = build.target
+    archive, root = extract_ort_archive(path, label=f"{source.key} ({path.name})", target=target,
                                         dest=build.work / "ort-archive", expected_version=manifest.ort.version)
     replaced = _add_archive_files(assembly, archive, root)
-    generated = render_sdk_files(archive, platform=platform, gpu_dlls=gpu_dlls,
+    generated = render_sdk_files(archive, target=target, gpu_dlls=gpu_dlls,
                                  model=identity_model)
     for rel, data in sorted(generated.items()):
         _ship_bytes(assembly, rel, data)
-    assembly.facts.sdk = SdkFact(ort_archive=archive.to_json(), sdk=_sdk_record(archive, platform=platform, replaced=replaced))
+    assembly.facts.sdk = SdkFact(ort_archive=archive.to_json(), sdk=_sdk_record(archive, target=target, replaced=replaced))
 
 
 def _add_archive_files(assembly: Assembly, archive: OrtArchive, root: Path) -> list[str]:
@@ -102,8 +102,8 @@ def _gpu_dlls(assembly: Assembly) -> list[str]:
                   if copy.target.lower().endswith(".dll") and any(copy.target.startswith(f) for f in folders))
 
 
-def _sdk_record(archive: OrtArchive, *, platform: str, replaced: list[str]) -> dict[str, Any]:
-    layout = _Layout.of(platform, archive.version)
+def _sdk_record(archive: OrtArchive, *, target: TargetPlatform, replaced: list[str]) -> dict[str, Any]:
+    layout = _Layout.of(target, archive.version)
     return {
         "root": SDK_INSTALL_DIR,
         "include_dir": f"{SDK_INSTALL_DIR}/include",
@@ -113,30 +113,30 @@ def _sdk_record(archive: OrtArchive, *, platform: str, replaced: list[str]) -> d
         "sample": f"{SDK_INSTALL_DIR}/{SAMPLE_DIR}",
         "library": f"{SDK_INSTALL_DIR}/{layout.library}",
         "import_library": f"{SDK_INSTALL_DIR}/{layout.import_library}" if layout.import_library else None,
-        "runtime_files": [f"{SDK_INSTALL_DIR}/{rel}" for rel in _runtime_files(archive, platform)],
+        "runtime_files": [f"{SDK_INSTALL_DIR}/{rel}" for rel in _runtime_files(archive, target)],
         "licenses": [f"{SDK_INSTALL_DIR}/{rel}" for rel in archive.files if rel in ("LICENSE", "ThirdPartyNotices.txt")],
         "replaced_upstream_cmake": [f"{SDK_INSTALL_DIR}/{rel}" for rel in replaced],
     }
 
 
-def _runtime_files(archive: OrtArchive, platform: str) -> list[str]:
+def _runtime_files(archive: OrtArchive, target: TargetPlatform) -> list[str]:
     """What a program needs beside it at run time: every DLL where a program links an import library (Windows);
     else the shared objects by the names the loader asks for (libonnxruntime.so.1, not the development link or
     the fully versioned file)."""
-    layout = _Layout.of(platform, archive.version)
+    layout = _Layout.of(target, archive.version)
     if layout.import_library:
         return sorted(archive.binaries)
     library = layout.library
     soname = f"lib/{_soname(library)}"
     main = {library, soname, "lib/libonnxruntime.so"}
-    others = [rel for rel in [*archive.binaries, *archive.links] if rel not in main and _is_binary(rel, platform)]
+    others = [rel for rel in [*archive.binaries, *archive.links] if rel not in main and _is_binary(rel, target)]
     return sorted({soname, *others})
 
 
 # -- generated files ---------------------------------------------------------------------------------------
 
 
-def render_sdk_files(archive: OrtArchive, *, platform: str, gpu_dlls: list[str], model: str | None) -> dict[str, bytes]:
+def render_sdk_files(archive: OrtArchive, *, target: TargetPlatform, gpu_dlls: list[str], model: str | None) -> dict[str, bytes]:
     """SDK-relative path -> bytes of the CMake package, the property sheet (Windows) and the sample.
 
     `gpu_dlls` are install-relative paths that the property sheet and the CMake helper copy next to a built
@@ -148,7 +148,7 @@ def render_sdk_files(archive: OrtArchive, *, platform: str, gpu_dlls: list[str],
             msg = (f"install path {value!r} cannot be written into the SDK's CMake and MSBuild files; expected "
                    f"'/'-separated names of letters, digits and . _ + -")
             raise BuildError(msg)
-    layout = _Layout.of(platform, archive.version)
+    layout = _Layout.of(target, archive.version)
     # An import library is what a program links on Windows; without one it links the shared object by its soname.
     implib = layout.import_library is not None
     major, minor, _ = archive.version.split(".")
@@ -156,18 +156,18 @@ def render_sdk_files(archive: OrtArchive, *, platform: str, gpu_dlls: list[str],
         "version": archive.version, "major": major, "minor": minor, "commit": archive.commit,
         "library": layout.library, "import_library": layout.import_library,
         "soname": None if implib else _soname(layout.library),
-        "runtime_files": _runtime_files(archive, platform), "gpu_dlls": gpu_dlls, "model": model,
+        "runtime_files": _runtime_files(archive, target), "gpu_dlls": gpu_dlls, "model": model,
     }
     env = make_environment()
     outputs = {
-        f"{CMAKE_DIR}/onnxruntimeConfig.cmake": platform_template(platform, "onnxruntimeConfig.cmake.j2"),
+        f"{CMAKE_DIR}/onnxruntimeConfig.cmake": platform_template(target, "onnxruntimeConfig.cmake.j2"),
         f"{CMAKE_DIR}/onnxruntimeConfigVersion.cmake": "onnxruntimeConfigVersion.cmake.j2",
         f"{SAMPLE_DIR}/CMakeLists.txt": "sdk_sample_CMakeLists.txt.j2",
         f"{SAMPLE_DIR}/main.c": "sdk_sample_main.c.j2",
     }
     if implib:  # an MSBuild property sheet, for Visual Studio's linker
         outputs[PROPS_PATH] = "onnxruntime.props.j2"
-    newline = target_platform(platform).newline
+    newline = target.newline
     return {rel: _encode(env.get_template(template).render(values), newline=newline)
             for rel, template in sorted(outputs.items())}
 

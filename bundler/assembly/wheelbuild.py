@@ -32,6 +32,7 @@ from bundler.errors import BuildError
 from bundler.hashing import CHUNK, file_sha256
 from bundler.readers.capi import PACKAGE, CapiTree, _files, _version, read_capi
 from bundler.readers.wheel_binaries import seed_wheel_binaries
+from bundler.target_platform import TargetPlatform
 
 GENERATOR = "ort-bundler"
 # Zip timestamps cannot express times before 1980 or after 2107.
@@ -106,13 +107,13 @@ def build_wheel(tree: CapiTree, *, expected_version: str, requires: Sequence[str
     return target
 
 
-def capi_wheel(source: Path, *, source_sha256: str, platform: str, target_python: str, expected_version: str,
+def capi_wheel(source: Path, *, source_sha256: str, target: TargetPlatform, target_python: str, expected_version: str,
                requires: Sequence[str] | None, source_date_epoch: int, work: Path,
                cache: DerivedCache | None) -> Derived:
     """The wheel built from a capi source, taken from the derived-artifact cache when the same inputs built
     it before: building means extracting and deflating 30-40 MB, a cache hit only hashing the result."""
     key = derived_key({
-        "source_sha256": source_sha256, "source_name": source.name, "platform": platform,
+        "source_sha256": source_sha256, "source_name": source.name, "platform": target.tag,
         "target_python": target_python, "version": expected_version,
         "requires": list(requires) if requires is not None else None, "source_date_epoch": source_date_epoch,
         "code": code_digest(WHEEL_CODE),
@@ -120,7 +121,7 @@ def capi_wheel(source: Path, *, source_sha256: str, platform: str, target_python
     found = cache.find(WHEEL_KIND, key) if cache is not None else None
     if found is not None:
         return found
-    tree = read_capi(source, work_dir=work / "capi", platform=platform, label="ort.capi")
+    tree = read_capi(source, work_dir=work / "capi", target=target, label="ort.capi")
     built = build_wheel(tree, expected_version=expected_version, requires=requires, out_dir=work / "wheel",
                         source_date_epoch=source_date_epoch, target_python=target_python,
                         source_label=f"{source.name} sha256:{source_sha256}")

@@ -100,7 +100,7 @@ def parse(data: Mapping[str, Any], *, path: Path) -> Manifest:
     launch = _launch(table_at(data, "launch", problems), base, problems)
     if bundle:
         _check_sections(bundle, problems, vc_redist=vc_redist is not None, gpu=gpu is not None)
-        if gpu is not None and gpu.directml and DML not in TARGETS[bundle.platform].gpu_providers:
+        if gpu is not None and gpu.directml and DML not in bundle.target.gpu_providers:
             problems.add("gpu.providers", f"found '{DML}' for platform '{bundle.platform}', expected it only for "
                          "Windows: DirectML is a DirectX 12 library")
         _check_reserved_names(bundle, models, problems)
@@ -118,7 +118,7 @@ def parse(data: Mapping[str, Any], *, path: Path) -> Manifest:
 
 def _check_sections(bundle: Bundle, problems: Problems, *, vc_redist: bool, gpu: bool) -> None:
     """The sections only some targets support (`TargetPlatform.sections`), named where the target lacks them."""
-    supports = TARGETS[bundle.platform].sections
+    supports = bundle.target.sections
     if vc_redist and "vc_redist" not in supports:
         problems.add("vc_redist", f"found a VC++ redistributable for platform '{bundle.platform}', expected it only "
                      f"for {_supported_by('vc_redist')}")
@@ -135,7 +135,7 @@ def _check_reserved_names(bundle: Bundle, models: list[Model], problems: Problem
     """Bundle and model names become folder and file names on the target, where (on Windows) `nul` or `CON` is
     a device (`TargetPlatform.reserved_name`)."""
     named = [("bundle.name", bundle.name)] + [(f"models[{i}].name", m.name) for i, m in enumerate(models)]
-    reserved = TARGETS[bundle.platform].reserved_name
+    reserved = bundle.target.reserved_name
     for where, name in named:
         if reserved(name):
             problems.found(where, name, "a name that is not a device name Windows reserves (CON, NUL, COM1, ...)")
@@ -179,7 +179,7 @@ def _bundle(table: Mapping[str, Any] | None, problems: Problems) -> Bundle | Non
                              expected="a GUID such as '8c0f6f3e-2b1a-4d5e-9f00-1a2b3c4d5e6f' (the MSI's UpgradeCode)")
     if name is None or version is None or platform is None or python is None or epoch is None:
         return None
-    return Bundle(name=name, version=version, platform=platform, python=python, source_date_epoch=epoch,
+    return Bundle(name=name, version=version, target=TARGETS[platform], python=python, source_date_epoch=epoch,
                   publisher=publisher, upgrade_code=upgrade_code)
 
 
@@ -249,7 +249,7 @@ def _check_wheel_serves(ort: Ort, bundle: Bundle, problems: Problems) -> None:
             problems.found(f"ort.{key}", source.filename, "a wheel file name such as onnxruntime-1.23.1-cp311-cp311-win_amd64.whl")
             continue
         minor = int(bundle.python.split(".")[1])
-        if not any(TARGETS[bundle.platform].serves(tag, minor=minor) for tag in tags):
+        if not any(bundle.target.serves(tag, minor=minor) for tag in tags):
             problems.found(f"ort.{key}", source.filename,
                            f"a wheel for {bundle.platform} and Python {bundle.python} (tag {bundle.python_tag}) "
                            f"to match [bundle] platform and python")

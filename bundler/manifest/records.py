@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bundler.names import redact_url
-from bundler.target_platform import TARGETS
+from bundler.target_platform import TARGETS, TargetPlatform
 
 PLATFORMS = tuple(TARGETS)
 
@@ -62,11 +62,16 @@ class Input:
 class Bundle:
     name: str
     version: str
-    platform: str
+    target: TargetPlatform  # `[bundle] platform`, resolved once by the parser
     python: str
     source_date_epoch: int
     publisher: str | None = None  # Add/Remove Programs' and the MSI's publisher; "ort-bundler" when unset
     upgrade_code: str | None = None  # the MSI's UpgradeCode and GUID namespace; from the name when unset
+
+    @property
+    def platform(self) -> str:
+        """The manifest's `[bundle] platform` as written (the records and file names carry it)."""
+        return self.target.tag
 
     @property
     def python_tag(self) -> str:

@@ -77,8 +77,8 @@ def _archive(path: Path) -> dict[str, Any]:
 def _ort_archive(path: Path) -> dict[str, Any]:
     from bundler.readers.ortarchive import inspect_ort_archive
 
-    platform = named_by(path.name).tag
-    return {"kind": "ort_archive", **inspect_ort_archive(path, label=path.name, platform=platform).to_json()}
+    target = named_by(path.name)
+    return {"kind": "ort_archive", **inspect_ort_archive(path, label=path.name, target=target).to_json()}
 
 
 def _model(path: Path) -> dict[str, Any]:

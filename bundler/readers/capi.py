@@ -19,11 +19,11 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from bundler.errors import BuildError, InputUnavailableError, UnsupportedError
+from bundler.errors import BuildError, InputUnavailableError
 from bundler.names import distribution_name, read_utf8, version_text
 from bundler.readers.archives import SafeArchive
 from bundler.readers.pe import X64_MACHINE, inspect_pe, is_x86_64_elf
-from bundler.target_platform import TARGETS
+from bundler.target_platform import TargetPlatform
 
 WIN_PYTHON_DLL_RE = re.compile(r"^python3(\d+)\.dll$", re.IGNORECASE)
 
@@ -45,7 +45,6 @@ SKIPPED_SUFFIXES = {".pyc", ".pyo"}
 SEARCH_DEPTH = 4
 
 
-PLATFORMS = tuple(TARGETS)
 PACKAGE = "onnxruntime"
 # What of a zip source is written to disk: what is read as a file. The binaries (the tag, the DLL closure
 # and the signature check read them), a dist-info, the modules that state the name and version. The rest
@@ -83,7 +82,7 @@ class _Extension:
     abi: str  # "cp311" or "abi3"
 
 
-def read_capi(source: Path, *, work_dir: Path, platform: str, label: str) -> CapiTree:
+def read_capi(source: Path, *, work_dir: Path, target: TargetPlatform, label: str) -> CapiTree:
     """Find the package tree in a zip or folder and read its name, version, dependencies and tag."""
     base, left = _materialize(source, work_dir=work_dir, label=label)
     root = _package_root(base, label=label)
@@ -98,7 +97,7 @@ def read_capi(source: Path, *, work_dir: Path, platform: str, label: str) -> Cap
         version=_tree_version(root, metadata, label=label),
         requires=tuple(metadata.get_all("Requires-Dist") or ()) if metadata else (),
         dist_info=dist_info,
-        tag=derive_tag(root, platform=platform, source_tags=source_tags, label=label),
+        tag=derive_tag(root, target=target, source_tags=source_tags, label=label),
         archive=archive,
         archive_root=root.relative_to(base).as_posix() if archive and root != base else "",
         in_archive=tuple(sorted(name.removeprefix(prefix) for name in left if name.startswith(f"{prefix}{PACKAGE}/"))),
@@ -106,7 +105,7 @@ def read_capi(source: Path, *, work_dir: Path, platform: str, label: str) -> Cap
     )
 
 
-def derive_tag(tree_root: Path, *, platform: str, source_tags: Sequence[str] = (), label: str | None = None) -> str:
+def derive_tag(tree_root: Path, *, target: TargetPlatform, source_tags: Sequence[str] = (), label: str | None = None) -> str:
     """The wheel tag the binaries call for.
 
     A `.pyd` names its Python in its import table (`python311.dll` → cp311); a Linux extension names it
@@ -118,14 +117,11 @@ def derive_tag(tree_root: Path, *, platform: str, source_tags: Sequence[str] = (
     glibc needs were audited for those) and otherwise plain `linux_x86_64`. Never `py3-none`. Messages name
     the package as `label` says (the manifest's key) when given, never the folder a source was unpacked into.
     """
-    if platform not in PLATFORMS:
-        msg = f"found target platform '{platform}', expected one of {', '.join(PLATFORMS)}"
-        raise UnsupportedError(msg)
     package = tree_root / PACKAGE
     where = f"{label}: its {PACKAGE} package" if label else str(package)
-    extensions = _EXTENSIONS[TARGETS[platform].binary_format](package)
+    extensions = _EXTENSIONS[target.binary_format](package)
     if not extensions:
-        msg = (f"{where}: found no Python extension module for {platform} (a .pyd importing pythonXY.dll "
+        msg = (f"{where}: found no Python extension module for {target.tag} (a .pyd importing pythonXY.dll "
                f"or a *.cpython-3XY-x86_64-linux-gnu.so), expected one; without it the wheel could only be "
                f"py3-none, which cannot carry ONNX Runtime's binaries")
         raise BuildError(msg)
@@ -135,7 +131,7 @@ def derive_tag(tree_root: Path, *, platform: str, source_tags: Sequence[str] = (
         msg = (f"{where}: the binaries are built for {python}-{abi}, but the source wheel's WHEEL file says "
                f"{', '.join(sorted(source_tags))}; expected them to agree")
         raise BuildError(msg)
-    return f"{python}-{abi}-{'.'.join(_platform_tags(platform, python, abi, source))}"
+    return f"{python}-{abi}-{'.'.join(_platform_tags(target, python, abi, source))}"
 
 
 def _parse_tags(tags: Sequence[str], *, where: str) -> frozenset[Tag]:
@@ -354,10 +350,9 @@ def _python_and_abi(extensions: Sequence[_Extension], *, source_tags: frozenset[
     return declared[0], "abi3"
 
 
-def _platform_tags(platform: str, python: str, abi: str, source_tags: frozenset[Tag]) -> list[str]:
+def _platform_tags(target: TargetPlatform, python: str, abi: str, source_tags: frozenset[Tag]) -> list[str]:
     """The source wheel's platform tags that serve the target (the manylinux ones a Linux wheel was audited for;
     on Windows only its own tag serves), else the target's tag."""
-    target = TARGETS[platform]
     carried = sorted({t.platform for t in source_tags
                       if t.interpreter == python and t.abi == abi and target.serves_platform(t.platform)})
     return carried or [target.tag]

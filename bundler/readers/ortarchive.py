@@ -19,7 +19,7 @@ from typing import Any
 from bundler.errors import BuildError, InputUnavailableError, UnsafeArchiveError
 from bundler.readers.archives import Limits, SafeArchive, check_tar_budget
 from bundler.readers.pe import X64_MACHINE, inspect_pe, is_x86_64_elf
-from bundler.target_platform import TARGETS
+from bundler.target_platform import TargetPlatform
 
 # ORT's FileVersion is <major>.<minor>.<build date>.<build number>.<short commit> (docs/facts.md §1).
 _FILE_VERSION = re.compile(r"^(\d+)\.(\d+)\.\d+\.\d+\.([0-9a-f]{7,40})$")
@@ -67,22 +67,22 @@ class _Layout:
     import_library: str | None
 
     @classmethod
-    def of(cls, platform: str, version: str) -> _Layout:
-        return _format(platform).layout(version)
+    def of(cls, target: TargetPlatform, version: str) -> _Layout:
+        return _format(target).layout(version)
 
 
-def inspect_ort_archive(path: Path, *, label: str, platform: str, expected_version: str | None = None) -> OrtArchive:
+def inspect_ort_archive(path: Path, *, label: str, target: TargetPlatform, expected_version: str | None = None) -> OrtArchive:
     """Read and cross-check an archive without keeping it: only its binaries and version files are extracted.
 
     Raises BuildError when the archive disagrees with itself or with `expected_version` (the manifest's).
     """
     with tempfile.TemporaryDirectory(prefix="ort-archive-") as tmp:
-        archive, _ = extract_ort_archive(path, label=label, platform=platform, dest=Path(tmp),
+        archive, _ = extract_ort_archive(path, label=label, target=target, dest=Path(tmp),
                                          expected_version=expected_version, everything=False)
     return archive
 
 
-def extract_ort_archive(path: Path, *, label: str, platform: str, dest: Path, expected_version: str | None = None,
+def extract_ort_archive(path: Path, *, label: str, target: TargetPlatform, dest: Path, expected_version: str | None = None,
                         everything: bool = True) -> tuple[OrtArchive, Path]:
     """Extract (all of, or only what inspection needs from) an archive under `dest`; returns it and its top folder."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -91,30 +91,30 @@ def extract_ort_archive(path: Path, *, label: str, platform: str, dest: Path, ex
         top = _top_folder(archive.names(), label=label)
         files = tuple(sorted(PurePosixPath(e.name).relative_to(top).as_posix() for e in archive.entries
                              if not e.is_dir and e.name not in links))
-        wanted = None if everything else [f"{top}/{rel}" for rel in files if _needed_for_inspection(rel, platform)]
+        wanted = None if everything else [f"{top}/{rel}" for rel in files if _needed_for_inspection(rel, target)]
         archive.extract(dest / "tree", members=wanted)
     if source != path:
         source.unlink()
     root = dest / "tree" / top
     relative_links = {PurePosixPath(k).relative_to(top).as_posix(): PurePosixPath(v).relative_to(top).as_posix()
                       for k, v in links.items()}
-    result = _read_facts(root, top=top, files=files, links=relative_links, label=label, platform=platform)
-    problems = _disagreements(result, root, label=label, platform=platform, expected_version=expected_version)
+    result = _read_facts(root, top=top, files=files, links=relative_links, label=label, target=target)
+    problems = _disagreements(result, root, label=label, target=target, expected_version=expected_version)
     if problems:
         msg = f"{label} is not a consistent ONNX Runtime release archive: " + "; ".join(problems)
         raise BuildError(msg)
     return result, root
 
 
-def _needed_for_inspection(rel: str, platform: str) -> bool:
-    return rel in ("VERSION_NUMBER", "GIT_COMMIT_ID") or _is_binary(rel, platform)
+def _needed_for_inspection(rel: str, target: TargetPlatform) -> bool:
+    return rel in ("VERSION_NUMBER", "GIT_COMMIT_ID") or _is_binary(rel, target)
 
 
-def _is_binary(rel: str, platform: str) -> bool:
+def _is_binary(rel: str, target: TargetPlatform) -> bool:
     path = PurePosixPath(rel)
     if path.parent.as_posix() != "lib":
         return False
-    return bool(_format(platform).library_name.search(path.name))
+    return bool(_format(target).library_name.search(path.name))
 
 
 def _top_folder(names: list[str], *, label: str) -> str:
@@ -128,11 +128,11 @@ def _top_folder(names: list[str], *, label: str) -> str:
 
 
 def _read_facts(root: Path, *, top: str, files: tuple[str, ...], links: dict[str, str], label: str,
-                platform: str) -> OrtArchive:
+                target: TargetPlatform) -> OrtArchive:
     version = _read_text(root, "VERSION_NUMBER", files, label=label)
     commit = _read_text(root, "GIT_COMMIT_ID", files, label=label)
-    version_of = _format(platform).file_version
-    binaries = {rel: version_of(root / rel, label=f"{label}: {rel}") for rel in files if _is_binary(rel, platform)}
+    version_of = _format(target).file_version
+    binaries = {rel: version_of(root / rel, label=f"{label}: {rel}") for rel in files if _is_binary(rel, target)}
     return OrtArchive(top=top, version=version, commit=commit, files=files, binaries=binaries, links=links)
 
 
@@ -152,18 +152,18 @@ def _no_version(path: Path, *, label: str) -> str | None:
     return None
 
 
-def _disagreements(archive: OrtArchive, root: Path, *, label: str, platform: str,
+def _disagreements(archive: OrtArchive, root: Path, *, label: str, target: TargetPlatform,
                    expected_version: str | None) -> list[str]:
     """Every way the archive contradicts itself, the manifest or the target platform, each one sentence."""
     problems = _version_problems(archive, expected_version)
-    layout = _Layout.of(platform, archive.version)
+    layout = _Layout.of(target, archive.version)
     required = [layout.library, "include/onnxruntime_c_api.h"]
     if layout.import_library:
         required.append(layout.import_library)
     shipped = set(archive.files) | set(archive.links)
-    problems += [f"it has no {rel}, expected for {platform} (is this the archive for another platform?)"
+    problems += [f"it has no {rel}, expected for {target.tag} (is this the archive for another platform?)"
                  for rel in required if rel not in shipped]
-    problems += _binary_problems(archive, root, platform=platform)
+    problems += _binary_problems(archive, root, target=target)
     if layout.library in archive.files:
         problems += _build_info_problems(archive, root / layout.library, layout.library)
     return problems
@@ -184,33 +184,33 @@ def _version_problems(archive: OrtArchive, expected_version: str | None) -> list
     return problems
 
 
-def _binary_problems(archive: OrtArchive, root: Path, *, platform: str) -> list[str]:
+def _binary_problems(archive: OrtArchive, root: Path, *, target: TargetPlatform) -> list[str]:
     problems = []
     for rel in sorted(archive.binaries):
         if not _PLAIN_NAME.match(PurePosixPath(rel).name):
             problems.append(f"{rel} has a name with characters other than letters, digits and . _ + -")
         else:
-            problems += _format(platform).problems(archive, rel, root / rel, platform=platform)
+            problems += _format(target).problems(archive, rel, root / rel, target=target)
     versions = sorted({v for v in archive.binaries.values() if v is not None})
     if len(versions) > 1:
         problems.append(f"its DLLs carry different FileVersions {versions}, expected one build")
     return problems
 
 
-def _elf_problems(archive: OrtArchive, rel: str, path: Path, *, platform: str) -> list[str]:
+def _elf_problems(archive: OrtArchive, rel: str, path: Path, *, target: TargetPlatform) -> list[str]:
     if is_x86_64_elf(path):
         return []
-    return [f"{rel} is not an x86-64 ELF shared object, expected one for {platform}"]
+    return [f"{rel} is not an x86-64 ELF shared object, expected one for {target.tag}"]
 
 
-def _dll_problems(archive: OrtArchive, rel: str, path: Path, *, platform: str) -> list[str]:
+def _dll_problems(archive: OrtArchive, rel: str, path: Path, *, target: TargetPlatform) -> list[str]:
     info = inspect_pe(path, label=rel)
     problems = []
     if info.machine != X64_MACHINE:
         problems.append(f"{rel} is built for {info.machine_name}, expected x64")
     version = archive.binaries[rel]
     if version is None:
-        if rel == _Layout.of(platform, archive.version).library:
+        if rel == _Layout.of(target, archive.version).library:
             problems.append(f"{rel} has no FileVersion, expected the ORT form <major>.<minor>.<date>.<build>.<commit>")
         return problems
     match = _FILE_VERSION.match(version)
@@ -234,7 +234,7 @@ class _BinaryFormat:
     layout: Callable[[str], _Layout]  # of the ORT version
     library_name: re.Pattern[str]
     file_version: Callable[..., str | None]  # (path, *, label)
-    problems: Callable[..., list[str]]  # (archive, rel, path, *, platform)
+    problems: Callable[..., list[str]]  # (archive, rel, path, *, target)
 
 
 _FORMATS = {
@@ -249,8 +249,8 @@ _FORMATS = {
 }
 
 
-def _format(platform: str) -> _BinaryFormat:
-    return _FORMATS[TARGETS[platform].binary_format]
+def _format(target: TargetPlatform) -> _BinaryFormat:
+    return _FORMATS[target.binary_format]
 
 
 def _build_info_problems(archive: OrtArchive, library: Path, rel: str) -> list[str]:

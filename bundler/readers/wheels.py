@@ -22,13 +22,12 @@ from bundler.hashing import CHUNK
 from bundler.names import decode_utf8, record_digest
 from bundler.readers.archives import SafeArchive
 from bundler.readers.capi import (
-    PLATFORMS,
     PYTHON_RE,
     _parse_headers,
     _parse_tags,
     _version,
 )
-from bundler.target_platform import TARGETS
+from bundler.target_platform import TargetPlatform
 
 
 def wheel_metadata(archive: SafeArchive, *, label: str) -> tuple[str, Message]:
@@ -48,12 +47,12 @@ RECORD_ALGORITHMS = frozenset({"sha256", "sha384", "sha512", "sha3_256", "sha3_3
 RECORD_SIGNATURES = ("RECORD", "RECORD.jws", "RECORD.p7s")
 
 
-def verify_official_wheel(path: Path, *, expected_name: str, expected_version: str, target_platform: str,
+def verify_official_wheel(path: Path, *, expected_name: str, expected_version: str, target: TargetPlatform,
                           target_python: str, label: str) -> None:
     """Check an official wheel's name, version and tags against the manifest and its RECORD hashes."""
     tags = _check_wheel_filename(path, expected_name=expected_name, expected_version=expected_version,
                                  label=label)
-    _check_serves(path, tags, platform=target_platform, python=target_python, label=label)
+    _check_serves(path, tags, target=target, python=target_python, label=label)
     with SafeArchive.open(path, label=label) as archive:
         dist_info = _wheel_dist_info(archive, path=path, label=label)
         _check_dist_info(archive, dist_info, path=path, tags=tags, expected_name=expected_name,
@@ -76,15 +75,15 @@ def _check_wheel_filename(path: Path, *, expected_name: str, expected_version: s
     return tags
 
 
-def _check_serves(path: Path, tags: frozenset[Tag], *, platform: str, python: str, label: str) -> None:
+def _check_serves(path: Path, tags: frozenset[Tag], *, target: TargetPlatform, python: str, label: str) -> None:
     match = PYTHON_RE.match(python)
-    if platform not in PLATFORMS or not match:
-        msg = f"{label}: found the target {platform} / Python {python}, expected one of {', '.join(PLATFORMS)} and '3.X'"
+    if not match:
+        msg = f"{label}: found the target Python {python}, expected '3.X'"
         raise UnsupportedError(msg)
     minor = int(match.group(1))
-    if not any(TARGETS[platform].serves(tag, minor=minor) and tag.abi != "none" for tag in tags):
+    if not any(target.serves(tag, minor=minor) and tag.abi != "none" for tag in tags):
         msg = (f"{label}: {path.name} carries the tags {', '.join(sorted(map(str, tags)))}, expected one that "
-               f"serves CPython 3.{minor} on {platform}")
+               f"serves CPython 3.{minor} on {target.tag}")
         raise BuildError(msg)
 
 

@@ -24,6 +24,7 @@ from bundler.manifest import load
 from bundler.readers.capi import read_capi
 from bundler.shipped.ort_bundle.selfcheck.check_context import Context
 from bundler.signing.check import check_signatures
+from bundler.target_platform import LINUX as LINUX_TARGET
 
 LINUX = "quickstart-linux-1.0.0-linux_x86_64"
 CACHE = cache_root() / "bundler-cache"
@@ -109,7 +110,7 @@ def test_build_names_the_mismatch_fetch_saw_not_a_missing_file(bundler_cache: Pa
 def test_a_wrong_ort_version_names_the_manifest_key_not_a_scratch_folder(ort_linux_wheel: Path, tmp_path: Path) -> None:
     """A wrong [ort] version named `…/tmp/build-3337…/capi/…whl.capi/onnxruntime` (exit 7)."""
     with pytest.raises(BuildError) as caught:
-        capi_wheel(ort_linux_wheel, source_sha256=file_sha256(ort_linux_wheel), platform="linux_x86_64",
+        capi_wheel(ort_linux_wheel, source_sha256=file_sha256(ort_linux_wheel), target=LINUX_TARGET,
                    target_python="3.11", expected_version="1.22.0", requires=None, source_date_epoch=1767225600,
                    work=tmp_path / "scratch", cache=None)
     message = str(caught.value)
@@ -211,6 +212,6 @@ def test_a_capi_zip_is_named_by_its_key_and_its_own_paths_not_the_scratch_folder
             archive.writestr(name, text)
     work = tmp_path / "scratch-build-3337"
     with pytest.raises(BuildError) as caught:
-        read_capi(source, work_dir=work, platform="linux_x86_64", label="ort.capi")
+        read_capi(source, work_dir=work, target=LINUX_TARGET, label="ort.capi")
     assert str(caught.value).startswith(expected), str(caught.value)
     assert str(work) not in str(caught.value)

@@ -38,7 +38,8 @@ def test_wheel_carries_templates_and_a_plain_install_uses_them(tmp_path: Path) -
     subprocess.run([sys.executable, "-m", "bundler", "init", "-o", "app.toml"], env=env, cwd=work, check=True)
     assert "[bundle]" in (work / "app.toml").read_text()
     script = ("from bundler.assembly.render import EntryPoint, ScriptContext, render_scripts;"
-              "ctx = ScriptContext(name='a', version='1', platform='win_amd64', python='3.11', vc_runtime_min=None,"
+              "from bundler.target_platform import WINDOWS;"
+              "ctx = ScriptContext(name='a', version='1', target=WINDOWS, python='3.11', vc_runtime_min=None,"
               " vc_redist=None, gpu_dll_dirs=(), gpu_preload=(), dll_dirs=(), entry_point=None, cache_dir=None, env={},"
               " default_install_dir='C:\\\\ort\\\\a');"
               "print(sorted(render_scripts(ctx)))")

@@ -40,13 +40,14 @@ from bundler.assembly.render import (
 )
 from bundler.assembly.shipped_package import package_files
 from bundler.shipped.ort_bundle.launch_config import RUN_SCRIPT
+from bundler.target_platform import WINDOWS
 
 CODES = INSTALL_EXIT_CODES
 DLL_DIRS = ("venv/Lib/site-packages/onnxruntime/capi",)
 APP_VALUE = "it's 100% \"quoted\" & <piped> | ^caret! $HOME (x)"
 def windows_context(**changes: object) -> ScriptContext:
     values: dict[str, object] = dict(
-        name="demo", version="1.2.3", platform="win_amd64", python="3.11", vc_runtime_min="14.40.33810",
+        name="demo", version="1.2.3", target=WINDOWS, python="3.11", vc_runtime_min="14.40.33810",
         vc_redist="payload/vc_redist/VC_redist.x64.exe", gpu_dll_dirs=("gpu",), gpu_preload=("gpu/cudart64_110.dll",),
         dll_dirs=DLL_DIRS, entry_point=EntryPoint(kind="script", value="app/main.py"), cache_dir=None,
         env={"APP_VALUE": APP_VALUE}, default_install_dir=r"%ProgramFiles%\demo")

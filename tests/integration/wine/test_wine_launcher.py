@@ -57,6 +57,7 @@ from bundler.hashing import file_sha256
 from bundler.shipped.ort_bundle import synth
 from bundler.shipped.ort_bundle.engine import engine
 from bundler.shipped.ort_bundle.records import InstallPlan
+from bundler.target_platform import TARGETS
 
 #: The install folder's parent: spaces and '&' in the path, as issue 7 §5 asks (every Wine test uses it).
 HOSTILE_PARENT = "ort apps & tools"
@@ -277,7 +278,7 @@ def test_run_cmd_in_a_folder_with_spaces_and_ampersand_passes_arguments_environm
 def program_context(platform: str, program: str) -> ScriptContext:
     windows = platform == "win_amd64"
     return ScriptContext(
-        name="demo", version="1.2.3", platform=platform, python="3.11", vc_runtime_min=None, vc_redist=None,
+        name="demo", version="1.2.3", target=TARGETS[platform], python="3.11", vc_runtime_min=None, vc_redist=None,
         gpu_dll_dirs=(), gpu_preload=(),
         dll_dirs=(f"venv/{'Lib' if windows else 'lib/python3.11'}/site-packages/onnxruntime/capi",),
         entry_point=EntryPoint(kind="program", value=program), cache_dir=None, env={"APP_MODE": "fast & quiet"},

@@ -28,6 +28,7 @@ from bundler.assembly.render import (
     sh_quote,
 )
 from bundler.errors import BuildError
+from bundler.target_platform import TARGETS
 
 HOSTILE = "it's \"$(touch PWNED)\" `touch PWNED` $HOME %PATH% & | ; > out ^ ! ‘’"
 PS_HOSTILE = "'; Invoke-Pwned; '\u2019; Invoke-Pwned; \u2018$(Invoke-Pwned)"
@@ -36,7 +37,7 @@ PS_HOSTILE = "'; Invoke-Pwned; '\u2019; Invoke-Pwned; \u2018$(Invoke-Pwned)"
 def context(platform: str, **changes: object) -> ScriptContext:
     windows = platform == "win_amd64"
     values: dict[str, object] = dict(
-        name="demo", version="1.2.3", platform=platform, python="3.11",
+        name="demo", version="1.2.3", target=TARGETS[platform], python="3.11",
         vc_runtime_min="14.40.33810" if windows else None,
         vc_redist="payload/vc_redist/VC_redist.x64.exe" if windows else None,
         gpu_dll_dirs=("gpu",), gpu_preload=("gpu/cudart64_110.dll",) if windows else ("gpu/libcudart.so.11.0",),

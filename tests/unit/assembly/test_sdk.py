@@ -44,6 +44,7 @@ from bundler.integrations import tools
 from bundler.manifest import Manifest, load
 from bundler.readers.ortarchive import inspect_ort_archive
 from bundler.shipped.ort_bundle.engine.image import copy_entries
+from bundler.target_platform import TARGETS
 
 LINUX = "linux_x86_64"
 WINDOWS = "win_amd64"
@@ -110,7 +111,7 @@ def cmake_tool() -> str:
 
 def test_a_consistent_archive_is_read_with_its_link_chain(tmp_path: Path) -> None:
     archive = linux_release_archive(tmp_path, fake_elf(tmp_path / "lib.so"), header=STANDIN_HEADER_MINIMAL)
-    found = inspect_ort_archive(archive, label="ort.archive", platform=LINUX, expected_version=ORT_VERSION)
+    found = inspect_ort_archive(archive, label="ort.archive", target=TARGETS[LINUX], expected_version=ORT_VERSION)
     assert (found.top, found.version, found.commit) == (LINUX_TOP, ORT_VERSION, ORT_COMMIT)
     assert found.binaries == {"lib/libonnxruntime.so.1.23.1": None}
     assert found.links == {"lib/libonnxruntime.so": "lib/libonnxruntime.so.1.23.1",
@@ -122,13 +123,13 @@ def test_a_consistent_archive_is_read_with_its_link_chain(tmp_path: Path) -> Non
 def test_a_short_commit_id_is_accepted(tmp_path: Path) -> None:
     archive = linux_release_archive(tmp_path, fake_elf(tmp_path / "lib.so"), header=STANDIN_HEADER_MINIMAL,
                                     commit=ORT_COMMIT[:7])
-    assert inspect_ort_archive(archive, label="ort.archive", platform=LINUX).commit == "d9b2048"
+    assert inspect_ort_archive(archive, label="ort.archive", target=TARGETS[LINUX]).commit == "d9b2048"
 
 
 def test_version_number_disagreeing_with_the_manifest_names_both(tmp_path: Path) -> None:
     archive = linux_release_archive(tmp_path, fake_elf(tmp_path / "lib.so"), header=STANDIN_HEADER_MINIMAL)
     with pytest.raises(BuildError, match=r"VERSION_NUMBER says 1\.23\.1 but \[ort\] version is 1\.22\.0"):
-        inspect_ort_archive(archive, label="ort.archive", platform=LINUX, expected_version="1.22.0")
+        inspect_ort_archive(archive, label="ort.archive", target=TARGETS[LINUX], expected_version="1.22.0")
 
 
 def test_a_library_built_from_another_commit_is_refused(tmp_path: Path) -> None:
@@ -136,13 +137,13 @@ def test_a_library_built_from_another_commit_is_refused(tmp_path: Path) -> None:
                                     header=STANDIN_HEADER_MINIMAL)
     with pytest.raises(BuildError, match=r"lib/libonnxruntime\.so\.1\.23\.1 was built from commit 0123456789 but "
                                          r"GIT_COMMIT_ID is d9b2048791"):
-        inspect_ort_archive(archive, label="ort.archive", platform=LINUX)
+        inspect_ort_archive(archive, label="ort.archive", target=TARGETS[LINUX])
 
 
 def test_the_linux_archive_for_a_windows_target_is_refused(tmp_path: Path) -> None:
     archive = linux_release_archive(tmp_path, fake_elf(tmp_path / "lib.so"), header=STANDIN_HEADER_MINIMAL)
     with pytest.raises(BuildError, match=r"no lib/onnxruntime\.dll, expected for win_amd64"):
-        inspect_ort_archive(archive, label="ort.archive", platform=WINDOWS)
+        inspect_ort_archive(archive, label="ort.archive", target=TARGETS[WINDOWS])
 
 
 def test_missing_version_files_and_a_second_top_folder_are_refused(tmp_path: Path) -> None:
@@ -151,12 +152,12 @@ def test_missing_version_files_and_a_second_top_folder_are_refused(tmp_path: Pat
         for name in ("a/VERSION_NUMBER", "b/VERSION_NUMBER"):
             tar.addfile(tarfile.TarInfo(name))
     with pytest.raises(BuildError, match=r"top-level entries \['a', 'b'\]"):
-        inspect_ort_archive(path, label="ort.archive", platform=LINUX)
+        inspect_ort_archive(path, label="ort.archive", target=TARGETS[LINUX])
     alone = tmp_path / "alone.tgz"
     with tarfile.open(alone, "w:gz") as tar:
         tar.add(fake_elf(tmp_path / "lib.so"), arcname="top/lib/libonnxruntime.so.1.23.1")
     with pytest.raises(BuildError, match="has no VERSION_NUMBER in its top folder"):
-        inspect_ort_archive(alone, label="ort.archive", platform=LINUX)
+        inspect_ort_archive(alone, label="ort.archive", target=TARGETS[LINUX])
 
 
 @pytest.mark.parametrize("links", [
@@ -173,14 +174,14 @@ def test_links_outside_the_policy_are_refused_by_name(tmp_path: Path, links: dic
     first = sorted(links)[0]
     with pytest.raises(UnsafeArchiveError, match=rf"entry '{re.escape(LINUX_TOP)}/{re.escape(first)}' is a "
                                                  rf"symbolic link to '{re.escape(links[first])}'"):
-        inspect_ort_archive(archive, label="ort.archive", platform=LINUX)
+        inspect_ort_archive(archive, label="ort.archive", target=TARGETS[LINUX])
 
 
 def test_a_truncated_archive_is_reported_as_such(tmp_path: Path) -> None:
     archive = linux_release_archive(tmp_path, fake_elf(tmp_path / "lib.so"), header=STANDIN_HEADER_MINIMAL)
     archive.write_bytes(archive.read_bytes()[:-200])
     with pytest.raises(UnsafeArchiveError, match="ort.archive"):
-        inspect_ort_archive(archive, label="ort.archive", platform=LINUX)
+        inspect_ort_archive(archive, label="ort.archive", target=TARGETS[LINUX])
 
 
 def test_no_archive_means_no_sdk(tmp_path: Path) -> None:
@@ -336,7 +337,7 @@ def win_implib(win_dlls: list[Path], tmp_path_factory: pytest.TempPathFactory) -
 @pytest.mark.integration
 def test_the_windows_archive_agrees_with_its_dlls(win_dlls: list[Path], win_implib: Path, tmp_path: Path) -> None:
     archive = windows_release_archive(tmp_path, win_dlls, win_implib, header=STANDIN_HEADER_MINIMAL)
-    found = inspect_ort_archive(archive, label="ort.archive", platform=WINDOWS, expected_version=ORT_VERSION)
+    found = inspect_ort_archive(archive, label="ort.archive", target=TARGETS[WINDOWS], expected_version=ORT_VERSION)
     assert (found.top, found.version, found.commit) == (WIN_TOP, ORT_VERSION, ORT_COMMIT)
     assert found.binaries == {"lib/onnxruntime.dll": FILE_VERSION, "lib/onnxruntime_providers_shared.dll": FILE_VERSION}
 
@@ -347,11 +348,11 @@ def test_a_windows_version_number_of_another_release_names_both(win_dlls: list[P
     archive = windows_release_archive(tmp_path, win_dlls, win_implib, header=STANDIN_HEADER_MINIMAL,
                                       version_number="1.22.0", top="onnxruntime-win-x64-1.22.0")
     with pytest.raises(BuildError) as caught:
-        inspect_ort_archive(archive, label="ort.archive", platform=WINDOWS)
+        inspect_ort_archive(archive, label="ort.archive", target=TARGETS[WINDOWS])
     message = str(caught.value)
     assert f"lib/onnxruntime.dll has FileVersion {FILE_VERSION} but VERSION_NUMBER says 1.22.0" in message
     with pytest.raises(BuildError, match=r"VERSION_NUMBER says 1\.22\.0 but \[ort\] version is 1\.23\.1"):
-        inspect_ort_archive(archive, label="ort.archive", platform=WINDOWS, expected_version=ORT_VERSION)
+        inspect_ort_archive(archive, label="ort.archive", target=TARGETS[WINDOWS], expected_version=ORT_VERSION)
 
 
 @pytest.mark.integration
@@ -360,7 +361,7 @@ def test_a_windows_commit_that_is_not_the_dlls_is_refused(win_dlls: list[Path], 
     archive = windows_release_archive(tmp_path, win_dlls, win_implib, header=STANDIN_HEADER_MINIMAL,
                                       commit="a83fc4d58cb48eb68890dd689f94f28288cf2278")
     with pytest.raises(BuildError, match=r"whose commit d9b2048 is not GIT_COMMIT_ID a83fc4d58"):
-        inspect_ort_archive(archive, label="ort.archive", platform=WINDOWS)
+        inspect_ort_archive(archive, label="ort.archive", target=TARGETS[WINDOWS])
 
 
 def add_gpu_stand_in(assembly: Assembly) -> None:

@@ -55,9 +55,9 @@ ALL_TEMPLATES = _templates(resources.files("bundler.templates"))
 
 
 def test_the_package_templates_include_each_platforms_folder() -> None:
-    for platform in TARGETS:
-        assert platform_template(platform, "README-INSTALL.txt.j2") in ALL_TEMPLATES
-        assert platform_template(platform, "onnxruntimeConfig.cmake.j2") in ALL_TEMPLATES
+    for target in TARGETS.values():
+        assert platform_template(target, "README-INSTALL.txt.j2") in ALL_TEMPLATES
+        assert platform_template(target, "onnxruntimeConfig.cmake.j2") in ALL_TEMPLATES
 
 
 @pytest.mark.parametrize("name", sorted(ALL_TEMPLATES))

@@ -38,6 +38,7 @@ from bundler.hashing import file_sha256
 from bundler.readers.capi import CapiTree, derive_tag, read_capi
 from bundler.readers.wheel_binaries import wheel_binaries
 from bundler.readers.wheels import verify_official_wheel
+from bundler.target_platform import LINUX, TARGETS, WINDOWS
 
 EPOCH = 1700000000
 ORT_REQUIRES = ("coloredlogs", "flatbuffers", "numpy>=1.21.6", "packaging", "protobuf", "sympy")
@@ -51,8 +52,9 @@ from pathlib import Path
 os.umask(0o077)
 from bundler.assembly.wheelbuild import build_wheel
 from bundler.readers.capi import read_capi
+from bundler.target_platform import TARGETS
 source, work, platform, epoch = sys.argv[1:5]
-tree = read_capi(Path(source), work_dir=Path(work), platform=platform, label="ort.capi")
+tree = read_capi(Path(source), work_dir=Path(work), target=TARGETS[platform], label="ort.capi")
 print(build_wheel(tree, expected_version="1.23.1", out_dir=Path(work) / "out", source_date_epoch=int(epoch)))
 """
 
@@ -112,7 +114,7 @@ def unpack(wheel: Path, dest: Path) -> Path:
 
 def test_folder_source_without_dist_info_gets_plain_linux_tag(tmp_path: Path, host_extension: Path) -> None:
     root = host_tree(tmp_path / "src", host_extension)
-    tree = read_capi(root, work_dir=tmp_path / "work", platform="linux_x86_64", label="ort.capi")
+    tree = read_capi(root, work_dir=tmp_path / "work", target=LINUX, label="ort.capi")
     assert tree == CapiTree(root=root, package="onnxruntime", version="1.23.1", requires=(), dist_info=None,
                             tag=f"{HOST_TAG}-{HOST_TAG}-linux_x86_64")
 
@@ -120,7 +122,7 @@ def test_folder_source_without_dist_info_gets_plain_linux_tag(tmp_path: Path, ho
 def test_zip_source_nested_in_a_build_folder_reads_like_the_folder(tmp_path: Path, host_extension: Path) -> None:
     root = host_tree(tmp_path / "src", host_extension)
     source = zip_folder(root, tmp_path / "build-output.zip", prefix="build/Release/")
-    tree = read_capi(source, work_dir=tmp_path / "work", platform="linux_x86_64", label="ort.capi")
+    tree = read_capi(source, work_dir=tmp_path / "work", target=LINUX, label="ort.capi")
     assert tree.root == tmp_path / "work" / "build-output.zip.capi" / "build" / "Release"
     assert (tree.package, tree.version, tree.tag) == ("onnxruntime", "1.23.1", f"{HOST_TAG}-{HOST_TAG}-linux_x86_64")
 
@@ -130,7 +132,7 @@ def test_package_name_comes_from_build_info_then_from_use_cuda(tmp_path: Path, h
                          capi_files={"build_and_package_info.py": "package_name = 'onnxruntime-directml'\n"})
     cuda = host_tree(tmp_path / "cuda", host_extension, capi_files={"version_info.py": "use_cuda = True\n"})
     cpu = host_tree(tmp_path / "cpu", host_extension, capi_files={"version_info.py": "use_cuda = False\n"})
-    names = [read_capi(root, work_dir=tmp_path, platform="linux_x86_64", label="ort.capi").package
+    names = [read_capi(root, work_dir=tmp_path, target=LINUX, label="ort.capi").package
              for root in (declared, cuda, cpu)]
     assert names == ["onnxruntime_directml", "onnxruntime_gpu", "onnxruntime"]
 
@@ -139,19 +141,19 @@ def test_tree_disagreeing_about_its_version_is_refused(tmp_path: Path, host_exte
     root = host_tree(tmp_path / "src", host_extension,
                      capi_files={"build_and_package_info.py": "__version__ = '1.23.2'\n"})
     with pytest.raises(BuildError, match=r"1\.23\.1.*1\.23\.2"):
-        read_capi(root, work_dir=tmp_path, platform="linux_x86_64", label="ort.capi")
+        read_capi(root, work_dir=tmp_path, target=LINUX, label="ort.capi")
 
 
 def test_tree_without_extension_module_is_refused(tmp_path: Path) -> None:
     root = make_tree(tmp_path / "src", capi_files={"onnxruntime_inference_collection.py": "x = 1\n"})
     with pytest.raises(BuildError, match="no Python extension module for linux_x86_64.*py3-none"):
-        read_capi(root, work_dir=tmp_path, platform="linux_x86_64", label="ort.capi")
+        read_capi(root, work_dir=tmp_path, target=LINUX, label="ort.capi")
 
 
 def test_linux_tree_for_a_windows_target_is_refused(tmp_path: Path, host_extension: Path) -> None:
     root = host_tree(tmp_path / "src", host_extension)
     with pytest.raises(BuildError, match="no Python extension module for win_amd64"):
-        derive_tag(root, platform="win_amd64")
+        derive_tag(root, target=WINDOWS)
 
 
 def test_extension_modules_for_two_pythons_are_refused(tmp_path: Path, host_extension: Path) -> None:
@@ -159,28 +161,28 @@ def test_extension_modules_for_two_pythons_are_refused(tmp_path: Path, host_exte
     root = make_tree(tmp_path / "src", extensions={"a.cpython-311-x86_64-linux-gnu.so": host_extension,
                                                    "b.cpython-310-x86_64-linux-gnu.so": host_extension})
     with pytest.raises(BuildError, match=r"disagree about the Python version.*(cp310.*cp311|cp311.*cp310)"):
-        derive_tag(root, platform="linux_x86_64")
+        derive_tag(root, target=LINUX)
 
 
 def test_stable_abi_module_takes_the_lowest_python_of_the_source_tags(tmp_path: Path, host_extension: Path) -> None:
     # A stand-in: the host module named as a stable-ABI module.
     root = make_tree(tmp_path / "src", extensions={"onnxruntime_pybind11_state.abi3.so": host_extension})
     tags = ("cp39-abi3-manylinux_2_28_x86_64", "cp38-abi3-manylinux_2_28_x86_64")
-    assert derive_tag(root, platform="linux_x86_64", source_tags=tags) == "cp38-abi3-manylinux_2_28_x86_64"
+    assert derive_tag(root, target=LINUX, source_tags=tags) == "cp38-abi3-manylinux_2_28_x86_64"
     with pytest.raises(BuildError, match="stable-ABI.*cannot be read from the binary"):
-        derive_tag(root, platform="linux_x86_64")
+        derive_tag(root, target=LINUX)
 
 
 def test_binaries_disagreeing_with_source_wheel_tags_are_refused(tmp_path: Path, host_extension: Path) -> None:
     root = host_tree(tmp_path / "src", host_extension)
     with pytest.raises(BuildError, match="WHEEL file says cp38-cp38-manylinux_2_28_x86_64"):
-        derive_tag(root, platform="linux_x86_64", source_tags=("cp38-cp38-manylinux_2_28_x86_64",))
+        derive_tag(root, target=LINUX, source_tags=("cp38-cp38-manylinux_2_28_x86_64",))
 
 
 def test_malformed_source_tag_is_reported_not_raised_raw(tmp_path: Path, host_extension: Path) -> None:
     root = host_tree(tmp_path / "src", host_extension)
     with pytest.raises(BuildError, match="has the tags cp311-linux_x86_64, expected tags of the form"):
-        derive_tag(root, platform="linux_x86_64", source_tags=("cp311-linux_x86_64",))
+        derive_tag(root, target=LINUX, source_tags=("cp311-linux_x86_64",))
 
 
 def test_unsafe_zip_source_is_refused(tmp_path: Path, host_extension: Path) -> None:
@@ -188,7 +190,7 @@ def test_unsafe_zip_source_is_refused(tmp_path: Path, host_extension: Path) -> N
     with zipfile.ZipFile(source, "a") as archive:
         archive.writestr("../escaped.txt", "outside")
     with pytest.raises(UnsafeArchiveError, match=r"\.\./escaped\.txt"):
-        read_capi(source, work_dir=tmp_path / "work", platform="linux_x86_64", label="ort.capi")
+        read_capi(source, work_dir=tmp_path / "work", target=LINUX, label="ort.capi")
     assert not (tmp_path / "escaped.txt").exists()
 
 
@@ -211,7 +213,7 @@ def test_files_a_zip_source_leaves_unextracted_reach_the_wheel_with_their_record
     """Only what is read as a file is extracted; the rest is copied from the zip as compressed there, or (a
     method a wheel may not hold) inflated and deflated again, and RECORD hashes what the zip holds."""
     source = zipped_tree(tmp_path, host_extension, compression={"onnxruntime/tools/notes.txt": method})
-    tree = read_capi(source, work_dir=tmp_path / "work", platform="linux_x86_64", label="ort.capi")
+    tree = read_capi(source, work_dir=tmp_path / "work", target=LINUX, label="ort.capi")
     assert tree.in_archive == ("onnxruntime/capi/__init__.py", "onnxruntime/capi/_pybind_state.py",
                                "onnxruntime/tools/notes.txt")
     assert not (tree.root / "onnxruntime" / "tools" / "notes.txt").exists()
@@ -231,7 +233,7 @@ def test_a_corrupt_member_left_in_the_zip_is_named_when_the_wheel_is_built(tmp_p
     at = data.index(b"left in the zip")
     data[at:at + 4] = b"LEFT"  # the stored bytes no longer match the member's CRC
     source.write_bytes(bytes(data))
-    tree = read_capi(source, work_dir=tmp_path / "work", platform="linux_x86_64", label="ort.capi")
+    tree = read_capi(source, work_dir=tmp_path / "work", target=LINUX, label="ort.capi")
     with pytest.raises(UnsafeArchiveError, match=r"capi\.zip: entry 'onnxruntime/tools/notes\.txt' .*corrupt"):
         build_wheel(tree, expected_version="1.23.1", requires=ORT_REQUIRES, out_dir=tmp_path / "out",
                     source_date_epoch=EPOCH)
@@ -260,7 +262,7 @@ def test_a_member_left_in_the_zip_that_is_not_the_size_it_declares_is_named(tmp_
     """A member copied as it is is inflated on its way through, and held to its entry as extracting would be."""
     source = zipped_tree(tmp_path, host_extension, compression={})
     declare_size(source, "onnxruntime/tools/notes.txt", declared)
-    tree = read_capi(source, work_dir=tmp_path / "work", platform="linux_x86_64", label="ort.capi")
+    tree = read_capi(source, work_dir=tmp_path / "work", target=LINUX, label="ort.capi")
     with pytest.raises(UnsafeArchiveError, match=rf"capi\.zip: entry 'onnxruntime/tools/notes\.txt' {found}"):
         build_wheel(tree, expected_version="1.23.1", requires=ORT_REQUIRES, out_dir=tmp_path / "out",
                     source_date_epoch=EPOCH)
@@ -273,12 +275,12 @@ def test_a_second_tree_of_only_files_left_in_the_zip_is_still_found(tmp_path: Pa
     with zipfile.ZipFile(source, "a") as archive:
         archive.writestr("other/onnxruntime/capi/_pybind_state.py", "# a second package tree, with no binary\n")
     with pytest.raises(BuildError, match=r"found 2 onnxruntime/capi/ folders"):
-        read_capi(source, work_dir=tmp_path / "work", platform="linux_x86_64", label="ort.capi")
+        read_capi(source, work_dir=tmp_path / "work", target=LINUX, label="ort.capi")
 
 
 def test_version_other_than_the_manifest_is_refused(tmp_path: Path, host_extension: Path) -> None:
     root = host_tree(tmp_path / "src", host_extension, version="1.22.0")
-    tree = read_capi(root, work_dir=tmp_path, platform="linux_x86_64", label="ort.capi")
+    tree = read_capi(root, work_dir=tmp_path, target=LINUX, label="ort.capi")
     out = tmp_path / "out"
     with pytest.raises(BuildError, match=r"found ONNX Runtime version 1\.22\.0, expected 1\.23\.1"):
         build_wheel(tree, expected_version="1.23.1", requires=ORT_REQUIRES, out_dir=out, source_date_epoch=EPOCH)
@@ -286,7 +288,7 @@ def test_version_other_than_the_manifest_is_refused(tmp_path: Path, host_extensi
 
 
 def test_unknown_dependencies_are_refused_with_the_manifest_key(tmp_path: Path, host_extension: Path) -> None:
-    tree = read_capi(host_tree(tmp_path / "src", host_extension), work_dir=tmp_path, platform="linux_x86_64",
+    tree = read_capi(host_tree(tmp_path / "src", host_extension), work_dir=tmp_path, target=LINUX,
                      label="ort.capi")
     with pytest.raises(BuildError, match=r"\[ort\] dependencies"):
         build_wheel(tree, expected_version="1.23.1", out_dir=tmp_path / "out", source_date_epoch=EPOCH)
@@ -296,7 +298,7 @@ def test_given_dependencies_land_in_metadata_and_bytecode_stays_out(tmp_path: Pa
     root = host_tree(tmp_path / "src", host_extension)
     (root / "onnxruntime" / "__pycache__").mkdir()
     (root / "onnxruntime" / "__pycache__" / "__init__.cpython-311.pyc").write_bytes(b"host bytecode")
-    tree = read_capi(root, work_dir=tmp_path, platform="linux_x86_64", label="ort.capi")
+    tree = read_capi(root, work_dir=tmp_path, target=LINUX, label="ort.capi")
     wheel = build_wheel(tree, expected_version="1.23.1", requires=ORT_REQUIRES, out_dir=tmp_path / "out",
                         source_date_epoch=EPOCH)
     assert wheel.name == f"onnxruntime-1.23.1-{HOST_TAG}-{HOST_TAG}-linux_x86_64.whl"
@@ -323,11 +325,11 @@ def test_small_tree_builds_byte_identical_despite_mtimes_modes_and_order(tmp_pat
         shutil.copyfile(path, target)
         os.utime(target, (EPOCH + index * 3607, EPOCH + index * 3607))
         target.chmod(0o600 if index % 2 else 0o775)
-    wheels = [build_wheel(read_capi(root, work_dir=tmp_path, platform="linux_x86_64", label="ort.capi"),
+    wheels = [build_wheel(read_capi(root, work_dir=tmp_path, target=LINUX, label="ort.capi"),
                           expected_version="1.23.1", requires=ORT_REQUIRES, out_dir=tmp_path / f"out-{root.name}",
                           source_date_epoch=EPOCH) for root in (first, second)]
     assert wheels[0].read_bytes() == wheels[1].read_bytes()
-    later = build_wheel(read_capi(first, work_dir=tmp_path, platform="linux_x86_64", label="ort.capi"),
+    later = build_wheel(read_capi(first, work_dir=tmp_path, target=LINUX, label="ort.capi"),
                         expected_version="1.23.1", requires=ORT_REQUIRES, out_dir=tmp_path / "out-later",
                         source_date_epoch=EPOCH + 86400)
     assert later.read_bytes() != wheels[0].read_bytes()  # the epoch, and only it, sets the timestamps
@@ -338,14 +340,14 @@ def test_small_tree_builds_byte_identical_despite_mtimes_modes_and_order(tmp_pat
 
 @pytest.mark.integration
 def test_windows_wheel_as_capi_source(ort_win_wheel: Path, tmp_path: Path) -> None:
-    tree = read_capi(ort_win_wheel, work_dir=tmp_path, platform="win_amd64", label="ort.capi")
+    tree = read_capi(ort_win_wheel, work_dir=tmp_path, target=WINDOWS, label="ort.capi")
     assert (tree.package, tree.version, tree.requires, tree.tag) == (
         "onnxruntime", "1.23.1", ORT_REQUIRES, "cp311-cp311-win_amd64")
 
 
 @pytest.mark.integration
 def test_windows_built_wheel_is_valid_and_reproducible(ort_win_wheel: Path, tmp_path: Path) -> None:
-    tree = read_capi(ort_win_wheel, work_dir=tmp_path / "a", platform="win_amd64", label="ort.capi")
+    tree = read_capi(ort_win_wheel, work_dir=tmp_path / "a", target=WINDOWS, label="ort.capi")
     before = {p: p.stat().st_mtime_ns for p in tree.root.rglob("*")}
     wheel = build_wheel(tree, expected_version="1.23.1", out_dir=tmp_path / "a" / "out", source_date_epoch=EPOCH)
     assert wheel.name == "onnxruntime-1.23.1-cp311-cp311-win_amd64.whl"
@@ -375,7 +377,7 @@ def test_windows_built_wheel_is_valid_and_reproducible(ort_win_wheel: Path, tmp_
     done = subprocess.run([sys.executable, "-c", BUILD_SCRIPT, str(copy), str(tmp_path / "b"), "win_amd64",
                            str(EPOCH)], env=env, capture_output=True, text=True, check=True)
     from_folder = Path(done.stdout.strip())
-    here = build_wheel(read_capi(copy, work_dir=tmp_path / "c", platform="win_amd64", label="ort.capi"),
+    here = build_wheel(read_capi(copy, work_dir=tmp_path / "c", target=WINDOWS, label="ort.capi"),
                        expected_version="1.23.1", out_dir=tmp_path / "c" / "out", source_date_epoch=EPOCH)
     assert from_folder.read_bytes() == here.read_bytes()
     with zipfile.ZipFile(from_folder) as folder_zip, zipfile.ZipFile(wheel) as zip_zip:
@@ -395,27 +397,27 @@ def test_windows_pyd_importing_python310_gets_cp310(ort_win_wheel: Path, tmp_pat
     capi = tmp_path / "onnxruntime" / "capi"
     capi.mkdir(parents=True)
     (capi / "onnxruntime_pybind11_state.pyd").write_bytes(pyd.replace(b"python311.dll", b"python310.dll"))
-    assert derive_tag(tmp_path, platform="win_amd64") == "cp310-cp310-win_amd64"
+    assert derive_tag(tmp_path, target=WINDOWS) == "cp310-cp310-win_amd64"
     with pytest.raises(BuildError, match="cp310-cp310.*WHEEL file says cp311-cp311-win_amd64"):
-        derive_tag(tmp_path, platform="win_amd64", source_tags=("cp311-cp311-win_amd64",))
+        derive_tag(tmp_path, target=WINDOWS, source_tags=("cp311-cp311-win_amd64",))
     (capi / "second.pyd").write_bytes(pyd)
     with pytest.raises(BuildError, match="disagree about the Python version"):
-        derive_tag(tmp_path, platform="win_amd64")
+        derive_tag(tmp_path, target=WINDOWS)
 
 
 @pytest.mark.integration
 def test_linux_capi_keeps_the_manylinux_tags_of_its_source(ort_linux_wheel: Path, tmp_path: Path) -> None:
     folder = unpack(ort_linux_wheel, tmp_path / "unpacked")
-    tree = read_capi(folder, work_dir=tmp_path, platform="linux_x86_64", label="ort.capi")
+    tree = read_capi(folder, work_dir=tmp_path, target=LINUX, label="ort.capi")
     assert (tree.package, tree.version, tree.requires, tree.tag) == (
         "onnxruntime", "1.23.1", ORT_REQUIRES, LINUX_MANYLINUX_TAG)
     shutil.rmtree(folder / "onnxruntime-1.23.1.dist-info")  # a bare tree: no tags to carry
-    assert derive_tag(folder, platform="linux_x86_64") == "cp311-cp311-linux_x86_64"
+    assert derive_tag(folder, target=LINUX) == "cp311-cp311-linux_x86_64"
 
 
 @pytest.mark.integration
 def test_linux_built_wheel_installs_and_runs_a_model(ort_linux_wheel: Path, tmp_path: Path) -> None:
-    tree = read_capi(ort_linux_wheel, work_dir=tmp_path, platform="linux_x86_64", label="ort.capi")
+    tree = read_capi(ort_linux_wheel, work_dir=tmp_path, target=LINUX, label="ort.capi")
     wheels = tmp_path / "wheels"
     wheel = build_wheel(tree, expected_version="1.23.1", out_dir=wheels, source_date_epoch=EPOCH)
     assert wheel.name == f"onnxruntime-1.23.1-{LINUX_MANYLINUX_TAG}.whl"
@@ -449,7 +451,7 @@ def dist_info_files(wheel: Path) -> dict[str, bytes]:
 
 
 def rebuilt(upstream: Path, platform: str, work: Path, *, cache: DerivedCache | None = None) -> Derived:
-    return capi_wheel(upstream, source_sha256=file_sha256(upstream), platform=platform, target_python="3.11",
+    return capi_wheel(upstream, source_sha256=file_sha256(upstream), target=TARGETS[platform], target_python="3.11",
                       expected_version="1.23.1", requires=None, source_date_epoch=EPOCH, work=work, cache=cache)
 
 
@@ -494,7 +496,7 @@ def test_check_wheel_contents_finds_nothing_new_in_the_rebuilt_wheel(ort_win_whe
 
 
 def test_tree_without_dist_info_gets_metadata_2_4(tmp_path: Path, host_extension: Path) -> None:
-    tree = read_capi(host_tree(tmp_path / "src", host_extension), work_dir=tmp_path, platform="linux_x86_64",
+    tree = read_capi(host_tree(tmp_path / "src", host_extension), work_dir=tmp_path, target=LINUX,
                      label="ort.capi")
     wheel = build_wheel(tree, expected_version="1.23.1", requires=ORT_REQUIRES, out_dir=tmp_path / "out",
                         source_date_epoch=EPOCH, target_python="3.11", source_label="build.zip sha256:" + "a" * 64)
@@ -517,7 +519,7 @@ def test_manifest_dependencies_replace_requires_dist_in_place(tmp_path: Path, ho
     for name in ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json"):  # an installed tree's files
         (dist_info / name).write_text("installed\n", encoding="utf-8")
     (dist_info / "entry_points.txt").write_text("[console_scripts]\nx = onnxruntime:main\n", encoding="utf-8")
-    tree = read_capi(root, work_dir=tmp_path, platform="linux_x86_64", label="ort.capi")
+    tree = read_capi(root, work_dir=tmp_path, target=LINUX, label="ort.capi")
     wheel = build_wheel(tree, expected_version="1.23.1", requires=("numpy>=2", "packaging"), out_dir=tmp_path / "out",
                         source_date_epoch=EPOCH, source_label="tree.zip")
     files = dist_info_files(wheel)
@@ -539,7 +541,7 @@ def test_the_built_wheel_is_cached_by_its_inputs_and_a_damaged_entry_is_rebuilt(
     assert again == first
     assert not (tmp_path / "w2" / "capi").exists(), "a hit must not extract the source again"
     other_epoch = capi_wheel(ort_linux_wheel, source_sha256=file_sha256(ort_linux_wheel),
-                             platform="linux_x86_64", target_python="3.11", expected_version="1.23.1", requires=None,
+                             target=LINUX, target_python="3.11", expected_version="1.23.1", requires=None,
                              source_date_epoch=EPOCH + 1, work=tmp_path / "w3", cache=cache)
     assert other_epoch.path != first.path
     data = bytearray(first.path.read_bytes())
@@ -554,24 +556,24 @@ def test_the_built_wheel_is_cached_by_its_inputs_and_a_damaged_entry_is_rebuilt(
 @pytest.mark.parametrize(("fixture", "platform"), [("ort_win_wheel", "win_amd64"), ("ort_linux_wheel", "linux_x86_64")])
 def test_official_wheels_verify(fixture: str, platform: str, request: pytest.FixtureRequest) -> None:
     wheel = request.getfixturevalue(fixture)
-    verify_official_wheel(wheel, expected_name="onnxruntime", expected_version="1.23.1", target_platform=platform,
+    verify_official_wheel(wheel, expected_name="onnxruntime", expected_version="1.23.1", target=TARGETS[platform],
                           target_python="3.11", label="ort.wheel")
     with pytest.raises(BuildError, match=r"version 1\.23\.1, expected 1\.22\.0"):
         verify_official_wheel(wheel, expected_name="onnxruntime", expected_version="1.22.0",
-                              target_platform=platform, target_python="3.11", label="ort.wheel")
+                              target=TARGETS[platform], target_python="3.11", label="ort.wheel")
     with pytest.raises(BuildError, match=r"expected one that serves CPython 3\.12"):
         verify_official_wheel(wheel, expected_name="onnxruntime", expected_version="1.23.1",
-                              target_platform=platform, target_python="3.12", label="ort.wheel")
+                              target=TARGETS[platform], target_python="3.12", label="ort.wheel")
     with pytest.raises(BuildError, match="'onnxruntime', expected 'onnxruntime-gpu'"):
         verify_official_wheel(wheel, expected_name="onnxruntime-gpu", expected_version="1.23.1",
-                              target_platform=platform, target_python="3.11", label="ort.wheel")
+                              target=TARGETS[platform], target_python="3.11", label="ort.wheel")
 
 
 @pytest.mark.integration
 def test_windows_wheel_does_not_serve_linux(ort_win_wheel: Path) -> None:
     with pytest.raises(BuildError, match="cp311-cp311-win_amd64, expected one that serves CPython 3.11 on linux_x86_64"):
         verify_official_wheel(ort_win_wheel, expected_name="onnxruntime", expected_version="1.23.1",
-                              target_platform="linux_x86_64", target_python="3.11", label="ort.wheel")
+                              target_target=LINUX, target_python="3.11", label="ort.wheel")
 
 
 @pytest.mark.integration
@@ -586,7 +588,7 @@ def test_tampered_official_wheel_names_the_changed_file(ort_win_wheel: Path, tmp
             dest.writestr(info.filename, data)
     with pytest.raises(BuildError, match=f"{changed} does not match its RECORD entry"):
         verify_official_wheel(tampered, expected_name="onnxruntime", expected_version="1.23.1",
-                              target_platform="win_amd64", target_python="3.11", label="ort.wheel")
+                              target_target=WINDOWS, target_python="3.11", label="ort.wheel")
 
 
 def test_a_zip_source_lends_its_compressed_members_unchanged(tmp_path: Path, host_extension: Path) -> None:
@@ -598,7 +600,7 @@ def test_a_zip_source_lends_its_compressed_members_unchanged(tmp_path: Path, hos
         for path in sorted(root.rglob("*")):
             if path.is_file():
                 archive.write(path, "build/Release/" + path.relative_to(root).as_posix())
-    tree = read_capi(source, work_dir=tmp_path / "work", platform="linux_x86_64", label="ort.capi")
+    tree = read_capi(source, work_dir=tmp_path / "work", target=LINUX, label="ort.capi")
     assert (tree.archive, tree.archive_root) == (source, "build/Release")
     wheel = build_wheel(tree, expected_version="1.23.1", requires=ORT_REQUIRES, out_dir=tmp_path / "out",
                         source_date_epoch=EPOCH)
@@ -608,7 +610,7 @@ def test_a_zip_source_lends_its_compressed_members_unchanged(tmp_path: Path, hos
     assert methods["onnxruntime-1.23.1.dist-info/METADATA"] == zipfile.ZIP_DEFLATED
     with InstallerWheelFile.open(wheel) as checked:
         checked.validate_record()  # every copied member hashes to what RECORD says
-    folder = build_wheel(read_capi(root, work_dir=tmp_path / "w2", platform="linux_x86_64", label="ort.capi"),
+    folder = build_wheel(read_capi(root, work_dir=tmp_path / "w2", target=LINUX, label="ort.capi"),
                          expected_version="1.23.1", requires=ORT_REQUIRES, out_dir=tmp_path / "out2",
                          source_date_epoch=EPOCH)
     with zipfile.ZipFile(folder) as archive:

@@ -25,6 +25,7 @@ from bundler.readers.archives import SafeArchive
 from bundler.readers.capi import read_capi
 from bundler.readers.ortarchive import extract_ort_archive
 from bundler.readers.wheels import verify_official_wheel
+from bundler.target_platform import LINUX
 
 GIB = 1024**3
 
@@ -94,7 +95,7 @@ def test_a_capi_build_extracts_nothing_from_a_tar_bomb(request: pytest.FixtureRe
     archive: Path = request.getfixturevalue(bomb)
     work = tmp_path / "work"
     with pytest.raises(UnsafeArchiveError, match=r"ort\.capi: entry .* \(tar bomb or sparse-file bomb\)"):
-        read_capi(archive, work_dir=work, platform="linux_x86_64", label="ort.capi")
+        read_capi(archive, work_dir=work, target=LINUX, label="ort.capi")
     assert disk_bytes(work) == 0
 
 
@@ -118,7 +119,7 @@ def test_an_ort_tgz_with_links_is_not_repacked_past_a_sparse_bomb(tmp_path: Path
     shutil.rmtree(tree)
     dest = tmp_path / "dest"
     with pytest.raises(UnsafeArchiveError, match=r"filler\.bin' brings the uncompressed total to \d+ bytes"):
-        extract_ort_archive(archive, label="ort.archive", platform="linux_x86_64", dest=dest)
+        extract_ort_archive(archive, label="ort.archive", target=LINUX, dest=dest)
     assert disk_bytes(dest) < 1024**2  # the re-packed copy stops before the bomb member
     shutil.rmtree(dest)
     before = snapshot(tmp_path)
@@ -169,14 +170,14 @@ def capi_tree(root: Path, *, metadata: bytes | None = None, wheel: bytes | None 
 def test_a_capi_distribution_name_that_is_not_a_name_is_refused(tmp_path: Path, name: str) -> None:
     root = capi_tree(tmp_path / "src", metadata=f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.23.1\n".encode())
     with pytest.raises(BuildError, match=r"the distribution name: found the distribution name .*, expected letters"):
-        read_capi(root, work_dir=tmp_path / "work", platform="linux_x86_64", label="ort.capi")
+        read_capi(root, work_dir=tmp_path / "work", target=LINUX, label="ort.capi")
 
 
 @pytest.mark.parametrize("version_line", ['__version__ = " 1.23.1"\n', '__version__ = "1.23.1\\n"\n'])
 def test_a_capi_version_with_whitespace_is_refused(tmp_path: Path, version_line: str) -> None:
     root = capi_tree(tmp_path / "src", version_line=version_line)
     with pytest.raises(BuildError, match=r"ort\.capi: the version: found the version .*, expected a PEP 440"):
-        read_capi(root, work_dir=tmp_path / "work", platform="linux_x86_64", label="ort.capi")
+        read_capi(root, work_dir=tmp_path / "work", target=LINUX, label="ort.capi")
 
 
 # -- item 11: metadata that is not UTF-8 --------------------------------------------------------------
@@ -190,7 +191,7 @@ def test_a_capi_version_with_whitespace_is_refused(tmp_path: Path, version_line:
 def test_non_utf8_capi_metadata_is_named(tmp_path: Path, metadata: bytes, wheel: bytes | None, file: str) -> None:
     root = capi_tree(tmp_path / "src", metadata=metadata, wheel=wheel)
     with pytest.raises(BuildError, match=rf"{file} is not UTF-8 text \(invalid .* at byte \d+\)"):
-        read_capi(root, work_dir=tmp_path / "work", platform="linux_x86_64", label="ort.capi")
+        read_capi(root, work_dir=tmp_path / "work", target=LINUX, label="ort.capi")
 
 
 WHEEL_NAME = "onnxruntime-1.23.1-cp311-cp311-manylinux_2_27_x86_64.whl"
@@ -206,7 +207,7 @@ def small_wheel(path: Path, *, record: bytes, metadata: bytes = b"Metadata-Versi
 
 def verify(path: Path) -> None:
     verify_official_wheel(path, expected_name="onnxruntime", expected_version="1.23.1",
-                          target_platform="linux_x86_64", target_python="3.11", label="ort.wheel")
+                          target=LINUX, target_python="3.11", label="ort.wheel")
 
 
 @pytest.mark.parametrize("record", [b"onnxruntime/__init__.py,sha256=\xff\xfe,6\n",

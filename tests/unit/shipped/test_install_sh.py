@@ -31,6 +31,7 @@ from bundler.assembly.render import (
 )
 from bundler.assembly.shipped_package import package_files
 from bundler.shipped.ort_bundle.records import InstallPlan, PlanEntry, VenvPlan
+from bundler.target_platform import LINUX
 
 #: The pypa installer the engine uses, as `ort-bundler lock` pins it (a real wheel, fetched by pip).
 INSTALLER_REQUIREMENT = "installer==1.1.0"
@@ -92,7 +93,7 @@ def build_wheel(folder: Path, *, version: str = "1.0", broken: bool = False, mod
 
 def script_context(*, version: str = "1.0", env: dict[str, str] | None = None, python: str = PY) -> ScriptContext:
     return ScriptContext(
-        name="tiny", version=version, platform="linux_x86_64", python=python, vc_runtime_min=None,
+        name="tiny", version=version, target=LINUX, python=python, vc_runtime_min=None,
         vc_redist=None, gpu_dll_dirs=(), gpu_preload=(), dll_dirs=(ORT_DIR.replace(PY, python),),
         entry_point=EntryPoint(kind="script", value="app/entry.py"), cache_dir=None,
         env=env or {"APP_MODE": "it's $HOME & `id`"}, default_install_dir="/nonexistent/tiny")

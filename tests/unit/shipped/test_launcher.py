@@ -21,6 +21,7 @@ import pytest
 from bundler.assembly.render import INSTALL_EXIT_CODES, LAUNCH_CONFIG, EntryPoint, ScriptContext, render_scripts
 from bundler.assembly.shipped_package import package_files
 from bundler.shipped.ort_bundle.launch_config import PREREQUISITE_FALLBACK, LaunchConfig, LaunchConfigError
+from bundler.target_platform import TARGETS
 
 PREREQUISITE = INSTALL_EXIT_CODES["prerequisite"]
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -43,7 +44,7 @@ def context(platform: str = "linux_x86_64", **changes: object) -> ScriptContext:
     windows = platform == "win_amd64"
     site = "venv/Lib/site-packages" if windows else f"venv/lib/python{PY}/site-packages"
     values: dict[str, object] = dict(
-        name="demo", version="1.2.3", platform=platform, python=PY, vc_runtime_min=None, vc_redist=None,
+        name="demo", version="1.2.3", target=TARGETS[platform], python=PY, vc_runtime_min=None, vc_redist=None,
         gpu_dll_dirs=("gpu",), gpu_preload=(), dll_dirs=(f"{site}/onnxruntime/capi",),
         entry_point=EntryPoint(kind="script", value="app/main.py"), cache_dir=None,
         env={"APP_MODE": "fast & 'quiet' $HOME"}, default_install_dir="C:\\ort\\demo" if windows else "/opt/demo")
@@ -64,12 +65,12 @@ THIN_CASES = [
 ]
 
 
-@pytest.mark.parametrize("ctx", THIN_CASES, ids=lambda c: f"{c.platform}-{c.runtime_python}-{c.entry_point}")
+@pytest.mark.parametrize("ctx", THIN_CASES, ids=lambda c: f"{c.target.tag}-{c.runtime_python}-{c.entry_point}")
 def test_every_rendered_launcher_only_finds_the_interpreter(ctx: ScriptContext) -> None:
     """At most 30 non-empty lines, and nothing of the dispatch, the environment or the bundle's entry point."""
     scripts = render_scripts(ctx)
     launchers = {rel: data for rel, data in scripts.items() if rel.startswith("payload/launchers/run.")}
-    assert len(launchers) == (2 if ctx.platform == "win_amd64" else 1)
+    assert len(launchers) == (2 if ctx.target.tag == "win_amd64" else 1)
     for rel, data in launchers.items():
         text = data.decode("utf-8-sig")
         lines = [line for line in text.splitlines() if line.strip()]

@@ -20,6 +20,7 @@ from tree_sitter import Language, Parser
 
 from bundler.assembly.render import INSTALL_EXIT_CODES, encode_script, make_environment, render_scripts
 from bundler.cli import main
+from bundler.target_platform import WINDOWS
 
 CALLER = """{% include "_bundle_signature.ps1.j2" %}
 $problem = Get-BundleSignatureProblem -ScriptPath $PSCommandPath -Root $PSScriptRoot
@@ -29,7 +30,7 @@ if ($problem) { Write-Error $problem; exit 11 }
 
 def rendered(source: str = '{% include "_bundle_signature.ps1.j2" %}') -> bytes:
     text = make_environment().from_string(source).render({})
-    return encode_script("install.ps1", text, platform="win_amd64")
+    return encode_script("install.ps1", text, target=WINDOWS)
 
 
 def test_the_include_parses_as_windows_powershell_51() -> None:
