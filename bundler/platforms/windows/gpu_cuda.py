@@ -18,11 +18,11 @@ from pathlib import Path, PurePosixPath
 
 from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.facts import GpuFact, Published
-from bundler.assembly.gpu_strings import unexplained_names
 from bundler.assembly.load_order import dependency_order
 from bundler.errors import BuildError, UnsupportedError
 from bundler.hashing import file_sha256
 from bundler.manifest import Gpu, GpuSource, Input, Manifest
+from bundler.platforms.windows.gpu_strings import unexplained_names
 from bundler.readers.archives import SafeArchive, is_archive
 from bundler.readers.dllclosure import (
     DepKind,

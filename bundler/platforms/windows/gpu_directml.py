@@ -18,10 +18,10 @@ from pathlib import Path, PurePosixPath
 
 from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.facts import GpuFact, Published
-from bundler.assembly.gpu_strings import unexplained_names
 from bundler.assembly.python_env import site_packages
 from bundler.errors import BuildError
 from bundler.hashing import file_sha256
+from bundler.platforms.windows.gpu_strings import unexplained_names
 from bundler.readers.archives import SafeArchive, is_archive
 from bundler.readers.dllclosure import dll_closure
 from bundler.readers.pe import PeInfo, inspect_pe

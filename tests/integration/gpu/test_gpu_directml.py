@@ -23,10 +23,10 @@ from fixtures.cli import MANIFESTS, run_cli
 from fixtures.wheels import pip_download
 
 from bundler.assembly.gpu_pairs import OrtBuild, distribution_problems, pair_problems, read_ort_build
-from bundler.assembly.gpu_strings import unexplained_names
 from bundler.errors import BuildError, ManifestError
 from bundler.manifest import parse
 from bundler.platforms.windows.gpu_directml import check_directml, read_binaries
+from bundler.platforms.windows.gpu_strings import unexplained_names
 
 DML_REQUIREMENT = "onnxruntime-directml==1.24.4"
 DML_SHA256 = "96642a787e5a6f33bf043521c0f06eb1eb663f6b830e5862a2026d03f9c90543"

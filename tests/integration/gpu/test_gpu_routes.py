@@ -158,7 +158,7 @@ def test_an_unknown_library_name_in_a_gpu_librarys_strings_fails_the_build(tmp_p
 
 
 def test_cudnns_nvrtc_template_needs_a_shipped_nvrtc():
-    from bundler.assembly.gpu_strings import unexplained_names
+    from bundler.platforms.windows.gpu_strings import unexplained_names
 
     names = ["d_0.dll", "zlibwapi.dll", "mntdll.dll", "combase.dll", "cask_profile_interface.dll"]
     assert unexplained_names("gpu/cudnn_graph64_9.dll", names, shipped={"nvrtc64_120_0.dll"},

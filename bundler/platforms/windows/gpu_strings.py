@@ -1,7 +1,7 @@
 """The cross-check of the GPU libraries' strings: every library name found there must be shipped, be part of
 Windows, or be known (and said here why) not to be a library the bundle must provide.
 
-`gpu.py` requires the names in RUNTIME_LOADED because the libraries load them by name. That table is written
+`gpu_cuda.py` requires the names in RUNTIME_LOADED because the libraries load them by name. That table is written
 from measurements, so a new cuDNN or CUDA that loads a library the table does not know would pass unnoticed;
 this check makes such a name fail the build instead, until it is shipped or explained below.
 """
@@ -49,7 +49,7 @@ def unexplained_names(importer: str, names: Iterable[str], *, shipped: Collectio
             continue
         problems.append(f"{importer} names {name} in its strings, which is neither in the bundle nor a Windows "
                         f"library: add it to [gpu], or, if it is not loaded, say why in NOT_LOADS "
-                        f"(bundler/assembly/gpu_strings.py).")
+                        f"(bundler/platforms/windows/gpu_strings.py).")
     return problems
 
 
