@@ -7,7 +7,7 @@ way ssh refuses a key file others can write (sshd's StrictModes, `secure_filenam
 
 Windows: the decision reads the folder's self-relative security descriptor (MS-DTYP 2.4.6: owner SID,
 DACL of ACCESS_ALLOWED/DENIED ACEs), so it is plain logic, tested on crafted descriptors here; the bytes
-come from GetFileSecurityW (windows_host.folder_security). POSIX: owner and mode from stat.
+come from GetFileSecurityW (windows_acl.security_descriptor). POSIX: owner and mode from stat.
 Standard library only, Python 3.8+.
 """
 
@@ -102,7 +102,7 @@ def windows_problem(descriptor: Descriptor, *, current_user: Optional[str]) -> O
     account running the install (an administrator or SYSTEM itself; Wine runs everything as one such user)."""
     trusted = TRUSTED_SIDS | ({current_user} if current_user else set())
     if descriptor.owner not in trusted:
-        return f"it is owned by {descriptor.owner or 'nobody'}, not by Administrators, SYSTEM or the installing account"
+        return f"it is owned by {descriptor.owner or 'nobody'}, not by Administrators, SYSTEM or the account running this"
     if descriptor.dacl is None:
         return "it has no access control list, which lets everyone write it"
     for ace in descriptor.dacl:

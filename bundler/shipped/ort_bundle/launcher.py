@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .cache_folder import PER_USER, choose
-from .folder_trust import posix_problem
+from .folder_trust import DescriptorError, parse_descriptor, posix_problem, windows_problem
 from .launch_config import (
     ISOLATED,
     LAUNCH_FILE,
@@ -95,21 +95,22 @@ def switch(args: Sequence[str]) -> Optional[str]:
 
 
 def make_cache(cache: str, code: int, *, source: str = "") -> str:
-    """Create the cache folder and its subfolders, and return the folder to use: on POSIX only one that no other
-    user can write (issue 34: TEMP, CUDA's and TensorRT's caches live there, and what they hold is loaded as code
-    or read as compiled kernels). A folder shared on purpose must be sticky (mode 1777, as /tmp): each user then
-    gets a private `user-<uid>` folder in it. Anything else another user owns or can write is refused."""
+    """Create the cache folder and its subfolders, and return the folder to use: only one that no other user can
+    write (issue 34: TEMP, CUDA's and TensorRT's caches live there, and what they hold is loaded as code or read as
+    compiled kernels). On POSIX a folder shared on purpose must be sticky (mode 1777, as /tmp): each user then
+    gets a private `user-<uid>` folder in it. On Windows the folder and its subfolders must be owned by this
+    account, SYSTEM or Administrators, and no one else may write them (their DACL, as folder_trust judges an
+    install's folder); in a folder that fails this (a machine-wide CACHEDIR that users may modify) each account
+    works in a `user-<SID>` folder made for it alone, which is then held to the same rule. Anything else is refused."""
     try:
-        if not WINDOWS:
-            cache = _private_cache(cache, source, code)
+        cache = _windows_private_cache(cache, source, code) if WINDOWS else _private_cache(cache, source, code)
         for sub in CACHE_FOLDERS:
             _make_private(os.path.join(cache, sub))
     except OSError as exc:
         raise LaunchError(code, f"cannot create the cache directory {cache} ({exc.strerror or exc}); set "
                                 f"ORT_BUNDLE_CACHE_DIR to a writable folder") from None
-    if not WINDOWS:
-        for sub in CACHE_FOLDERS:
-            _refuse_unsafe(os.path.join(cache, sub), source, code)
+    for folder in (cache, *(os.path.join(cache, sub) for sub in CACHE_FOLDERS)):
+        _refuse_unsafe(folder, source, code)
     return cache
 
 
@@ -161,9 +162,40 @@ def _check_ancestors(cache: str, source: str, code: int) -> None:
 
 
 def _refuse_unsafe(path: str, source: str, code: int) -> None:
-    problem = _cache_problem(os.lstat(path))
+    problem = _windows_cache_problem(path) if WINDOWS else _cache_problem(os.lstat(path))
     if problem:
         raise LaunchError(code, _unsafe(path, source, problem))
+
+
+def _windows_private_cache(cache: str, source: str, code: int) -> str:
+    from .windows_acl import current_user_sid, make_private_folder
+
+    _make_private(cache)
+    problem = _windows_cache_problem(cache)
+    user = current_user_sid()
+    if problem is None:
+        return cache
+    if user is None:
+        raise LaunchError(code, _unsafe(cache, source, problem))
+    own = os.path.join(cache, f"user-{user}")
+    if not os.path.lexists(own):
+        try:
+            make_private_folder(own, user)
+        except FileExistsError:
+            pass  # another launcher of the same account made it meanwhile; it is checked with the others
+    return own
+
+
+def _windows_cache_problem(path: str) -> Optional[str]:
+    from .windows_acl import current_user_sid, security_descriptor
+
+    if os.path.islink(path) or not os.path.isdir(path):
+        return "it is not a folder (a link or a file stands in its place)"
+    try:
+        descriptor = parse_descriptor(security_descriptor(path))
+    except (OSError, DescriptorError) as exc:
+        return f"who may write it cannot be read ({exc})"
+    return windows_problem(descriptor, current_user=current_user_sid())
 
 
 def _cache_problem(info: os.stat_result) -> Optional[str]:
@@ -173,6 +205,9 @@ def _cache_problem(info: os.stat_result) -> Optional[str]:
 
 
 def _unsafe(cache: str, source: str, problem: str) -> str:
+    if WINDOWS:
+        return (f"the cache directory {cache} (from {source}) is not safe to use: {problem}; use a folder only you "
+                f"(or administrators) can write, such as the default under %LOCALAPPDATA%")
     return (f"the cache directory {cache} (from {source}) is not safe to use: {problem}; use a folder only you (or "
             f"root) can write, or a shared one with mode 1777 (each user then gets a private folder in it)")
 

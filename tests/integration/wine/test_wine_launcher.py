@@ -272,6 +272,35 @@ def test_run_cmd_in_a_folder_with_spaces_and_ampersand_passes_arguments_environm
     assert report.env["PYTHONNOUSERSITE"] == "1"
 
 
+@pytest.mark.wine
+@pytest.mark.integration
+def test_in_a_cache_folder_others_may_write_run_cmd_works_in_a_folder_of_its_own(wine: Wine, install: Install,
+                                                                                 tmp_path: Path) -> None:
+    """Issue 34: on Windows too the launcher reads who may write its cache folder before TEMP, CUDA's and TensorRT's
+    caches go there. In a folder others may write (a machine-wide CACHEDIR) it works in a `user-<SID>` folder
+    made for its account alone; one that is not (planted, or opened to others) is refused. Wine derives a folder's
+    owner and DACL from the POSIX file (the mode's other-write bit is an Everyone ACE with write rights) and keeps
+    the DACL a folder is created with, which GetFileSecurityW returns as Windows would; the judging is
+    folder_trust's."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    env = {"ORT_BUNDLE_CACHE_DIR": wine.to_windows(shared)}
+    result = wine.cmd(install.run_cmd, "--echo-env", "TEMP", "--exit", "0", env=env)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    temp = ProbeReport.parse(result.stdout).env["TEMP"] or ""
+    [own] = [folder for folder in shared.iterdir() if folder.name.startswith("user-S-1-")]
+    assert temp == f"{wine.to_windows(own)}\\tmp" and (own / "tmp").is_dir()
+    assert own.stat().st_mode & 0o077 == 0o050, oct(own.stat().st_mode)  # Wine's mode for the DACL it was made with
+
+    own.chmod(0o777)  # the account's folder opened to everyone
+    refused = wine.cmd(install.run_cmd, "--exit", "0", env=env)
+    assert refused.returncode == INSTALL_EXIT_CODES["prerequisite"], refused.stdout + refused.stderr
+    assert (f"the cache directory {wine.to_windows(own)} (from ORT_BUNDLE_CACHE_DIR) is not safe to use: S-1-1-0 may "
+            f"write it") in refused.stderr
+
+
 # --- the program entry point in every launcher, without a bundle ------------------------------------------
 
 

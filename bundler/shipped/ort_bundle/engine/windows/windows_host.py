@@ -17,6 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from ...windows_acl import current_user_sid as current_user_sid
+from ...windows_acl import security_descriptor
 from ..engine_fs import EngineError
 
 #: HKLM/HKCU\SOFTWARE\ort-bundler\<name>: the detection value, one key per bundle name (Intune's rule).
@@ -79,37 +81,6 @@ def is_admin() -> bool:
         return bool(ctypes.windll.shell32.IsUserAnAdmin())  # type: ignore[attr-defined]
     except (AttributeError, OSError):
         return False
-
-
-def current_user_sid() -> Optional[str]:
-    """The SID of the account this process runs as, from its token (None when it cannot be read)."""
-    from ctypes import wintypes
-
-    advapi32 = ctypes.WinDLL("advapi32", use_last_error=True)  # type: ignore[attr-defined]
-    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
-    kernel32.GetCurrentProcess.restype = wintypes.HANDLE
-    advapi32.OpenProcessToken.argtypes = [wintypes.HANDLE, wintypes.DWORD, ctypes.POINTER(wintypes.HANDLE)]
-    advapi32.GetTokenInformation.argtypes = [wintypes.HANDLE, ctypes.c_int, ctypes.c_void_p, wintypes.DWORD,
-                                             ctypes.POINTER(wintypes.DWORD)]
-    advapi32.ConvertSidToStringSidW.argtypes = [ctypes.c_void_p, ctypes.POINTER(wintypes.LPWSTR)]
-    token = wintypes.HANDLE()
-    if not advapi32.OpenProcessToken(kernel32.GetCurrentProcess(), 0x0008, ctypes.byref(token)):  # TOKEN_QUERY
-        return None
-    try:
-        needed = wintypes.DWORD(0)
-        advapi32.GetTokenInformation(token, 1, None, 0, ctypes.byref(needed))  # TokenUser
-        buffer = ctypes.create_string_buffer(needed.value or 1)
-        if not advapi32.GetTokenInformation(token, 1, buffer, needed, ctypes.byref(needed)):
-            return None
-        sid = ctypes.cast(buffer, ctypes.POINTER(ctypes.c_void_p))[0]  # TOKEN_USER.User.Sid
-        text = wintypes.LPWSTR()
-        if not advapi32.ConvertSidToStringSidW(sid, ctypes.byref(text)):
-            return None
-        value = text.value
-        kernel32.LocalFree(text)
-        return value
-    finally:
-        kernel32.CloseHandle(token)
 
 
 class NamedMutex:
@@ -312,17 +283,10 @@ def file_holders(paths: List[Path]) -> List[Tuple[str, int]]:
 
 def folder_security(path: Path) -> bytes:
     """The self-relative security descriptor (owner and DACL) of a folder, for folder_trust to judge."""
-    from ctypes import wintypes
-
-    advapi32 = ctypes.WinDLL("advapi32", use_last_error=True)  # type: ignore[attr-defined]
-    info = 0x1 | 0x4  # OWNER_SECURITY_INFORMATION | DACL_SECURITY_INFORMATION
-    needed = wintypes.DWORD(0)
-    advapi32.GetFileSecurityW(str(path), info, None, 0, ctypes.byref(needed))
-    buffer = ctypes.create_string_buffer(needed.value or 1)
-    if not advapi32.GetFileSecurityW(str(path), info, buffer, needed, ctypes.byref(needed)):
-        error = ctypes.get_last_error()  # type: ignore[attr-defined]
-        raise EngineError("prerequisite", f"cannot read who may write {path} (Windows error {error}); nothing was changed")
-    return buffer.raw
+    try:
+        return security_descriptor(str(path))
+    except OSError as exc:
+        raise EngineError("prerequisite", f"cannot read who may write {path} ({exc}); nothing was changed") from None
 
 
 def run_logged(args: List[str], *, timeout: float = 300) -> Tuple[int, str]:
