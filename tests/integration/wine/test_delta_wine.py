@@ -3,10 +3,10 @@
 (Z:\\...), Windows file semantics for the temporary file and the rename into place, and CRLF-free output.
 
 The zips are the fast tier's (tests/unit/shipped/test_delta_refusals.py: real zips with a top folder, a stored wheel-like
-member and deflated members) and the delta the real writer's. What is not covered here: a Windows quickstart
-pair end to end (its builds take minutes) and `run.cmd --apply` of an installed Windows bundle; the launcher's
-dispatch to the applier is the same Python on both platforms (tests/integration/real_wheels/test_delta.py runs it
-through run.sh)."""
+member and deflated members) and the delta the real writer's. `run.cmd --apply` of an installed Windows bundle
+is tests/integration/wine/test_wine_launcher.py's; a Windows quickstart pair end to end is not covered (its builds
+take minutes), the launcher's dispatch to the applier being the same Python on both platforms
+(tests/integration/real_wheels/test_delta.py runs it through run.sh)."""
 
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ and README-INSTALL; run.sh starts a program in test_launcher.py.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import tomllib
@@ -44,6 +45,7 @@ from fixtures.wheels import ORT_VERSION
 from fixtures.windows_python import read_report, windows_python, windows_venv  # noqa: F401  (fixtures)
 from fixtures.wine import Wine, mingw_gcc, wine  # noqa: F401  (fixtures)
 from integration.wine.test_scripts_windows import make_install_root, parse_problems, powershell7_constructs, reporting
+from unit.shipped.test_delta_refusals import pair  # noqa: F401  (the module fixture)
 
 from bundler.assembly.render import (
     INSTALL_EXIT_CODES,
@@ -55,6 +57,7 @@ from bundler.assembly.render import (
 from bundler.errors import BuildError
 from bundler.hashing import file_sha256
 from bundler.shipped.ort_bundle import synth
+from bundler.shipped.ort_bundle.delta_apply import EXIT_CODES as DELTA_EXIT_CODES
 from bundler.shipped.ort_bundle.engine import engine
 from bundler.shipped.ort_bundle.records import InstallPlan
 from bundler.target_platform import TARGETS
@@ -299,6 +302,27 @@ def test_in_a_cache_folder_others_may_write_run_cmd_works_in_a_folder_of_its_own
     assert refused.returncode == INSTALL_EXIT_CODES["prerequisite"], refused.stdout + refused.stderr
     assert (f"the cache directory {wine.to_windows(own)} (from ORT_BUNDLE_CACHE_DIR) is not safe to use: S-1-1-0 may "
             f"write it") in refused.stderr
+
+
+@pytest.mark.wine
+@pytest.mark.integration
+def test_run_cmd_apply_rebuilds_the_next_release_with_the_installed_applier(wine: Wine, install: Install, pair,
+                                                                            tmp_path: Path) -> None:
+    """Issue 39: the air-gapped side applies a delta with the release it already installed (`run.cmd --apply`, the
+    installed environment's own ort_bundle.delta_apply), with no ort-bundler anywhere: the zip it writes is NEW,
+    byte for byte, with NEW's .sha256 line; a wrong OLD is refused with the applier's own exit code."""
+    old, new, delta = pair
+    out = tmp_path / "next release"
+    result = wine.cmd(install.run_cmd, "--apply", quoted(wine, old), quoted(wine, delta), "-o", quoted(wine, out))
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (out / new.name).read_bytes() == new.read_bytes()
+    sha256 = hashlib.sha256(new.read_bytes()).hexdigest()
+    assert (out / f"{new.name}.sha256").read_text(encoding="utf-8") == f"{sha256}  {new.name}\n"
+    wrong = wine.cmd(install.run_cmd, "-apply", quoted(wine, new), quoted(wine, delta), "-o",
+                     quoted(wine, tmp_path / "again"))
+    assert wrong.returncode == DELTA_EXIT_CODES["wrong_old"], wrong.stdout + wrong.stderr
+    assert not (tmp_path / "again").exists()
 
 
 # --- the program entry point in every launcher, without a bundle ------------------------------------------
