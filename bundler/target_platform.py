@@ -100,7 +100,7 @@ _MANYLINUX = tuple(f"manylinux_2_{minor}_x86_64" for minor in range(MANYLINUX_GL
 WINDOWS = TargetPlatform(
     name="windows", tag="win_amd64",
     scripts=("install.ps1", "install.cmd", "uninstall.ps1", "uninstall.cmd", "payload/launchers/run.ps1",
-             "payload/launchers/run.cmd", "try-in-sandbox.cmd"), dll_path_variable="PATH", newline="\r\n",
+             "payload/launchers/run.cmd", "try-in-sandbox.cmd", "apply-delta.cmd"), dll_path_variable="PATH", newline="\r\n",
     markers=(("sys_platform", "win32"), ("platform_system", "Windows"), ("os_name", "nt"),
              ("platform_machine", "AMD64")),
     venv_scripts="Scripts", interpreter="python.exe", lib_dir="Lib", script_kind="win-amd64",
@@ -112,7 +112,7 @@ WINDOWS = TargetPlatform(
 )
 LINUX = TargetPlatform(
     name="linux", tag="linux_x86_64",
-    scripts=("install.sh", "uninstall.sh", "payload/launchers/run.sh"), dll_path_variable="LD_LIBRARY_PATH", newline="\n",
+    scripts=("install.sh", "uninstall.sh", "payload/launchers/run.sh", "apply-delta.sh"), dll_path_variable="LD_LIBRARY_PATH", newline="\n",
     markers=(("sys_platform", "linux"), ("platform_system", "Linux"), ("os_name", "posix"),
              ("platform_machine", "x86_64")),
     venv_scripts="bin", interpreter="python", lib_dir="lib/python{python}", script_kind="posix",

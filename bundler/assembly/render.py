@@ -23,6 +23,7 @@ import jinja2
 from bundler.assembly import shipped_package
 from bundler.errors import BuildError
 from bundler.shipped.ort_bundle.cache_folder import windows_cache_dir_problem
+from bundler.shipped.ort_bundle.delta_apply import EXIT_CODES as DELTA_EXIT_CODES
 from bundler.shipped.ort_bundle.launch_config import LAUNCH_FILE, EntryPointSpec, LaunchConfig
 from bundler.shipped.ort_bundle.records import INSTALL_EXIT_CODES
 from bundler.target_platform import TargetPlatform
@@ -255,6 +256,7 @@ def _template_values(ctx: ScriptContext) -> dict[str, object]:
         "runtime_bundle_dir": "/".join(ctx.runtime_bundle_python.split("/")[:2]) if ctx.runtime_bundle_python else None,
         "codes": dict(INSTALL_EXIT_CODES),
         "cache_min_free_mb": CACHE_MIN_FREE_MB,
+        "delta_codes": dict(DELTA_EXIT_CODES),
         "start_file": START_FILE,
         "installed_start_file": INSTALLED_START_FILE,
         "trust_check": TRUST_CHECK,

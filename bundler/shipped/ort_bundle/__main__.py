@@ -3,7 +3,8 @@
 PROGRAM is one of PROGRAMS: `engine` (install, verify, uninstall, the MSI's image and custom action),
 `uninstall-copy` (the interpreter copy a Windows uninstall runs from), `sandbox` (try-in-sandbox.cmd),
 `selfcheck` (the installed self-check; the build's model gate runs its `--reference` mode from a copy),
-`compile-worker` (the engine's bytecode workers, started by the engine itself). The
+`compile-worker` (the engine's bytecode workers, started by the engine itself), `apply` (a delta, applied by
+apply-delta.sh/.cmd from an unpacked release). The
 bundle starts it from payload/ort_bundle, the install from installer/ort_bundle; `python -m ort_bundle PROGRAM`
 runs the same programs from site-packages. Standard library only, Python 3.8+.
 
@@ -38,6 +39,7 @@ PROGRAMS: Dict[str, str] = {
     "sandbox": "sandbox.sandbox",
     "selfcheck": "selfcheck.selfcheck",
     "compile-worker": "engine.compile_worker",
+    "apply": "delta_apply",
 }
 USAGE = f"usage: python -I -B ort_bundle/__main__.py {{{','.join(PROGRAMS)}}} [ARGS...]"
 

@@ -48,20 +48,20 @@ def linux_zip(bundler_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 def test_quickstart_bundles_have_the_documented_layout(linux_zip: Path, bundler_cache: Path,
                                                        tmp_path: Path) -> None:
     win_zip = build(MANIFESTS / "quickstart-win.toml", tmp_path, bundler_cache)
-    for path, stem, scripts in ((linux_zip, LINUX_STEM, {"install.sh", "uninstall.sh"}),
+    for path, stem, scripts in ((linux_zip, LINUX_STEM, {"install.sh", "uninstall.sh", "apply-delta.sh"}),
                                 (win_zip, WIN_STEM, {"install.ps1", "install.cmd", "uninstall.ps1", "uninstall.cmd",
-                                                     *SANDBOX_FILES})):
+                                                     "apply-delta.cmd", *SANDBOX_FILES})):
         with zipfile.ZipFile(path) as archive:
             names = {n[len(stem) + 1:] for n in archive.namelist() if not n.endswith("/")}
             assert all(n.startswith(stem + "/") for n in archive.namelist())
             record = json.loads(archive.read(f"{stem}/bundle.json"))
             sums = archive.read(f"{stem}/SHA256SUMS").decode()
         assert scripts <= names and set(SANDBOX_MODULES) <= names
+        # try-in-sandbox.cmd (issue 28) and apply-delta (issue 39) run from the bundle: in SHA256SUMS, never installed
+        plan = json.loads(zipfile.ZipFile(path).read(f"{stem}/install-plan.json"))
+        assert not {entry["from"] for entry in plan["copy"]} & {*SANDBOX_FILES, "apply-delta.sh", "apply-delta.cmd"}
         if stem == LINUX_STEM:
             assert not names & set(SANDBOX_FILES)
-        else:  # try-in-sandbox.cmd runs from the bundle (issue 28): listed in SHA256SUMS, never installed
-            plan = json.loads(zipfile.ZipFile(path).read(f"{stem}/install-plan.json"))
-            assert not {entry["from"] for entry in plan["copy"]} & set(SANDBOX_FILES)
         assert {"bundle.json", "install-plan.json", "SHA256SUMS", "README-INSTALL.txt",
                 "payload/models/tiny-mlp.onnx", "payload/wheels/requirements.txt"} <= names
         assert record["ort"]["version"] == "1.23.1" and record["ort"]["route"] == "capi"

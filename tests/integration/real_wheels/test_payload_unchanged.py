@@ -3,10 +3,10 @@ only in the shipped package.
 
 `quickstart_payload_7d9ac64.json` was written by this module's `main` from the quickstart bundles built at
 7d9ac64, the last commit before the renovation (`ort-bundler fetch` and `build` of manifests/quickstart-linux.toml
-and quickstart-win.toml). For each bundle it holds every member's name outside the shipped package, and the
-sha256 of every member that is neither the shipped package, a script that starts it (the install, uninstall
-and run scripts, try-in-sandbox.cmd, README-INSTALL.txt, the launchers' start-up hook) nor a record that lists
-its files (SHA256SUMS, bundle.json, install-plan.json, the SBOM, the provenance statement): the ORT and
+and quickstart-win.toml). For each bundle it holds the name of every member that is neither the shipped package
+nor a script that starts it (the target's scripts, which later work may add to, README-INSTALL.txt and the
+launchers' start-up hook), and the sha256 of every one of those that is not a record listing the shipped
+package's files (SHA256SUMS, bundle.json, install-plan.json, the SBOM, the provenance statement): the ORT and
 dependency wheels, the models, the licences, the SDK. A change to the quickstart manifests or their locks
 changes that payload on purpose; rewrite the file then with
 `python tests/integration/real_wheels/test_payload_unchanged.py OUT` on a folder holding both new zips.
@@ -35,13 +35,13 @@ SCRIPTS = frozenset({*(path for target in TARGETS.values() for path in target.sc
 
 
 def outside_the_shipped_package(bundle: Path) -> dict[str, object]:
-    """The member names outside the shipped package, and the hashes of those that are payload (see above)."""
+    """The member names outside the shipped package and its scripts, and the hashes of the payload (see above)."""
     with zipfile.ZipFile(bundle) as archive:
         top = f"{archive.namelist()[0].split('/')[0]}/"
         names = [info.filename.removeprefix(top) for info in archive.infolist()]
-        outside = sorted(name for name in names if name and not name.startswith(SHIPPED))
+        outside = sorted(name for name in names if name and not name.startswith(SHIPPED) and name not in SCRIPTS)
         payload = {name: hashlib.sha256(archive.read(top + name)).hexdigest() for name in outside
-                   if not name.endswith("/") and name not in RECORDS | SCRIPTS}
+                   if not name.endswith("/") and name not in RECORDS}
     return {"members": outside, "payload": payload}
 
 

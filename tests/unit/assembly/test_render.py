@@ -88,8 +88,8 @@ def test_outputs_line_endings_and_encodings(platform: str) -> None:
     expected = {"README-INSTALL.txt", "payload/launchers/ort_bundle_hook.py", "payload/launchers/ort_bundle_hook.pth",
                 LAUNCH_CONFIG}
     expected |= ({"install.ps1", "install.cmd", "uninstall.ps1", "uninstall.cmd", "payload/launchers/run.ps1",
-                  "payload/launchers/run.cmd", "try-in-sandbox.cmd"}
-                 if platform == "win_amd64" else {"install.sh", "uninstall.sh", "payload/launchers/run.sh"})
+                  "payload/launchers/run.cmd", "try-in-sandbox.cmd", "apply-delta.cmd"}
+                 if platform == "win_amd64" else {"install.sh", "uninstall.sh", "payload/launchers/run.sh", "apply-delta.sh"})
     assert set(scripts) == expected
     for path, data in scripts.items():
         if path.endswith(".ps1"):
