@@ -119,6 +119,10 @@ def test_install_cmd_installs_into_program_files_with_detection_and_an_arp_entry
     assert receipt["install_log"].lower() == f"c:\\windows\\logs\\software\\{name}"
     log = log_file.read_text()
     assert "done: winapp-1.0.0 is installed" in log and "PASS model:tiny-mlp" in log
+    # Issue 38 §8a: what the admin reads is the install's own lines; no warning a library printed (numpy's
+    # RuntimeWarning once came through the wheel installer) or traceback reaches the log or the console.
+    noise = [line for line in (log + result.stdout + result.stderr).splitlines() if "Warning" in line or "Traceback" in line]
+    assert noise == [], "\n".join(noise)
 
 
 def test_run_cmd_runs_the_entry_point_with_onnxruntime_in_the_real_cpython(windows: Wine, installed) -> None:  # type: ignore[no-untyped-def]

@@ -182,3 +182,19 @@ def test_room_is_summed_per_file_system_and_each_short_one_is_named() -> None:
     two_disks = disk_space.shortfalls([needs[0], disk_space.Need(Path("/tmp"), 64 << 20, "the temp folder")],
                                       device=lambda p: len(str(p)), free=lambda p: 350 << 20)
     assert two_disks == []
+
+
+def test_a_warning_of_pypa_installer_is_a_note_in_the_log_not_a_python_warning(tmp_path: Path) -> None:
+    """Issue 38 §8a: numpy's Windows wheel carries a __pycache__ file, which pypa installer skips with a
+    RuntimeWarning; the admin's log and console get one plain note instead of a warning with a source path."""
+    from unit.shipped.test_install_sh import run_sh
+
+    bundle = make_bundle(tmp_path / "bundle", pycache=True)
+    log = tmp_path / "install.log"
+    proc = run_sh(bundle / "install.sh", "--install-dir", str(tmp_path / "apps" / "tiny"), "--log-path", str(log))
+
+    assert proc.returncode == 0, proc.stderr
+    text = log.read_text(encoding="utf-8")
+    assert "Warning" not in text + proc.stdout + proc.stderr
+    assert ("note (pypa installer, not an error): Skip installing tinypkg/__pycache__/stale.cpython-311.pyc from "
+            "tinypkg.") in text

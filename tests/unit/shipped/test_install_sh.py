@@ -61,8 +61,9 @@ sys.exit(int(os.environ.get("STANDIN_EXIT", "0")))
 
 
 def build_wheel(folder: Path, *, version: str = "1.0", broken: bool = False, modules: int = 0,
-                big_file: int = 0) -> Path:
-    """A real pure-Python wheel with a correct RECORD; `broken` gives bytes pip must reject."""
+                big_file: int = 0, pycache: bool = False) -> Path:
+    """A real pure-Python wheel with a correct RECORD; `broken` gives bytes pip must reject; `pycache` a stale
+    bytecode file in it, as numpy's Windows wheels carry one (pypa installer skips it, with a warning)."""
     path = folder / f"tinypkg-{version}-py3-none-any.whl"
     if broken:
         path.write_bytes(b"PK\x03\x04 this is not a complete zip archive")
@@ -79,6 +80,8 @@ def build_wheel(folder: Path, *, version: str = "1.0", broken: bool = False, mod
         files[f"tinypkg/mod{number:04d}.py"] = f"NUMBER = {number}\nVERSION = {version!r}\n".encode() * 20
     if big_file:  # compresses to almost nothing, expands to big_file bytes
         files["tinypkg/zeros.bin"] = bytes(big_file)
+    if pycache:
+        files["tinypkg/__pycache__/stale.cpython-311.pyc"] = b"\x00" * 16
     record = []
     for name, data in files.items():
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
@@ -101,12 +104,13 @@ def script_context(*, version: str = "1.0", env: dict[str, str] | None = None, p
 
 def make_bundle(root: Path, *, version: str = "1.0", broken_wheel: bool = False, modules: int = 0, big_file: int = 0,
                 python: str = PY, installer: str = INSTALLER_REQUIREMENT,
-                selfcheck: str = SELFCHECK_STANDIN) -> Path:
+                selfcheck: str = SELFCHECK_STANDIN, pycache: bool = False) -> Path:
     """Lay out an extracted bundle exactly as the build writes it."""
     root.mkdir(parents=True)
     wheels = root / "payload" / "wheels"
     wheels.mkdir(parents=True)
-    wheel = build_wheel(wheels, version=version, broken=broken_wheel, modules=modules, big_file=big_file)
+    wheel = build_wheel(wheels, version=version, broken=broken_wheel, modules=modules, big_file=big_file,
+                        pycache=pycache)
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     (wheels / "requirements.txt").write_text(f"tinypkg=={version} --hash=sha256:{digest}\n")
     (root / "payload" / "models").mkdir(parents=True)

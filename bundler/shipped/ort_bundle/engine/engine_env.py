@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import warnings
 import zipfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -139,7 +140,12 @@ def install_wheels(plan: InstallPlan, bundle: Path, stage_venv: Path, final_venv
             installer.install(source, destination, {"INSTALLER": b"ort-bundler\n"})
 
     compiler = Compiler()
-    with ThreadPoolExecutor(max_workers=4) as pool:
+    notes: List[str] = []
+    with warnings.catch_warnings(), ThreadPoolExecutor(max_workers=4) as pool:
+        # What pypa installer warns about (a wheel's __pycache__ file it skips, as numpy's Windows wheel has) is
+        # a note in the log in the engine's words, not a Python warning with a source path (issue 38 §8a).
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda message, *_: notes.append(str(message))
         for relative, future in [(w, pool.submit(install_one, w)) for w in venv.wheels]:
             try:
                 future.result()
@@ -147,6 +153,8 @@ def install_wheels(plan: InstallPlan, bundle: Path, stage_venv: Path, final_venv
                 compiler.pool.shutdown()
                 raise EngineError("install", f"installing {relative} failed: {type(exc).__name__}: {exc}") from None
             compiler.submit(_take(modules))
+    for note in sorted(set(notes)):
+        log(f"note (pypa installer, not an error): {note}")
     hashes = dict(written)
     compiled = compiler.results()
     hashes.update(compiled)
