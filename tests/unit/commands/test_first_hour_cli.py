@@ -153,3 +153,19 @@ def test_a_windows_bundle_without_vc_redist_is_warned_about(tmp_path: Path, bund
     linux = run_cli("build", "--cache", str(bundler_cache), "-o", str(tmp_path),
                     str(MANIFESTS / "quickstart-linux.toml"))
     assert "Visual C++" not in linux.stderr
+
+
+def test_cache_option_beats_the_environment_and_the_environment_beats_the_user_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 38 §8f: the docs say `--cache DIR`, else `$ORT_BUNDLER_CACHE`, else the user cache folder; so does
+    the code every command asks (commands/shared.py cache_of)."""
+    import argparse
+
+    from bundler.commands.shared import cache_of
+
+    monkeypatch.setenv("ORT_BUNDLER_CACHE", str(tmp_path / "from-env"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_of(argparse.Namespace(cache=tmp_path / "from-option")).root == tmp_path / "from-option"
+    assert cache_of(argparse.Namespace(cache=None)).root == tmp_path / "from-env"
+    monkeypatch.delenv("ORT_BUNDLER_CACHE")
+    assert cache_of(argparse.Namespace(cache=None)).root == tmp_path / "xdg" / "ort-bundler"
