@@ -34,6 +34,12 @@ GUID is given). Choices:
   PermissionEx, so the row is added by msibuild (bundler/platforms/windows/msi.py); only MsiLockPermissionsEx is
   written, as a package with both it and LockPermissions fails (Windows Installer error 1941), and only it
   can drop inheritance.
+- Short names. Windows Installer's Filename data type is `short|long`, the short part an 8.3 name (ICE03); wixl
+  0.101 has no ShortName and writes a File's or Directory's Name as it is, so the Name given it is already
+  `SHORT~N.EXT|long name` where the long name is no valid 8.3 name: upper case, letters, digits and
+  `!#$%&'()-@^_`{}~` only, N the lowest number that no other name of the same folder (files and folders alike,
+  compared without case) takes, the folder's names taken in sorted order, so the same image gives the same names.
+  A name that is a valid 8.3 name in any case (`python.exe`) is its own short name, as WiX writes it.
 - Text. libmsi (under wixl) stores table strings in one ANSI code page: a character outside Windows-1252 is
   stored as nothing or crashes wixl (exit -11), so such text is refused up front, and the database's code
   page is set to 1252 so that Latin-1 text reads the same on every machine.
@@ -75,6 +81,12 @@ CODEPAGE = 1252
 CODEPAGE_TABLE = f"\r\n\r\n{CODEPAGE}\t_ForceCodepage\r\n"
 #: The Upgrade table's attribute bits (msidbUpgradeAttributes*).
 ONLY_DETECT, MIN_INCLUSIVE, MAX_INCLUSIVE = 2, 256, 512
+#: What an 8.3 name may hold besides ASCII letters and digits (the Filename data type forbids spaces and
+#: `\ ? | > < : / * " + , ; = [ ]` in a short name; other characters are left out so it reads the same in every
+#: code page).
+SHORT_NAME_EXTRA = frozenset("!#$%&'()-@^_`{}~")
+#: The most short names `~N` tells apart with one stem: ~1 .. ~999999 (the stem keeps at least one character).
+SHORT_NAME_TAILS = 999_999
 #: MSI's ProductVersion limits: major.minor.build (Windows Installer ignores a fourth field).
 VERSION_LIMITS = (255, 255, 65535)
 
@@ -229,15 +241,15 @@ def _tree(node: ET.Element, product: MsiProduct, files: Sequence[str]) -> list[s
     """Directories and one component per file; returns every component id."""
     top = ET.SubElement(node, "Directory", Id="TARGETDIR", Name="SourceDir")
     programs = ET.SubElement(top, "Directory", Id="ProgramFiles64Folder")
-    folders = {"": ET.SubElement(programs, "Directory", Id="INSTALLDIR", Name=product.name)}
+    names = filename_columns(product.name, files)
+    folders = {"": ET.SubElement(programs, "Directory", Id="INSTALLDIR", Name=names[""])}
     components = []
     for path in sorted(files):
-        parent = _folder(folders, path.rpartition("/")[0])
+        parent = _folder(folders, path.rpartition("/")[0], names)
         component = identifier("c", path)
         element = ET.SubElement(parent, "Component", Id=component, Guid=guid(product.name, "file", path, namespace=product.namespace),
                                  Win64="yes")
-        ET.SubElement(element, "File", Id=identifier("f", path), Name=PurePosixPath(path).name, KeyPath="yes",
-                      Source=path)
+        ET.SubElement(element, "File", Id=identifier("f", path), Name=names[path], KeyPath="yes", Source=path)
         components.append(component)
     registry = ET.SubElement(folders[""], "Component", Id="Detection", Guid=guid(product.name, "detection", namespace=product.namespace),
                              Win64="yes")
@@ -263,13 +275,74 @@ def upgrade_table(product: MsiProduct) -> str:
             f"{product.upgrade_code}\t0.0.0\t{version}\t\t{MIN_INCLUSIVE | MAX_INCLUSIVE}\t\tOLDER_VERSION_FOUND\r\n")
 
 
-def _folder(folders: dict[str, ET.Element], relative: str) -> ET.Element:
+def _folder(folders: dict[str, ET.Element], relative: str, names: dict[str, str]) -> ET.Element:
     if relative in folders:
         return folders[relative]
-    parent = _folder(folders, relative.rpartition("/")[0])
-    folders[relative] = ET.SubElement(parent, "Directory", Id=identifier("d", relative),
-                                      Name=relative.rpartition("/")[2])
+    parent = _folder(folders, relative.rpartition("/")[0], names)
+    folders[relative] = ET.SubElement(parent, "Directory", Id=identifier("d", relative), Name=names[relative])
     return folders[relative]
+
+
+def is_short_name(name: str) -> bool:
+    """Whether `name` is a valid 8.3 name as it is: a stem of 1 to 8 characters and at most one dot with 1 to 3
+    after it, each an ASCII letter or digit or one of SHORT_NAME_EXTRA (either case, as WiX accepts it)."""
+    stem, dot, ext = name.partition(".")
+    return (1 <= len(stem) <= 8 and len(ext) <= 3 and bool(ext) == bool(dot)
+            and all(_short_char(char) for char in stem + ext))
+
+
+def _short_char(char: str) -> bool:
+    return (char.isascii() and char.isalnum()) or char in SHORT_NAME_EXTRA
+
+
+def _short_part(text: str) -> str:
+    """`text` upper-cased for a short name: spaces and dots dropped, any other character a short name cannot
+    hold made "_" (as Windows makes its own short names)."""
+    return "".join(char if _short_char(char) else "_" for char in text.upper() if char not in " .")
+
+
+def short_names(names: Sequence[str]) -> dict[str, str]:
+    """Every name of one folder (its files and folders) as the Filename column writes it: itself when it is a
+    valid 8.3 name, else `SHORT~N.EXT|name` with N the lowest number no other name of the folder takes."""
+    taken = {name.upper() for name in names if is_short_name(name)}
+    written = {name: name for name in names if is_short_name(name)}
+    for name in sorted(set(names) - written.keys()):
+        short = _short_name(name, taken)
+        taken.add(short)
+        written[name] = f"{short}|{name}"
+    return written
+
+
+def _short_name(name: str, taken: set[str]) -> str:
+    """`name`'s stem (its first characters, before `~N`) and extension (three characters) in 8.3 form, with the
+    lowest N not `taken`."""
+    stem, _, ext = name.rpartition(".")
+    if not stem:  # no dot, or only a leading one (".gitignore")
+        stem, ext = name, ""
+    base, suffix = _short_part(stem) or "_", _short_part(ext)[:3]
+    for number in range(1, SHORT_NAME_TAILS + 1):
+        tail = f"~{number}"
+        candidate = base[:8 - len(tail)] + tail + (f".{suffix}" if suffix else "")
+        if candidate not in taken:
+            return candidate
+    msg = (f"the install image has more than {SHORT_NAME_TAILS:,} names in one folder that share the short name "
+           f"stem of {name!r}, more than 8.3 names can tell apart")
+    raise UnsupportedError(msg)
+
+
+def filename_columns(top: str, files: Sequence[str]) -> dict[str, str]:
+    """The Filename column of every file and folder below INSTALLDIR (image-relative, '/'-separated; "" is
+    INSTALLDIR itself, named `top` in its parent): the short and long names, unique per folder."""
+    children: dict[str, set[str]] = {}
+    for path in files:
+        parts = PurePosixPath(path).parts
+        for depth in range(len(parts)):
+            children.setdefault("/".join(parts[:depth]), set()).add(parts[depth])
+    columns = {"": short_names([top])[top]}
+    for parent, names in children.items():
+        for name, column in short_names(sorted(names)).items():
+            columns[f"{parent}/{name}" if parent else name] = column
+    return columns
 
 
 def _actions(node: ET.Element, product: MsiProduct, python: str) -> None:

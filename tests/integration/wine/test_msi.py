@@ -139,6 +139,47 @@ def test_the_tables_hold_what_the_bundle_says(packages: Packages) -> None:
     assert plan["name"] == NAME
 
 
+#: An 8.3 name as Windows Installer's Filename data type takes a short name (ICE03), upper case: a stem of 1 to 8
+#: and an extension of 1 to 3 characters, none a space, a dot or one of \ ? | > < : / * " + , ; = [ ].
+SHORT_NAME = re.compile(r"[A-Z0-9!#$%&'()@^_`{}~-]{1,8}(\.[A-Z0-9!#$%&'()@^_`{}~-]{1,3})?")
+#: A name that is its own short name (WiX and Windows Installer take either case).
+OWN_SHORT_NAME = re.compile(SHORT_NAME.pattern, re.IGNORECASE)
+
+
+def test_every_file_and_folder_has_a_valid_short_name_unique_in_its_folder(packages: Packages) -> None:
+    """ICE03 (issue 40): wixl wrote long names alone; every name is now `SHORT|long` where the long one is no 8.3
+    name. The File, Component and Directory tables as msitools reads them; the long names still make the tree."""
+    msi = Path(packages.first["msi"]["path"])
+    folders = {row["Directory"]: row for row in table(msi, "Directory")}
+    component_folder = {row["Component"]: row["Directory_"] for row in table(msi, "Component")}
+    entries = [(row["Directory_Parent"], row["DefaultDir"]) for key, row in folders.items()
+               if key not in ("TARGETDIR", "ProgramFiles64Folder")]
+    entries += [(component_folder[row["Component_"]], row["FileName"]) for row in table(msi, "File")]
+    shorts: dict[str, set[str]] = {}
+    pairs = 0
+    for parent, column in entries:
+        short, bar, long = column.partition("|")
+        if bar:
+            pairs += 1
+            assert SHORT_NAME.fullmatch(short) and not OWN_SHORT_NAME.fullmatch(long), column
+        else:
+            assert OWN_SHORT_NAME.fullmatch(short), f"{column!r} is no 8.3 name and has no short name"
+        assert short.upper() not in shorts.setdefault(parent, set()), f"{short} twice in {parent}"
+        shorts[parent].add(short.upper())
+    assert pairs > 100  # the image's site-packages, __pycache__ and the like
+
+    def path(folder: str) -> str:
+        if folder == "INSTALLDIR":
+            return ""
+        above = path(folders[folder]["Directory_Parent"])
+        return f"{above}/{folders[folder]['DefaultDir'].split('|')[-1]}".lstrip("/")
+
+    files = {f"{path(component_folder[row['Component_']])}/{row['FileName'].split('|')[-1]}".lstrip("/")
+             for row in table(msi, "File")}
+    assert len(files) == packages.first["msi"]["files"]
+    assert {"python/python.exe", "receipt.json", "python/Lib/site-packages/onnxruntime/capi/onnxruntime.dll"} <= files
+
+
 def test_two_runs_give_byte_identical_signed_msis_with_the_bundle_s_time(packages: Packages) -> None:
     first = Path(packages.first["msi"]["path"])
     assert first.read_bytes() == packages.first_again.read_bytes()
