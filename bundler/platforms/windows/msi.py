@@ -53,6 +53,7 @@ from bundler.platforms.windows.msi_source import (
     CODEPAGE_TABLE,
     LOCK_TABLE,
     NAMESPACE,
+    SET_PROPERTY,
     MsiProduct,
     braced,
     check_text,
@@ -261,6 +262,8 @@ def write_database(product: MsiProduct, files: list[str], *, image: Path, output
     _run([msibuild, str(output), "-q",
           f"UPDATE `Property` SET `Value` = '{secure}' WHERE `Property` = 'SecureCustomProperties'"],
          cwd=work, what="msibuild")
+    _run([msibuild, str(output), "-q", f"UPDATE `CustomAction` SET `Type` = {SET_PROPERTY} WHERE `Type` = {SET_PROPERTY | 0x800}"],
+         cwd=work, what="msibuild")  # wixl's type-51 actions with a deferred action's NoImpersonate bit (msi_source)
     for name, text in (("MsiLockPermissionsEx", LOCK_TABLE), ("_ForceCodepage", CODEPAGE_TABLE),
                        ("Upgrade", upgrade_table(product))):
         with open(tables / f"{name}.idt", "w", encoding="ascii", newline="") as idt:

@@ -15,6 +15,11 @@ GUID is given). Choices:
   InstallValidate, outside the transaction) and RemoveExistingProducts runs after InstallInitialize,
   inside it: an upgrade whose self-check fails rolls back to the version that was installed. Its range
   includes the same version, so a rebuild of one version with other content replaces the installed one.
+- The install folder. INSTALLDIR is read back from the detection value by AppSearch, and a command-line
+  INSTALLDIR is saved before it and put back after it (type-51 actions) in both InstallUISequence and
+  InstallExecuteSequence, so a full-UI install keeps it too. wixl writes every type-51 action as 2099 (with
+  NoImpersonate, a bit only deferred actions take, and without FirstSequence whatever `Execute` says); msibuild
+  sets 51.
 - Add/Remove Programs. InstallLocation is set from INSTALLDIR (ARPINSTALLLOCATION, a type-51 action after
   CostFinalize), EstimatedSize from the image's files (ARPSIZE, in KB), and repair is offered (no ARPNOREPAIR).
 - Repair. The File table carries each PE file's own version (wixl writes none; msibuild sets it) and
@@ -79,6 +84,8 @@ LOCK_TABLE = ("MsiLockPermissionsEx\tLockObject\tTable\tSDDLText\tCondition\r\n"
 #: installing machine's", which misreads them on a machine whose ANSI code page is not 1252).
 CODEPAGE = 1252
 CODEPAGE_TABLE = f"\r\n\r\n{CODEPAGE}\t_ForceCodepage\r\n"
+#: The custom action type that sets a property from formatted text.
+SET_PROPERTY = 51
 #: The Upgrade table's attribute bits (msidbUpgradeAttributes*).
 ONLY_DETECT, MIN_INCLUSIVE, MAX_INCLUSIVE = 2, 256, 512
 #: What an 8.3 name may hold besides ASCII letters and digits (the Filename data type forbids spaces and
@@ -359,18 +366,22 @@ def _actions(node: ET.Element, product: MsiProduct, python: str) -> None:
                       Impersonate="no", Return=outcome)
     # The remembered folder: AppSearch reads INSTALLDIR back from the detection value (a repair or an upgrade
     # goes where the install went; Windows Installer keeps no directory property), unless the command line
-    # gave one, which is saved before AppSearch and put back after it.
+    # gave one, which is saved before AppSearch and put back after it. AppSearch runs in both sequences (the
+    # UI sequence's, in the client, only in a full or reduced UI), so both pairs run too, and in every sequence
+    # (not FirstSequence): in the execute sequence of a full-UI install, INSTALLDIR is the value the client
+    # chose, which the server's AppSearch would otherwise replace.
     ET.SubElement(node, "CustomAction", Id="OrtSaveInstallDir", Property="ORT_CMDLINE_INSTALLDIR",
-                  Value="[INSTALLDIR]", Execute="firstSequence")
+                  Value="[INSTALLDIR]")
     ET.SubElement(node, "CustomAction", Id="OrtRestoreInstallDir", Property="INSTALLDIR",
-                  Value="[ORT_CMDLINE_INSTALLDIR]", Execute="firstSequence")
+                  Value="[ORT_CMDLINE_INSTALLDIR]")
     # Add/Remove Programs' InstallLocation: INSTALLDIR once costing has resolved it (a type-51 action).
     ET.SubElement(node, "CustomAction", Id="OrtArpInstallLocation", Property="ARPINSTALLLOCATION", Value="[INSTALLDIR]")
     sequence = ET.SubElement(node, "InstallExecuteSequence")
     ET.SubElement(sequence, "Custom", Action="OrtArpInstallLocation", Sequence=str(SEQUENCE["arp_location"]))
-    ET.SubElement(sequence, "Custom", Action="OrtSaveInstallDir", Sequence=str(SEQUENCE["app_search"] - 1))
-    ET.SubElement(sequence, "Custom", Action="OrtRestoreInstallDir",
-                  Sequence=str(SEQUENCE["app_search"] + 1)).text = "ORT_CMDLINE_INSTALLDIR"
+    for table in (sequence, ET.SubElement(node, "InstallUISequence")):
+        ET.SubElement(table, "Custom", Action="OrtSaveInstallDir", Sequence=str(SEQUENCE["app_search"] - 1))
+        ET.SubElement(table, "Custom", Action="OrtRestoreInstallDir",
+                      Sequence=str(SEQUENCE["app_search"] + 1)).text = "ORT_CMDLINE_INSTALLDIR"
     ET.SubElement(sequence, "RemoveExistingProducts", Sequence=str(SEQUENCE["remove_existing"]))
     for action, _, condition, _, number in actions:
         ET.SubElement(sequence, "Custom", Action=action, Sequence=str(number)).text = condition

@@ -245,3 +245,29 @@ def test_init_writes_a_fresh_upgrade_code_each_time(tmp_path: Path) -> None:
     codes = [re.search(r'^upgrade_code = "([0-9A-F-]{36})"', text, re.MULTILINE) for text in (first, second)]
     assert codes[0] and codes[1] and codes[0].group(1) != codes[1].group(1)
     assert uuid.UUID(codes[0].group(1)).version == 4
+
+
+# -- 6. INSTALLDIR kept in a full-UI install ---------------------------------------------------------------------
+
+
+def test_a_command_line_installdir_is_saved_and_restored_around_appsearch_in_both_sequences(
+        built: tuple[Path, Path, list[str]]) -> None:
+    """In a full UI the client runs InstallUISequence, whose AppSearch put the remembered folder over a command-line
+    INSTALLDIR before the server's sequence saved anything; the pair now runs around AppSearch in both tables,
+    as plain type-51 actions (not wixl's 2099, a deferred action's bit, and not FirstSequence: the server's
+    AppSearch must not replace what the client chose)."""
+    msi = built[0]
+    for name in ("InstallUISequence", "InstallExecuteSequence"):
+        rows = {row["Action"]: row for row in table(msi, name)}
+        save, search, restore = (int(rows[action]["Sequence"])
+                                 for action in ("OrtSaveInstallDir", "AppSearch", "OrtRestoreInstallDir"))
+        assert save < search < restore < int(rows["LaunchConditions"]["Sequence"]), name
+        assert rows["OrtSaveInstallDir"]["Condition"] == "" and \
+            rows["OrtRestoreInstallDir"]["Condition"] == "ORT_CMDLINE_INSTALLDIR", name
+    actions = {row["Action"]: row for row in table(msi, "CustomAction")}
+    assert (actions["OrtSaveInstallDir"]["Source"], actions["OrtSaveInstallDir"]["Target"]) == \
+        ("ORT_CMDLINE_INSTALLDIR", "[INSTALLDIR]")
+    assert (actions["OrtRestoreInstallDir"]["Source"], actions["OrtRestoreInstallDir"]["Target"]) == \
+        ("INSTALLDIR", "[ORT_CMDLINE_INSTALLDIR]")
+    assert {int(actions[a]["Type"]) for a in ("OrtSaveInstallDir", "OrtRestoreInstallDir", "OrtArpInstallLocation")} \
+        == {51}
