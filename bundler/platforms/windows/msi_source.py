@@ -22,6 +22,11 @@ GUID is given). Choices:
   sets 51.
 - Add/Remove Programs. InstallLocation is set from INSTALLDIR (ARPINSTALLLOCATION, a type-51 action after
   CostFinalize), EstimatedSize from the image's files (ARPSIZE, in KB), and repair is offered (no ARPNOREPAIR).
+- Files in use. Restart Manager is on (no MSIRESTARTMANAGERCONTROL, Windows Installer's default): an upgrade
+  or repair while run.cmd's python.exe holds onnxruntime.dll has Windows Installer close that process first
+  (a silent install always does, MSIRMSHUTDOWN's default 0), rather than schedule the replacement for the next
+  reboot, which left the self-check to run on old and new files together. What Restart Manager cannot close
+  is still replaced at the reboot (3010); `MSIRMSHUTDOWN=1` on the command line forces such processes to end.
 - Repair. The File table carries each PE file's own version (wixl writes none; msibuild sets it) and
   MsiFileHash (wixl's MD5 rows) keeps only unversioned files, as Windows Installer's file rules want.
 - Proof. The self-check runs as a deferred, no-impersonate custom action on the installed python.exe
@@ -208,7 +213,7 @@ def wxs(product: MsiProduct, files: Sequence[str], *, estimated_kb: int | None =
 
 
 def _properties(node: ET.Element, product: MsiProduct, estimated_kb: int | None) -> None:
-    fixed = [("ARPNOMODIFY", "1"), ("MSIRESTARTMANAGERCONTROL", "Disable")]
+    fixed = [("ARPNOMODIFY", "1")]  # no MSIRESTARTMANAGERCONTROL: Restart Manager on (module docstring)
     if estimated_kb is not None:
         fixed.append(("ARPSIZE", str(estimated_kb)))
     for name, value in fixed:

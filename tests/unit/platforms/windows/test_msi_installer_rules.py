@@ -271,3 +271,16 @@ def test_a_command_line_installdir_is_saved_and_restored_around_appsearch_in_bot
         ("INSTALLDIR", "[ORT_CMDLINE_INSTALLDIR]")
     assert {int(actions[a]["Type"]) for a in ("OrtSaveInstallDir", "OrtRestoreInstallDir", "OrtArpInstallLocation")} \
         == {51}
+
+
+# -- 7. files in use: Restart Manager on ------------------------------------------------------------------------
+
+
+def test_restart_manager_is_left_on_so_a_file_in_use_is_freed_before_it_is_replaced(
+        built: tuple[Path, Path, list[str]]) -> None:
+    """MSIRESTARTMANAGERCONTROL=Disable made an upgrade while run.cmd held onnxruntime.dll schedule the
+    replacement for the reboot; without it (and without MSIRMSHUTDOWN, default 0) Windows Installer uses Restart
+    Manager and a silent install closes the process. What only Windows shows is in docs/how-to/msi.md."""
+    properties = {row["Property"]: row["Value"] for row in table(built[0], "Property")}
+    assert not {"MSIRESTARTMANAGERCONTROL", "MSIRMSHUTDOWN", "MSIDISABLERMRESTART"} & properties.keys(), properties
+    assert properties["ARPNOMODIFY"] == "1"  # the table read is the real one
