@@ -59,6 +59,7 @@ from bundler.platforms.windows.msi_source import (
     check_text,
     guid,
     identifier,
+    installdir_checks,
     product_version,
     upgrade_table,
     wxs,
@@ -264,6 +265,9 @@ def write_database(product: MsiProduct, files: list[str], *, image: Path, output
          cwd=work, what="msibuild")
     _run([msibuild, str(output), "-q", f"UPDATE `CustomAction` SET `Type` = {SET_PROPERTY} WHERE `Type` = {SET_PROPERTY | 0x800}"],
          cwd=work, what="msibuild")  # wixl's type-51 actions with a deferred action's NoImpersonate bit (msi_source)
+    for check in installdir_checks(files):
+        for query in check.queries():
+            _run([msibuild, str(output), "-q", query], cwd=work, what="msibuild")
     for name, text in (("MsiLockPermissionsEx", LOCK_TABLE), ("_ForceCodepage", CODEPAGE_TABLE),
                        ("Upgrade", upgrade_table(product))):
         with open(tables / f"{name}.idt", "w", encoding="ascii", newline="") as idt:

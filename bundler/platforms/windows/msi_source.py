@@ -20,6 +20,9 @@ GUID is given). Choices:
   InstallExecuteSequence, so a full-UI install keeps it too. wixl writes every type-51 action as 2099 (with
   NoImpersonate, a bit only deferred actions take, and without FirstSequence whatever `Execute` says); msibuild
   sets 51.
+- Path checks. INSTALLDIR is refused before anything changes when it is too long for the image's deepest file or
+  holds non-ASCII, control characters or ';' (the zip route's rules): an inline JScript action measures it, as
+  conditions cannot (installdir_checks).
 - Add/Remove Programs. InstallLocation is set from INSTALLDIR (ARPINSTALLLOCATION, a type-51 action after
   CostFinalize), EstimatedSize from the image's files (ARPSIZE, in KB), and repair is offered (no ARPNOREPAIR).
 - Files in use. Restart Manager is on (no MSIRESTARTMANAGERCONTROL, Windows Installer's default): an upgrade
@@ -66,6 +69,7 @@ from pathlib import PurePosixPath
 from packaging.version import InvalidVersion, Version
 
 from bundler.errors import UnsupportedError
+from bundler.shipped.ort_bundle.engine.windows.windows_install_dir import MAX_PATH
 
 #: ort-bundler's UUIDv5 namespace for MSI GUIDs (itself uuid5 of the URL namespace and the tool's name).
 NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "ort-bundler/msi")
@@ -73,8 +77,8 @@ VC_RUNTIME_KEY = r"SOFTWARE\Microsoft\VisualStudio\14.0\VC\Runtimes\x64"
 DETECTION_KEY = "SOFTWARE\\ort-bundler\\{name}"
 #: Where our actions go in InstallExecuteSequence, by number: wixl 0.101 places Before=/After= actions wrongly
 #: (a custom action "Before InstallFinalize" lands at 1, ahead of the files). The standard actions' numbers:
-#: AppSearch 50, InstallInitialize 1500, RemoveFiles 3500, InstallFiles 4000, InstallFinalize 6600.
-SEQUENCE = {"app_search": 50, "arp_location": 1001, "remove_existing": 1510, "forget": 3490, "finish": 6500}
+#: AppSearch 50, CostFinalize 1000, InstallValidate 1400, InstallInitialize 1500, RemoveFiles 3500, InstallFiles 4000, InstallFinalize 6600.
+SEQUENCE = {"app_search": 50, "arp_location": 1001, "installdir_check": 1010, "remove_existing": 1510, "forget": 3490, "finish": 6500}
 #: The install folder's ACL, as the zip route's `icacls /inheritance:r /grant:r *S-1-5-32-544:(OI)(CI)F
 #: *S-1-5-18:(OI)(CI)F *S-1-5-32-545:(OI)(CI)RX`: "P" protects it from inheritance; FA is full control and
 #: 0x1200a9 read and execute (FILE_GENERIC_READ | FILE_GENERIC_EXECUTE), each inherited by files and folders.
@@ -91,6 +95,14 @@ CODEPAGE = 1252
 CODEPAGE_TABLE = f"\r\n\r\n{CODEPAGE}\t_ForceCodepage\r\n"
 #: The custom action type that sets a property from formatted text.
 SET_PROPERTY = 51
+#: Custom action types (msidbCustomActionType*): inline JScript, an error message that ends the install, and
+#: the bit that lets the install go on when an action fails.
+JSCRIPT_INLINE, ERROR_MESSAGE, CONTINUE = 37, 19, 0x40
+#: The INSTALLDIR check's measure: its length, and whether it holds a character outside printable ASCII or a ';'
+#: (the zip route's rule, windows_install_dir.install_dir_problem). No '[' or '{', which formatted text would read.
+MEASURE_SCRIPT = ('var d=Session.Property("INSTALLDIR"),b=0,c;for(var i=0;i<d.length;i++)c=d.charCodeAt(i),'
+                  'b|=c<32||c>126||c==59;Session.Property("OrtInstallDirLength")=""+d.length;'
+                  'if(b)Session.Property("OrtInstallDirChars")="1";')
 #: The Upgrade table's attribute bits (msidbUpgradeAttributes*).
 ONLY_DETECT, MIN_INCLUSIVE, MAX_INCLUSIVE = 2, 256, 512
 #: What an 8.3 name may hold besides ASCII letters and digits (the Filename data type forbids spaces and
@@ -273,6 +285,52 @@ def _tree(node: ET.Element, product: MsiProduct, files: Sequence[str]) -> list[s
         ET.SubElement(registry, "RegistryValue", Root="HKLM", Key=key, Name=name, Value=value, Type="string",
                       KeyPath="yes" if name == "Version" else "no")
     return [*components, "Detection"]
+
+
+@dataclass(frozen=True)
+class CheckAction:
+    """One action of the INSTALLDIR check, with its InstallExecuteSequence row: wixl 0.101 authors neither a script
+    nor an error action ("Unsupported CustomAction"), so msibuild inserts them (bundler/platforms/windows/msi.py)."""
+
+    action: str
+    type: int
+    source: str
+    target: str
+    sequence: int
+    condition: str
+
+    def queries(self) -> tuple[str, str]:
+        """The two INSERTs; no value holds a single quote, which ends a string in msibuild's SQL."""
+        return (f"INSERT INTO `CustomAction` (`Action`, `Type`, `Source`, `Target`) "
+                f"VALUES ('{self.action}', {self.type}, '{self.source}', '{self.target}')",
+                f"INSERT INTO `InstallExecuteSequence` (`Action`, `Condition`, `Sequence`) "
+                f"VALUES ('{self.action}', '{self.condition}', {self.sequence})")
+
+
+def installdir_checks(files: Sequence[str]) -> tuple[CheckAction, ...]:
+    """INSTALLDIR refused before anything changes, as the zip route refuses -InstallDir: too long for the image's
+    deepest file to stay under MAX_PATH, or non-ASCII, control characters or ';'. MSI's conditions have no length
+    and no character class, so an inline JScript action measures INSTALLDIR once CostFinalize has resolved it
+    (with its closing backslash); conditions on what it found name the problem; an error action (type 19) ends the
+    install with it (exit 1603) before InstallValidate. Where no script engine runs, the measure fails, is
+    ignored (CONTINUE) and nothing is refused: Windows Installer's own file copy then fails on a path too long."""
+    deepest = max(len(path) for path in files)
+    limit = MAX_PATH - deepest
+    start = SEQUENCE["installdir_check"]
+    too_long = (f"INSTALLDIR [INSTALLDIR] is [OrtInstallDirLength] characters long: the deepest file of this product "
+                f"adds {deepest} and a path holds at most {MAX_PATH} (MAX_PATH); choose a folder of at most {limit} "
+                f"characters, its closing backslash included")
+    not_ascii = ("INSTALLDIR [INSTALLDIR] contains non-ASCII or control characters or a semicolon: ONNX Runtime "
+                 "cannot load its providers from such a path, and a semicolon splits PATH")
+    return (
+        CheckAction("OrtMeasureInstallDir", JSCRIPT_INLINE | CONTINUE, "", MEASURE_SCRIPT, start, 'NOT REMOVE~="ALL"'),
+        CheckAction("OrtInstallDirTooLong", SET_PROPERTY, "OrtInstallDirProblem", too_long, start + 1,
+                    f"OrtInstallDirLength > {limit}"),
+        CheckAction("OrtInstallDirNotAscii", SET_PROPERTY, "OrtInstallDirProblem", not_ascii, start + 2,
+                    "OrtInstallDirChars"),
+        CheckAction("OrtRefuseInstallDir", ERROR_MESSAGE, "", "[OrtInstallDirProblem]; nothing was changed",
+                    start + 3, "OrtInstallDirProblem"),
+    )
 
 
 def upgrade_table(product: MsiProduct) -> str:

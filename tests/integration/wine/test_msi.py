@@ -385,6 +385,27 @@ def test_launch_conditions_refuse_without_the_vc_runtime_and_over_the_zip_route(
     assert windows.reg_query(UNINSTALL.format(code=packages.first["msi"]["product_code"])) is None
 
 
+def test_an_installdir_too_long_or_not_ascii_is_refused_before_anything_changes(  # type: ignore[no-untyped-def]
+        windows: Wine, packages: Packages, installed, tmp_path: Path) -> None:
+    """Issue 40: the zip route refuses such a folder up front; the MSI's inline JScript measures INSTALLDIR after
+    CostFinalize and a type-19 action ends the install before InstallValidate. Wine's log names the problem in the
+    property it leaves (Windows also logs the error message itself)."""
+    msi = windows.to_windows(Path(packages.first["msi"]["path"]))
+    cases = (("C:\\Apps\\" + "x" * 240, "characters long: the deepest file of this product adds"),
+             ("C:\\Apps\\Müller", "contains non-ASCII or control characters or a semicolon"))
+    for index, (value, named) in enumerate(cases):
+        log = tmp_path / f"refused-{index}.log"
+        result = msiexec(windows, "/i", msi, f"INSTALLDIR={value}", "/l*v", windows.to_windows(log))
+        assert result.returncode in FAILED, result.stdout + result.stderr
+        text = log.read_bytes().decode("utf-8", "replace")
+        [line] = [line for line in text.splitlines() if "OrtInstallDirProblem = " in line]
+        assert "OrtInstallDirProblem = INSTALLDIR C:\\Apps\\" in line and named in line, line
+        assert "Action start" in text and "InstallFiles" not in text.split("OrtRefuseInstallDir", 1)[1]
+        assert not (windows.drive_c() / "Apps" / value[8:]).exists()
+    assert windows.reg_query(DETECTION) is None
+    assert windows.reg_query(UNINSTALL.format(code=packages.first["msi"]["product_code"])) is None
+
+
 def test_noselfcheck_then_an_upgrade_whose_self_check_fails_leaves_nothing_of_the_new_version(  # type: ignore[no-untyped-def]
         windows: Wine, packages: Packages, installed) -> None:
     """NOSELFCHECK=1 installs 1.0.1 without the check; 1.0.2's check fails and its install is rolled back.

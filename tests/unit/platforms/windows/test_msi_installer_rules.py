@@ -284,3 +284,33 @@ def test_restart_manager_is_left_on_so_a_file_in_use_is_freed_before_it_is_repla
     properties = {row["Property"]: row["Value"] for row in table(built[0], "Property")}
     assert not {"MSIRESTARTMANAGERCONTROL", "MSIRMSHUTDOWN", "MSIDISABLERMRESTART"} & properties.keys(), properties
     assert properties["ARPNOMODIFY"] == "1"  # the table read is the real one
+
+
+# -- 8. INSTALLDIR checked before anything changes ---------------------------------------------------------------
+
+
+def test_installdir_is_measured_and_refused_after_costfinalize_and_before_installvalidate(
+        built: tuple[Path, Path, list[str]]) -> None:
+    """MSI conditions have no length and no character class: an inline JScript action (37, its failure ignored:
+    0x40) measures INSTALLDIR, two type-51 actions name the problem, a type-19 action ends the install with it.
+    The limit is MAX_PATH (259 characters) less the deepest file; Wine's msiexec runs the script (test_msi.py)."""
+    msi, _, files = built
+    limit = 259 - max(len(path) for path in files)  # INSTALLDIR ends in a backslash: the file's path follows it
+    actions = {row["Action"]: row for row in table(msi, "CustomAction")}
+    rows = {row["Action"]: row for row in table(msi, "InstallExecuteSequence")}
+    order = ["CostFinalize", "OrtMeasureInstallDir", "OrtInstallDirTooLong", "OrtInstallDirNotAscii",
+             "OrtRefuseInstallDir", "InstallValidate", "InstallInitialize", "RemoveExistingProducts"]
+    assert sorted(order, key=lambda action: int(rows[action]["Sequence"])) == order
+    measure = actions["OrtMeasureInstallDir"]
+    assert int(measure["Type"]) == 37 | 0x40 and rows["OrtMeasureInstallDir"]["Condition"] == 'NOT REMOVE~="ALL"'
+    assert 'Session.Property("INSTALLDIR")' in measure["Target"] and "c>126||c==59" in measure["Target"]
+    assert not {"[", "{"} & set(measure["Target"])  # nothing formatted text would read
+    assert rows["OrtInstallDirTooLong"]["Condition"] == f"OrtInstallDirLength > {limit}"
+    assert rows["OrtInstallDirNotAscii"]["Condition"] == "OrtInstallDirChars"
+    for action in ("OrtInstallDirTooLong", "OrtInstallDirNotAscii"):
+        assert int(actions[action]["Type"]) == 51 and actions[action]["Source"] == "OrtInstallDirProblem"
+        assert actions[action]["Target"].startswith("INSTALLDIR [INSTALLDIR] ")
+    assert f"at most {limit} characters" in actions["OrtInstallDirTooLong"]["Target"]
+    refuse = actions["OrtRefuseInstallDir"]
+    assert int(refuse["Type"]) == 19 and refuse["Target"] == "[OrtInstallDirProblem]; nothing was changed"
+    assert rows["OrtRefuseInstallDir"]["Condition"] == "OrtInstallDirProblem"
