@@ -322,6 +322,38 @@ def test_the_zip_route_refuses_while_the_msi_s_install_is_there(windows: Wine, p
     assert not (windows.drive_c() / "Apps" / "other").exists()
 
 
+#: The file a rebuilt 1.0.0 changes (any file of the image would do: a notice is one the self-check does not read).
+REBUILT_FILE = "licenses/sympy/AUTHORS"
+
+
+@pytest.fixture(scope="module")
+def rebuilt(packages: Packages, bundler_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, bytes]:
+    """1.0.0 again with one file changed, packaged as an MSI: another content, so another ProductCode."""
+    work = tmp_path_factory.mktemp("msi-rebuilt")
+    with zipfile.ZipFile(packages.first_zip) as archive:
+        top = archive.namelist()[0].split("/")[0]
+        content = archive.read(f"{top}/{REBUILT_FILE}") + b"\nRebuilt: the same version with other content.\n"
+    bundle = rewritten(packages.first_zip, work / "bundle", {REBUILT_FILE: content})
+    return package(bundle, work / "out", bundler_cache, "--msi")["msi"], content
+
+
+def test_a_same_version_rebuild_replaces_the_installed_product(  # type: ignore[no-untyped-def]
+        windows: Wine, packages: Packages, installed, rebuilt: tuple[dict, bytes]) -> None:
+    """Issue 40: a rebuilt 1.0.0 with other content met 1638 ("another version of this product is already
+    installed"); its own ProductCode and the upgrade range's inclusive maximum make it replace the installed 1.0.0."""
+    msi, content = rebuilt
+    assert msi["product_code"] != packages.first["msi"]["product_code"]
+    assert msi["upgrade_code"] == packages.first["msi"]["upgrade_code"] and msi["product_version"] == "1.0.0"
+    result = msiexec(windows, "/i", windows.to_windows(Path(msi["path"])))
+    assert result.returncode == 0, result.stdout + result.stderr
+    root = folder(windows)  # the remembered folder: no INSTALLDIR was given
+    assert (root / REBUILT_FILE).read_bytes() == content
+    assert receipt_hashes(root)[REBUILT_FILE] == hashlib.sha256(content).hexdigest()
+    assert windows.reg_query(UNINSTALL.format(code=packages.first["msi"]["product_code"])) is None
+    assert windows.reg_query(UNINSTALL.format(code=msi["product_code"])) is not None
+    assert windows.reg_query(DETECTION)["ProductCode"] == msi["product_code"]  # type: ignore[index]
+
+
 def test_an_upgrade_keeps_a_user_file_and_leaves_one_arp_entry(windows: Wine, packages: Packages, installed) -> None:  # type: ignore[no-untyped-def]
     root = folder(windows)
     (root / "notes.txt").write_text("mine")
