@@ -15,8 +15,9 @@ Steps, each a tool that is not ours where one exists:
    `msibuild` (package `msitools`) marks the
    public properties secure, so a managed install passes CACHEDIR and NOSELFCHECK to the server side, adds
    the MsiLockPermissionsEx row wixl cannot author, writes the Upgrade table wixl cannot (a same-version
-   range), sets each PE file's version and drops wixl's MD5 rows of versioned files, and sets the strings'
-   code page (msi_source's docstring).
+   range), sets each PE file's version and drops wixl's MD5 rows of versioned files, sets the property-setting
+   actions' type wixl gets wrong, inserts the INSTALLDIR check's script and error actions wixl cannot author, and
+   sets the strings' code page (msi_source's docstring).
 5. The summary information: wixl writes a random PackageCode and the build's clock into it (docs/facts.md §9),
    so both are rewritten in place (bundler/platforms/windows/msi_summary.py, which reads only the sectors on the way to
    the summary stream: olefile's write mode read the whole sector table in a way that grows with its square):
@@ -53,11 +54,13 @@ from bundler.platforms.windows.msi_source import (
     CODEPAGE_TABLE,
     LOCK_TABLE,
     NAMESPACE,
+    SET_PROPERTY,
     MsiProduct,
     braced,
     check_text,
     guid,
     identifier,
+    installdir_checks,
     product_version,
     upgrade_table,
     wxs,
@@ -261,6 +264,13 @@ def write_database(product: MsiProduct, files: list[str], *, image: Path, output
     _run([msibuild, str(output), "-q",
           f"UPDATE `Property` SET `Value` = '{secure}' WHERE `Property` = 'SecureCustomProperties'"],
          cwd=work, what="msibuild")
+    # wixl's type-51 actions carry a deferred action's NoImpersonate bit (msi_source's docstring, The install folder)
+    _run([msibuild, str(output), "-q",
+          f"UPDATE `CustomAction` SET `Type` = {SET_PROPERTY} WHERE `Type` = {SET_PROPERTY | 0x800}"],
+         cwd=work, what="msibuild")
+    for check in installdir_checks(files):
+        for query in check.queries():
+            _run([msibuild, str(output), "-q", query], cwd=work, what="msibuild")
     for name, text in (("MsiLockPermissionsEx", LOCK_TABLE), ("_ForceCodepage", CODEPAGE_TABLE),
                        ("Upgrade", upgrade_table(product))):
         with open(tables / f"{name}.idt", "w", encoding="ascii", newline="") as idt:

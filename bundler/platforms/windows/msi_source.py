@@ -15,8 +15,21 @@ GUID is given). Choices:
   InstallValidate, outside the transaction) and RemoveExistingProducts runs after InstallInitialize,
   inside it: an upgrade whose self-check fails rolls back to the version that was installed. Its range
   includes the same version, so a rebuild of one version with other content replaces the installed one.
+- The install folder. INSTALLDIR is read back from the detection value by AppSearch, and a command-line
+  INSTALLDIR is saved before it and put back after it (type-51 actions) in both InstallUISequence and
+  InstallExecuteSequence, so a full-UI install keeps it too. wixl writes every type-51 action as 2099 (with
+  NoImpersonate, a bit only deferred actions take, and without FirstSequence whatever `Execute` says); msibuild
+  sets 51.
+- Path checks. INSTALLDIR is refused before anything changes when it is too long for the image's deepest file or
+  holds non-ASCII, control characters or ';' (the zip route's rules): an inline JScript action measures it, as
+  conditions cannot (installdir_checks).
 - Add/Remove Programs. InstallLocation is set from INSTALLDIR (ARPINSTALLLOCATION, a type-51 action after
   CostFinalize), EstimatedSize from the image's files (ARPSIZE, in KB), and repair is offered (no ARPNOREPAIR).
+- Files in use. Restart Manager is on (no MSIRESTARTMANAGERCONTROL, Windows Installer's default): an upgrade
+  or repair while run.cmd's python.exe holds onnxruntime.dll has Windows Installer close that process first
+  (a silent install always does, MSIRMSHUTDOWN's default 0), rather than schedule the replacement for the next
+  reboot, which left the self-check to run on old and new files together. What Restart Manager cannot close
+  is still replaced at the reboot (3010); `MSIRMSHUTDOWN=1` on the command line forces such processes to end.
 - Repair. The File table carries each PE file's own version (wixl writes none; msibuild sets it) and
   MsiFileHash (wixl's MD5 rows) keeps only unversioned files, as Windows Installer's file rules want.
 - Proof. The self-check runs as a deferred, no-impersonate custom action on the installed python.exe
@@ -34,6 +47,12 @@ GUID is given). Choices:
   PermissionEx, so the row is added by msibuild (bundler/platforms/windows/msi.py); only MsiLockPermissionsEx is
   written, as a package with both it and LockPermissions fails (Windows Installer error 1941), and only it
   can drop inheritance.
+- Short names. Windows Installer's Filename data type is `short|long`, the short part an 8.3 name (ICE03); wixl
+  0.101 has no ShortName and writes a File's or Directory's Name as it is, so the Name given it is already
+  `SHORT~N.EXT|long name` where the long name is no valid 8.3 name: upper case, letters, digits and
+  `!#$%&'()-@^_`{}~` only, N the lowest number that no other name of the same folder (files and folders alike,
+  compared without case) takes, the folder's names taken in sorted order, so the same image gives the same names.
+  A name that is a valid 8.3 name in any case (`python.exe`) is its own short name, as WiX writes it.
 - Text. libmsi (under wixl) stores table strings in one ANSI code page: a character outside Windows-1252 is
   stored as nothing or crashes wixl (exit -11), so such text is refused up front, and the database's code
   page is set to 1252 so that Latin-1 text reads the same on every machine.
@@ -50,6 +69,7 @@ from pathlib import PurePosixPath
 from packaging.version import InvalidVersion, Version
 
 from bundler.errors import UnsupportedError
+from bundler.shipped.ort_bundle.engine.windows.windows_install_dir import MAX_PATH
 
 #: ort-bundler's UUIDv5 namespace for MSI GUIDs (itself uuid5 of the URL namespace and the tool's name).
 NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "ort-bundler/msi")
@@ -57,8 +77,8 @@ VC_RUNTIME_KEY = r"SOFTWARE\Microsoft\VisualStudio\14.0\VC\Runtimes\x64"
 DETECTION_KEY = "SOFTWARE\\ort-bundler\\{name}"
 #: Where our actions go in InstallExecuteSequence, by number: wixl 0.101 places Before=/After= actions wrongly
 #: (a custom action "Before InstallFinalize" lands at 1, ahead of the files). The standard actions' numbers:
-#: AppSearch 50, InstallInitialize 1500, RemoveFiles 3500, InstallFiles 4000, InstallFinalize 6600.
-SEQUENCE = {"app_search": 50, "arp_location": 1001, "remove_existing": 1510, "forget": 3490, "finish": 6500}
+#: AppSearch 50, CostFinalize 1000, InstallValidate 1400, InstallInitialize 1500, RemoveFiles 3500, InstallFiles 4000, InstallFinalize 6600.
+SEQUENCE = {"app_search": 50, "arp_location": 1001, "installdir_check": 1010, "remove_existing": 1510, "forget": 3490, "finish": 6500}
 #: The install folder's ACL, as the zip route's `icacls /inheritance:r /grant:r *S-1-5-32-544:(OI)(CI)F
 #: *S-1-5-18:(OI)(CI)F *S-1-5-32-545:(OI)(CI)RX`: "P" protects it from inheritance; FA is full control and
 #: 0x1200a9 read and execute (FILE_GENERIC_READ | FILE_GENERIC_EXECUTE), each inherited by files and folders.
@@ -73,8 +93,24 @@ LOCK_TABLE = ("MsiLockPermissionsEx\tLockObject\tTable\tSDDLText\tCondition\r\n"
 #: installing machine's", which misreads them on a machine whose ANSI code page is not 1252).
 CODEPAGE = 1252
 CODEPAGE_TABLE = f"\r\n\r\n{CODEPAGE}\t_ForceCodepage\r\n"
+#: The custom action type that sets a property from formatted text.
+SET_PROPERTY = 51
+#: Custom action types (msidbCustomActionType*): inline JScript, an error message that ends the install, and
+#: the bit that lets the install go on when an action fails.
+JSCRIPT_INLINE, ERROR_MESSAGE, CONTINUE = 37, 19, 0x40
+#: The INSTALLDIR check's measure: its length, and whether it holds a character outside printable ASCII or a ';'
+#: (the zip route's rule, windows_install_dir.install_dir_problem). No '[' or '{', which formatted text would read.
+MEASURE_SCRIPT = ('var d=Session.Property("INSTALLDIR"),b=0,c;for(var i=0;i<d.length;i++)c=d.charCodeAt(i),'
+                  'b|=c<32||c>126||c==59;Session.Property("OrtInstallDirLength")=""+d.length;'
+                  'if(b)Session.Property("OrtInstallDirChars")="1";')
 #: The Upgrade table's attribute bits (msidbUpgradeAttributes*).
 ONLY_DETECT, MIN_INCLUSIVE, MAX_INCLUSIVE = 2, 256, 512
+#: What an 8.3 name may hold besides ASCII letters and digits (the Filename data type forbids spaces and
+#: `\ ? | > < : / * " + , ; = [ ]` in a short name; other characters are left out so it reads the same in every
+#: code page).
+SHORT_NAME_EXTRA = frozenset("!#$%&'()-@^_`{}~")
+#: The most short names `~N` tells apart with one stem: ~1 .. ~999999 (the stem keeps at least one character).
+SHORT_NAME_TAILS = 999_999
 #: MSI's ProductVersion limits: major.minor.build (Windows Installer ignores a fourth field).
 VERSION_LIMITS = (255, 255, 65535)
 
@@ -189,7 +225,7 @@ def wxs(product: MsiProduct, files: Sequence[str], *, estimated_kb: int | None =
 
 
 def _properties(node: ET.Element, product: MsiProduct, estimated_kb: int | None) -> None:
-    fixed = [("ARPNOMODIFY", "1"), ("MSIRESTARTMANAGERCONTROL", "Disable")]
+    fixed = [("ARPNOMODIFY", "1")]  # no MSIRESTARTMANAGERCONTROL: Restart Manager on (module docstring)
     if estimated_kb is not None:
         fixed.append(("ARPSIZE", str(estimated_kb)))
     for name, value in fixed:
@@ -229,15 +265,15 @@ def _tree(node: ET.Element, product: MsiProduct, files: Sequence[str]) -> list[s
     """Directories and one component per file; returns every component id."""
     top = ET.SubElement(node, "Directory", Id="TARGETDIR", Name="SourceDir")
     programs = ET.SubElement(top, "Directory", Id="ProgramFiles64Folder")
-    folders = {"": ET.SubElement(programs, "Directory", Id="INSTALLDIR", Name=product.name)}
+    names = filename_columns(product.name, files)
+    folders = {"": ET.SubElement(programs, "Directory", Id="INSTALLDIR", Name=names[""])}
     components = []
     for path in sorted(files):
-        parent = _folder(folders, path.rpartition("/")[0])
+        parent = _folder(folders, path.rpartition("/")[0], names)
         component = identifier("c", path)
         element = ET.SubElement(parent, "Component", Id=component, Guid=guid(product.name, "file", path, namespace=product.namespace),
                                  Win64="yes")
-        ET.SubElement(element, "File", Id=identifier("f", path), Name=PurePosixPath(path).name, KeyPath="yes",
-                      Source=path)
+        ET.SubElement(element, "File", Id=identifier("f", path), Name=names[path], KeyPath="yes", Source=path)
         components.append(component)
     registry = ET.SubElement(folders[""], "Component", Id="Detection", Guid=guid(product.name, "detection", namespace=product.namespace),
                              Win64="yes")
@@ -249,6 +285,52 @@ def _tree(node: ET.Element, product: MsiProduct, files: Sequence[str]) -> list[s
         ET.SubElement(registry, "RegistryValue", Root="HKLM", Key=key, Name=name, Value=value, Type="string",
                       KeyPath="yes" if name == "Version" else "no")
     return [*components, "Detection"]
+
+
+@dataclass(frozen=True)
+class CheckAction:
+    """One action of the INSTALLDIR check, with its InstallExecuteSequence row: wixl 0.101 authors neither a script
+    nor an error action ("Unsupported CustomAction"), so msibuild inserts them (bundler/platforms/windows/msi.py)."""
+
+    action: str
+    type: int
+    source: str
+    target: str
+    sequence: int
+    condition: str
+
+    def queries(self) -> tuple[str, str]:
+        """The two INSERTs; no value holds a single quote, which ends a string in msibuild's SQL."""
+        return (f"INSERT INTO `CustomAction` (`Action`, `Type`, `Source`, `Target`) "
+                f"VALUES ('{self.action}', {self.type}, '{self.source}', '{self.target}')",
+                f"INSERT INTO `InstallExecuteSequence` (`Action`, `Condition`, `Sequence`) "
+                f"VALUES ('{self.action}', '{self.condition}', {self.sequence})")
+
+
+def installdir_checks(files: Sequence[str]) -> tuple[CheckAction, ...]:
+    """INSTALLDIR refused before anything changes, as the zip route refuses -InstallDir: too long for the image's
+    deepest file to stay under MAX_PATH, or non-ASCII, control characters or ';'. MSI's conditions have no length
+    and no character class, so an inline JScript action measures INSTALLDIR once CostFinalize has resolved it
+    (with its closing backslash); conditions on what it found name the problem; an error action (type 19) ends the
+    install with it (exit 1603) before InstallValidate. Where no script engine runs, the measure fails, is
+    ignored (CONTINUE) and nothing is refused: Windows Installer's own file copy then fails on a path too long."""
+    deepest = max(len(path) for path in files)
+    limit = MAX_PATH - deepest
+    start = SEQUENCE["installdir_check"]
+    too_long = (f"INSTALLDIR [INSTALLDIR] is [OrtInstallDirLength] characters long: the deepest file of this product "
+                f"adds {deepest} and a path holds at most {MAX_PATH} (MAX_PATH); choose a folder of at most {limit} "
+                f"characters, its closing backslash included")
+    not_ascii = ("INSTALLDIR [INSTALLDIR] contains non-ASCII or control characters or a semicolon: ONNX Runtime "
+                 "cannot load its providers from such a path, and a semicolon splits PATH")
+    return (
+        CheckAction("OrtMeasureInstallDir", JSCRIPT_INLINE | CONTINUE, "", MEASURE_SCRIPT, start, 'NOT REMOVE~="ALL"'),
+        CheckAction("OrtInstallDirTooLong", SET_PROPERTY, "OrtInstallDirProblem", too_long, start + 1,
+                    f"OrtInstallDirLength > {limit}"),
+        CheckAction("OrtInstallDirNotAscii", SET_PROPERTY, "OrtInstallDirProblem", not_ascii, start + 2,
+                    "OrtInstallDirChars"),
+        CheckAction("OrtRefuseInstallDir", ERROR_MESSAGE, "", "[OrtInstallDirProblem]; nothing was changed",
+                    start + 3, "OrtInstallDirProblem"),
+    )
 
 
 def upgrade_table(product: MsiProduct) -> str:
@@ -263,13 +345,74 @@ def upgrade_table(product: MsiProduct) -> str:
             f"{product.upgrade_code}\t0.0.0\t{version}\t\t{MIN_INCLUSIVE | MAX_INCLUSIVE}\t\tOLDER_VERSION_FOUND\r\n")
 
 
-def _folder(folders: dict[str, ET.Element], relative: str) -> ET.Element:
+def _folder(folders: dict[str, ET.Element], relative: str, names: dict[str, str]) -> ET.Element:
     if relative in folders:
         return folders[relative]
-    parent = _folder(folders, relative.rpartition("/")[0])
-    folders[relative] = ET.SubElement(parent, "Directory", Id=identifier("d", relative),
-                                      Name=relative.rpartition("/")[2])
+    parent = _folder(folders, relative.rpartition("/")[0], names)
+    folders[relative] = ET.SubElement(parent, "Directory", Id=identifier("d", relative), Name=names[relative])
     return folders[relative]
+
+
+def is_short_name(name: str) -> bool:
+    """Whether `name` is a valid 8.3 name as it is: a stem of 1 to 8 characters and at most one dot with 1 to 3
+    after it, each an ASCII letter or digit or one of SHORT_NAME_EXTRA (either case, as WiX accepts it)."""
+    stem, dot, ext = name.partition(".")
+    return (1 <= len(stem) <= 8 and len(ext) <= 3 and bool(ext) == bool(dot)
+            and all(_short_char(char) for char in stem + ext))
+
+
+def _short_char(char: str) -> bool:
+    return (char.isascii() and char.isalnum()) or char in SHORT_NAME_EXTRA
+
+
+def _short_part(text: str) -> str:
+    """`text` upper-cased for a short name: spaces and dots dropped, any other character a short name cannot
+    hold made "_" (as Windows makes its own short names)."""
+    return "".join(char if _short_char(char) else "_" for char in text.upper() if char not in " .")
+
+
+def short_names(names: Sequence[str]) -> dict[str, str]:
+    """Every name of one folder (its files and folders) as the Filename column writes it: itself when it is a
+    valid 8.3 name, else `SHORT~N.EXT|name` with N the lowest number no other name of the folder takes."""
+    taken = {name.upper() for name in names if is_short_name(name)}
+    written = {name: name for name in names if is_short_name(name)}
+    for name in sorted(set(names) - written.keys()):
+        short = _short_name(name, taken)
+        taken.add(short)
+        written[name] = f"{short}|{name}"
+    return written
+
+
+def _short_name(name: str, taken: set[str]) -> str:
+    """`name`'s stem (its first characters, before `~N`) and extension (three characters) in 8.3 form, with the
+    lowest N not `taken`."""
+    stem, _, ext = name.rpartition(".")
+    if not stem:  # no dot, or only a leading one (".gitignore")
+        stem, ext = name, ""
+    base, suffix = _short_part(stem) or "_", _short_part(ext)[:3]
+    for number in range(1, SHORT_NAME_TAILS + 1):
+        tail = f"~{number}"
+        candidate = base[:8 - len(tail)] + tail + (f".{suffix}" if suffix else "")
+        if candidate not in taken:
+            return candidate
+    msg = (f"the install image has more than {SHORT_NAME_TAILS:,} names in one folder that share the short name "
+           f"stem of {name!r}, more than 8.3 names can tell apart")
+    raise UnsupportedError(msg)
+
+
+def filename_columns(top: str, files: Sequence[str]) -> dict[str, str]:
+    """The Filename column of every file and folder below INSTALLDIR (image-relative, '/'-separated; "" is
+    INSTALLDIR itself, named `top` in its parent): the short and long names, unique per folder."""
+    children: dict[str, set[str]] = {}
+    for path in files:
+        parts = PurePosixPath(path).parts
+        for depth in range(len(parts)):
+            children.setdefault("/".join(parts[:depth]), set()).add(parts[depth])
+    columns = {"": short_names([top])[top]}
+    for parent, names in children.items():
+        for name, column in short_names(sorted(names)).items():
+            columns[f"{parent}/{name}" if parent else name] = column
+    return columns
 
 
 def _actions(node: ET.Element, product: MsiProduct, python: str) -> None:
@@ -286,18 +429,22 @@ def _actions(node: ET.Element, product: MsiProduct, python: str) -> None:
                       Impersonate="no", Return=outcome)
     # The remembered folder: AppSearch reads INSTALLDIR back from the detection value (a repair or an upgrade
     # goes where the install went; Windows Installer keeps no directory property), unless the command line
-    # gave one, which is saved before AppSearch and put back after it.
+    # gave one, which is saved before AppSearch and put back after it. AppSearch runs in both sequences (the
+    # UI sequence's, in the client, only in a full or reduced UI), so both pairs run too, and in every sequence
+    # (not FirstSequence): in the execute sequence of a full-UI install, INSTALLDIR is the value the client
+    # chose, which the server's AppSearch would otherwise replace.
     ET.SubElement(node, "CustomAction", Id="OrtSaveInstallDir", Property="ORT_CMDLINE_INSTALLDIR",
-                  Value="[INSTALLDIR]", Execute="firstSequence")
+                  Value="[INSTALLDIR]")
     ET.SubElement(node, "CustomAction", Id="OrtRestoreInstallDir", Property="INSTALLDIR",
-                  Value="[ORT_CMDLINE_INSTALLDIR]", Execute="firstSequence")
+                  Value="[ORT_CMDLINE_INSTALLDIR]")
     # Add/Remove Programs' InstallLocation: INSTALLDIR once costing has resolved it (a type-51 action).
     ET.SubElement(node, "CustomAction", Id="OrtArpInstallLocation", Property="ARPINSTALLLOCATION", Value="[INSTALLDIR]")
     sequence = ET.SubElement(node, "InstallExecuteSequence")
     ET.SubElement(sequence, "Custom", Action="OrtArpInstallLocation", Sequence=str(SEQUENCE["arp_location"]))
-    ET.SubElement(sequence, "Custom", Action="OrtSaveInstallDir", Sequence=str(SEQUENCE["app_search"] - 1))
-    ET.SubElement(sequence, "Custom", Action="OrtRestoreInstallDir",
-                  Sequence=str(SEQUENCE["app_search"] + 1)).text = "ORT_CMDLINE_INSTALLDIR"
+    for table in (sequence, ET.SubElement(node, "InstallUISequence")):
+        ET.SubElement(table, "Custom", Action="OrtSaveInstallDir", Sequence=str(SEQUENCE["app_search"] - 1))
+        ET.SubElement(table, "Custom", Action="OrtRestoreInstallDir",
+                      Sequence=str(SEQUENCE["app_search"] + 1)).text = "ORT_CMDLINE_INSTALLDIR"
     ET.SubElement(sequence, "RemoveExistingProducts", Sequence=str(SEQUENCE["remove_existing"]))
     for action, _, condition, _, number in actions:
         ET.SubElement(sequence, "Custom", Action=action, Sequence=str(number)).text = condition

@@ -139,6 +139,47 @@ def test_the_tables_hold_what_the_bundle_says(packages: Packages) -> None:
     assert plan["name"] == NAME
 
 
+#: An 8.3 name as Windows Installer's Filename data type takes a short name (ICE03), upper case: a stem of 1 to 8
+#: and an extension of 1 to 3 characters, none a space, a dot or one of \ ? | > < : / * " + , ; = [ ].
+SHORT_NAME = re.compile(r"[A-Z0-9!#$%&'()@^_`{}~-]{1,8}(\.[A-Z0-9!#$%&'()@^_`{}~-]{1,3})?")
+#: A name that is its own short name (WiX and Windows Installer take either case).
+OWN_SHORT_NAME = re.compile(SHORT_NAME.pattern, re.IGNORECASE)
+
+
+def test_every_file_and_folder_has_a_valid_short_name_unique_in_its_folder(packages: Packages) -> None:
+    """ICE03 (issue 40): wixl wrote long names alone; every name is now `SHORT|long` where the long one is no 8.3
+    name. The File, Component and Directory tables as msitools reads them; the long names still make the tree."""
+    msi = Path(packages.first["msi"]["path"])
+    folders = {row["Directory"]: row for row in table(msi, "Directory")}
+    component_folder = {row["Component"]: row["Directory_"] for row in table(msi, "Component")}
+    entries = [(row["Directory_Parent"], row["DefaultDir"]) for key, row in folders.items()
+               if key not in ("TARGETDIR", "ProgramFiles64Folder")]
+    entries += [(component_folder[row["Component_"]], row["FileName"]) for row in table(msi, "File")]
+    shorts: dict[str, set[str]] = {}
+    pairs = 0
+    for parent, column in entries:
+        short, bar, long = column.partition("|")
+        if bar:
+            pairs += 1
+            assert SHORT_NAME.fullmatch(short) and not OWN_SHORT_NAME.fullmatch(long), column
+        else:
+            assert OWN_SHORT_NAME.fullmatch(short), f"{column!r} is no 8.3 name and has no short name"
+        assert short.upper() not in shorts.setdefault(parent, set()), f"{short} twice in {parent}"
+        shorts[parent].add(short.upper())
+    assert pairs > 100  # the image's site-packages, __pycache__ and the like
+
+    def path(folder: str) -> str:
+        if folder == "INSTALLDIR":
+            return ""
+        above = path(folders[folder]["Directory_Parent"])
+        return f"{above}/{folders[folder]['DefaultDir'].split('|')[-1]}".lstrip("/")
+
+    files = {f"{path(component_folder[row['Component_']])}/{row['FileName'].split('|')[-1]}".lstrip("/")
+             for row in table(msi, "File")}
+    assert len(files) == packages.first["msi"]["files"]
+    assert {"python/python.exe", "receipt.json", "python/Lib/site-packages/onnxruntime/capi/onnxruntime.dll"} <= files
+
+
 def test_two_runs_give_byte_identical_signed_msis_with_the_bundle_s_time(packages: Packages) -> None:
     first = Path(packages.first["msi"]["path"])
     assert first.read_bytes() == packages.first_again.read_bytes()
@@ -281,6 +322,38 @@ def test_the_zip_route_refuses_while_the_msi_s_install_is_there(windows: Wine, p
     assert not (windows.drive_c() / "Apps" / "other").exists()
 
 
+#: The file a rebuilt 1.0.0 changes (any file of the image would do: a notice is one the self-check does not read).
+REBUILT_FILE = "licenses/sympy/AUTHORS"
+
+
+@pytest.fixture(scope="module")
+def rebuilt(packages: Packages, bundler_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, bytes]:
+    """1.0.0 again with one file changed, packaged as an MSI: another content, so another ProductCode."""
+    work = tmp_path_factory.mktemp("msi-rebuilt")
+    with zipfile.ZipFile(packages.first_zip) as archive:
+        top = archive.namelist()[0].split("/")[0]
+        content = archive.read(f"{top}/{REBUILT_FILE}") + b"\nRebuilt: the same version with other content.\n"
+    bundle = rewritten(packages.first_zip, work / "bundle", {REBUILT_FILE: content})
+    return package(bundle, work / "out", bundler_cache, "--msi")["msi"], content
+
+
+def test_a_same_version_rebuild_replaces_the_installed_product(  # type: ignore[no-untyped-def]
+        windows: Wine, packages: Packages, installed, rebuilt: tuple[dict, bytes]) -> None:
+    """Issue 40: a rebuilt 1.0.0 with other content met 1638 ("another version of this product is already
+    installed"); its own ProductCode and the upgrade range's inclusive maximum make it replace the installed 1.0.0."""
+    msi, content = rebuilt
+    assert msi["product_code"] != packages.first["msi"]["product_code"]
+    assert msi["upgrade_code"] == packages.first["msi"]["upgrade_code"] and msi["product_version"] == "1.0.0"
+    result = msiexec(windows, "/i", windows.to_windows(Path(msi["path"])))
+    assert result.returncode == 0, result.stdout + result.stderr
+    root = folder(windows)  # the remembered folder: no INSTALLDIR was given
+    assert (root / REBUILT_FILE).read_bytes() == content
+    assert receipt_hashes(root)[REBUILT_FILE] == hashlib.sha256(content).hexdigest()
+    assert windows.reg_query(UNINSTALL.format(code=packages.first["msi"]["product_code"])) is None
+    assert windows.reg_query(UNINSTALL.format(code=msi["product_code"])) is not None
+    assert windows.reg_query(DETECTION)["ProductCode"] == msi["product_code"]  # type: ignore[index]
+
+
 def test_an_upgrade_keeps_a_user_file_and_leaves_one_arp_entry(windows: Wine, packages: Packages, installed) -> None:  # type: ignore[no-untyped-def]
     root = folder(windows)
     (root / "notes.txt").write_text("mine")
@@ -341,6 +414,27 @@ def test_launch_conditions_refuse_without_the_vc_runtime_and_over_the_zip_route(
     for result in (without_vc, over_zip):
         assert result.returncode in FAILED, result.stdout + result.stderr
     assert not (windows.drive_c() / "Program Files" / NAME).exists()
+    assert windows.reg_query(UNINSTALL.format(code=packages.first["msi"]["product_code"])) is None
+
+
+def test_an_installdir_too_long_or_not_ascii_is_refused_before_anything_changes(  # type: ignore[no-untyped-def]
+        windows: Wine, packages: Packages, installed, tmp_path: Path) -> None:
+    """Issue 40: the zip route refuses such a folder up front; the MSI's inline JScript measures INSTALLDIR after
+    CostFinalize and a type-19 action ends the install before InstallValidate. Wine's log names the problem in the
+    property it leaves (Windows also logs the error message itself)."""
+    msi = windows.to_windows(Path(packages.first["msi"]["path"]))
+    cases = (("C:\\Apps\\" + "x" * 240, "characters long: the deepest file of this product adds"),
+             ("C:\\Apps\\Müller", "contains non-ASCII or control characters or a semicolon"))
+    for index, (value, named) in enumerate(cases):
+        log = tmp_path / f"refused-{index}.log"
+        result = msiexec(windows, "/i", msi, f"INSTALLDIR={value}", "/l*v", windows.to_windows(log))
+        assert result.returncode in FAILED, result.stdout + result.stderr
+        text = log.read_bytes().decode("utf-8", "replace")
+        [line] = [line for line in text.splitlines() if "OrtInstallDirProblem = " in line]
+        assert "OrtInstallDirProblem = INSTALLDIR C:\\Apps\\" in line and named in line, line
+        assert "Action start" in text and "InstallFiles" not in text.split("OrtRefuseInstallDir", 1)[1]
+        assert not (windows.drive_c() / "Apps" / value[8:]).exists()
+    assert windows.reg_query(DETECTION) is None
     assert windows.reg_query(UNINSTALL.format(code=packages.first["msi"]["product_code"])) is None
 
 

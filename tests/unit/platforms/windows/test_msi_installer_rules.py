@@ -245,3 +245,72 @@ def test_init_writes_a_fresh_upgrade_code_each_time(tmp_path: Path) -> None:
     codes = [re.search(r'^upgrade_code = "([0-9A-F-]{36})"', text, re.MULTILINE) for text in (first, second)]
     assert codes[0] and codes[1] and codes[0].group(1) != codes[1].group(1)
     assert uuid.UUID(codes[0].group(1)).version == 4
+
+
+# -- 6. INSTALLDIR kept in a full-UI install ---------------------------------------------------------------------
+
+
+def test_a_command_line_installdir_is_saved_and_restored_around_appsearch_in_both_sequences(
+        built: tuple[Path, Path, list[str]]) -> None:
+    """In a full UI the client runs InstallUISequence, whose AppSearch put the remembered folder over a command-line
+    INSTALLDIR before the server's sequence saved anything; the pair now runs around AppSearch in both tables,
+    as plain type-51 actions (not wixl's 2099, a deferred action's bit, and not FirstSequence: the server's
+    AppSearch must not replace what the client chose)."""
+    msi = built[0]
+    for name in ("InstallUISequence", "InstallExecuteSequence"):
+        rows = {row["Action"]: row for row in table(msi, name)}
+        save, search, restore = (int(rows[action]["Sequence"])
+                                 for action in ("OrtSaveInstallDir", "AppSearch", "OrtRestoreInstallDir"))
+        assert save < search < restore < int(rows["LaunchConditions"]["Sequence"]), name
+        assert rows["OrtSaveInstallDir"]["Condition"] == "" and \
+            rows["OrtRestoreInstallDir"]["Condition"] == "ORT_CMDLINE_INSTALLDIR", name
+    actions = {row["Action"]: row for row in table(msi, "CustomAction")}
+    assert (actions["OrtSaveInstallDir"]["Source"], actions["OrtSaveInstallDir"]["Target"]) == \
+        ("ORT_CMDLINE_INSTALLDIR", "[INSTALLDIR]")
+    assert (actions["OrtRestoreInstallDir"]["Source"], actions["OrtRestoreInstallDir"]["Target"]) == \
+        ("INSTALLDIR", "[ORT_CMDLINE_INSTALLDIR]")
+    assert {int(actions[a]["Type"]) for a in ("OrtSaveInstallDir", "OrtRestoreInstallDir", "OrtArpInstallLocation")} \
+        == {51}
+
+
+# -- 7. files in use: Restart Manager on ------------------------------------------------------------------------
+
+
+def test_restart_manager_is_left_on_so_a_file_in_use_is_freed_before_it_is_replaced(
+        built: tuple[Path, Path, list[str]]) -> None:
+    """MSIRESTARTMANAGERCONTROL=Disable made an upgrade while run.cmd held onnxruntime.dll schedule the
+    replacement for the reboot; without it (and without MSIRMSHUTDOWN, default 0) Windows Installer uses Restart
+    Manager and a silent install closes the process. What only Windows shows is in docs/how-to/msi.md."""
+    properties = {row["Property"]: row["Value"] for row in table(built[0], "Property")}
+    assert not {"MSIRESTARTMANAGERCONTROL", "MSIRMSHUTDOWN", "MSIDISABLERMRESTART"} & properties.keys(), properties
+    assert properties["ARPNOMODIFY"] == "1"  # the table read is the real one
+
+
+# -- 8. INSTALLDIR checked before anything changes ---------------------------------------------------------------
+
+
+def test_installdir_is_measured_and_refused_after_costfinalize_and_before_installvalidate(
+        built: tuple[Path, Path, list[str]]) -> None:
+    """MSI conditions have no length and no character class: an inline JScript action (37, its failure ignored:
+    0x40) measures INSTALLDIR, two type-51 actions name the problem, a type-19 action ends the install with it.
+    The limit is MAX_PATH (259 characters) less the deepest file; Wine's msiexec runs the script (test_msi.py)."""
+    msi, _, files = built
+    limit = 259 - max(len(path) for path in files)  # INSTALLDIR ends in a backslash: the file's path follows it
+    actions = {row["Action"]: row for row in table(msi, "CustomAction")}
+    rows = {row["Action"]: row for row in table(msi, "InstallExecuteSequence")}
+    order = ["CostFinalize", "OrtMeasureInstallDir", "OrtInstallDirTooLong", "OrtInstallDirNotAscii",
+             "OrtRefuseInstallDir", "InstallValidate", "InstallInitialize", "RemoveExistingProducts"]
+    assert sorted(order, key=lambda action: int(rows[action]["Sequence"])) == order
+    measure = actions["OrtMeasureInstallDir"]
+    assert int(measure["Type"]) == 37 | 0x40 and rows["OrtMeasureInstallDir"]["Condition"] == 'NOT REMOVE~="ALL"'
+    assert 'Session.Property("INSTALLDIR")' in measure["Target"] and "c>126||c==59" in measure["Target"]
+    assert not {"[", "{"} & set(measure["Target"])  # nothing formatted text would read
+    assert rows["OrtInstallDirTooLong"]["Condition"] == f"OrtInstallDirLength > {limit}"
+    assert rows["OrtInstallDirNotAscii"]["Condition"] == "OrtInstallDirChars"
+    for action in ("OrtInstallDirTooLong", "OrtInstallDirNotAscii"):
+        assert int(actions[action]["Type"]) == 51 and actions[action]["Source"] == "OrtInstallDirProblem"
+        assert actions[action]["Target"].startswith("INSTALLDIR [INSTALLDIR] ")
+    assert f"at most {limit} characters" in actions["OrtInstallDirTooLong"]["Target"]
+    refuse = actions["OrtRefuseInstallDir"]
+    assert int(refuse["Type"]) == 19 and refuse["Target"] == "[OrtInstallDirProblem]; nothing was changed"
+    assert rows["OrtRefuseInstallDir"]["Condition"] == "OrtInstallDirProblem"

@@ -56,7 +56,7 @@ def test_every_file_is_a_64_bit_component_under_installdir_with_its_folders() ->
     components = list(root.iterfind(".//w:Component", NS))
     assert all(c.get("Win64") == "yes" for c in components)
     assert len({c.get("Guid") for c in components}) == len(components) == len(files) + 1  # and the detection value
-    nested = installdir.find("w:Directory[@Name='python']/w:Directory[@Name='Lib']/w:Directory[@Name='site-packages']", NS)
+    nested = installdir.find("w:Directory[@Name='python']/w:Directory[@Name='Lib']/w:Directory[@Name='SITE-P~1|site-packages']", NS)
     assert nested is not None
     assert {r.get("Name"): r.get("Value") for r in root.iterfind(".//w:RegistryValue", NS)}["Route"] == "msi"
 
@@ -131,3 +131,34 @@ def test_text_outside_windows_1252_is_refused_before_wixl(changes: dict[str, str
 def test_windows_1252_text_is_accepted(publisher: str) -> None:
     root = parsed(["python/python.exe", "receipt.json"], publisher=publisher)
     assert root.find("w:Product", NS).get("Manufacturer") == publisher  # type: ignore[union-attr]
+
+
+# -- issue 40: short names (ICE03) --------------------------------------------------------------------------------
+
+
+def test_a_long_name_gets_a_deterministic_8_3_short_name_unique_in_its_folder() -> None:
+    from bundler.platforms.windows.msi_source import short_names
+
+    names = ["onnxruntime_pybind11_state.pyd", "onnxruntime_a.pyd", "python.exe", "README", "ONNXRU~1.PYD",
+             "site-packages", "x y+z.txt", ".gitignore", "A.B.C.dll", "Müller.txt"]
+    assert short_names(names) == {
+        "python.exe": "python.exe", "README": "README", "ONNXRU~1.PYD": "ONNXRU~1.PYD",  # valid 8.3 names as they are
+        "onnxruntime_a.pyd": "ONNXRU~2.PYD|onnxruntime_a.pyd",  # ~1 is another name of the folder
+        "onnxruntime_pybind11_state.pyd": "ONNXRU~3.PYD|onnxruntime_pybind11_state.pyd",
+        "site-packages": "SITE-P~1|site-packages", "x y+z.txt": "XY_Z~1.TXT|x y+z.txt",
+        ".gitignore": "GITIGN~1|.gitignore", "A.B.C.dll": "ABC~1.DLL|A.B.C.dll", "Müller.txt": "M_LLER~1.TXT|Müller.txt"}
+    assert short_names(list(reversed(names))) == short_names(names)  # the order given does not matter
+    many = short_names([f"module_{n:02d}.py" for n in range(12)])
+    assert many["module_08.py"] == "MODULE~9.PY|module_08.py" and many["module_09.py"] == "MODUL~10.PY|module_09.py"
+
+
+def test_every_file_and_folder_name_in_the_source_is_8_3_or_short_and_long() -> None:
+    files = ["python/python.exe", "python/Lib/site-packages/onnxruntime/capi/onnxruntime_pybind11_state.pyd",
+             "python/Lib/site-packages/onnxruntime/capi/onnxruntime_providers_shared.dll", "run.cmd", "receipt.json"]
+    root = parsed(files, name="my app")
+    names = {element.get("Id"): element.get("Name") for element in root.iterfind(".//w:Directory", NS)}
+    assert names["INSTALLDIR"] == "MYAPP~1|my app"
+    files_named = sorted(element.get("Name") or "" for element in root.iterfind(".//w:File", NS))
+    assert files_named == ["ONNXRU~1.DLL|onnxruntime_providers_shared.dll", "ONNXRU~1.PYD|onnxruntime_pybind11_state.pyd",
+                           "RECEIP~1.JSO|receipt.json", "python.exe", "run.cmd"]
+    assert "SITE-P~1|site-packages" in names.values() and "ONNXRU~1|onnxruntime" in names.values()
