@@ -182,6 +182,9 @@ def test_upgrade_code_in_the_manifest_makes_the_upgrade_code_and_the_component_n
     assert braced.upgrade_code == owned.upgrade_code and braced.product_code == owned.product_code
     today = msi_product(bundle_info(), plan(), bundle_sha256="ab" * 32, receipt=b"r", source="b")
     assert today.upgrade_code == legacy_upgrade_code("app") == guid("app", "upgrade")  # what every MSI had
+    # The value itself, as 4117c23's bundler/packaging/msi_source.py wrote it for a bundle named "app" (its
+    # guid(name, "upgrade") in its own namespace): an MSI built before the key existed is found by this code.
+    assert legacy_upgrade_code("app") == "{11A58047-FF98-527A-A861-6EA8D39AE41B}"
     assert today.namespace == NAMESPACE and owned.product_code != today.product_code
     files = ["python/python.exe"]
     mine = {c.get("Id"): c.get("Guid") for c in _components(wxs(owned, files))}
