@@ -172,9 +172,9 @@ def _windows_private_cache(cache: str, source: str, code: int) -> str:
 
     _make_private(cache)
     problem = _windows_cache_problem(cache)
-    user = current_user_sid()
     if problem is None:
         return cache
+    user = current_user_sid()
     if user is None:
         raise LaunchError(code, _unsafe(cache, source, problem))
     own = os.path.join(cache, f"user-{user}")
