@@ -60,7 +60,7 @@ from .engine_fs import (
     write_receipt,
 )
 from .image import MakeEnvironment, make_image, populate
-from .installed import VERIFY_CHANGED, VERIFY_OK, Audit, audit, record_after_reboot, uninstall
+from .installed import VERIFY_CHANGED, VERIFY_OK, Audit, audit, detection_state, record_after_reboot, uninstall
 from .target_folder import carry_over, check_cache_dir_posix, check_parent_posix, check_target
 
 #: What the tests and the other engine modules use from here, re-exported for one import path.
@@ -133,15 +133,20 @@ def install(options: Options, log: Log, *, make_environment: MakeEnvironment = m
     previous = check_target(target, plan)
     if previous is not None and previous.bundle_sha256 == bundle_sha256 and not options.force:
         damage = audit(target)
-        if damage.ok:
+        owed = detection_state(previous.selfcheck) is None
+        if damage.ok and owed:
+            log(f"{plan.install_id} from this bundle is installed in {target} but its self-check has not passed yet "
+                f"(deferred until after a reboot); installing it again")
+        elif damage.ok:
             if not options.dry_run:
                 clean_leftovers(target, log)
             log(f"{plan.install_id} from this bundle is already installed in {target} and every file matches its "
                 f"receipt; nothing to do (--force reinstalls)")
             return "unchanged"
-        log(f"{plan.install_id} is installed in {target} but damaged ({len(damage.changed)} changed, "
-            f"{len(damage.missing)} missing, {len(damage.extra)} added where only the bundle's files belong); "
-            f"installing it again")
+        else:
+            log(f"{plan.install_id} is installed in {target} but damaged ({len(damage.changed)} changed, "
+                f"{len(damage.missing)} missing, {len(damage.extra)} added where only the bundle's files belong); "
+                f"installing it again")
     check_cache_dir_posix(options.cache_dir, target)
     check_space(plan, options.bundle, target)
     if options.dry_run:

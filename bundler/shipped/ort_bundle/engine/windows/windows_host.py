@@ -182,6 +182,34 @@ def write_values(root: int, path: str, values: Iterable[Tuple[str, object]]) -> 
             winreg.SetValueEx(key, name, 0, kind, value)
 
 
+def delete_values(root: int, path: str, names: Iterable[str]) -> None:
+    """Remove values of a key where present; a missing key or value is no error."""
+    winreg = _winreg()
+    try:
+        key = _open(root, path, write=True)
+    except OSError:
+        return
+    with key:
+        for name in names:
+            try:
+                winreg.DeleteValue(key, name)
+            except FileNotFoundError:
+                continue
+
+
+def delete_key_if_empty(root: int, path: str) -> None:
+    """Remove a key that holds no value and no subkey (what is left once Windows Installer removed its values)."""
+    winreg = _winreg()
+    try:
+        key = _open(root, path)
+    except OSError:
+        return
+    with key:
+        subkeys, values, _ = winreg.QueryInfoKey(key)
+    if not subkeys and not values:
+        delete_key(root, path)
+
+
 def delete_key(root: int, path: str) -> bool:
     """Remove a key with no subkeys; False when it was not there."""
     winreg = _winreg()

@@ -298,7 +298,7 @@ def _install(engine, bundle: Path, info: BundleInfo, switches: Switches, *, admi
     if receipt is None:  # the engine installed it or found it whole: someone removed it since
         raise EngineError("install", f"{target / RECEIPT_FILE} vanished right after the install; run it again")
     python = installed_interpreter(plan, target)
-    register(info, target, receipt.bundle_sha256, python, admin=admin, log=log)
+    register(info, target, receipt.bundle_sha256, python, admin=admin, log=log, selfcheck=receipt.selfcheck)
     delete_selfcheck_task(info.name, log)
     if outcome == "deferred":
         register_selfcheck_task(target, python, info.name, log)
