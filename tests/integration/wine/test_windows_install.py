@@ -184,6 +184,53 @@ def test_a_rerun_is_a_no_op_that_writes_detection_again(windows: Wine, bundles: 
     assert detection is not None and detection["Version"] == "1.0.0"
 
 
+def hold(wine: Wine, code: str) -> subprocess.Popen[bytes]:
+    """A Windows Python running `code` (which prints "holding" once it holds what it takes), left running."""
+    holder = subprocess.Popen([wine.exe, "C:\\Program Files\\winapp\\python\\python.exe", "-I", "-c", code],
+                              env=wine.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    assert holder.stdout is not None
+    line = holder.stdout.readline()
+    if line.strip() != b"holding":
+        holder.kill()
+        raise AssertionError((line + holder.stdout.read()).decode("utf-8", "replace")[-3000:])
+    return holder
+
+
+def release(holder: subprocess.Popen[bytes]) -> None:
+    holder.kill()
+    holder.wait(timeout=60)
+    if holder.stdout is not None:
+        holder.stdout.close()
+
+
+def test_the_old_global_mutex_name_no_longer_blocks_and_the_install_lock_gives_1618(  # type: ignore[no-untyped-def]
+        windows: Wine, bundles: Bundles, installed) -> None:
+    """Issue 40: any user could create `Global\\ort-bundler-<name>` first and keep every install at 1618. That name is
+    no longer used (a squatter holding it changes nothing); the lock is a file in %SystemRoot%\\Logs\\Software opened
+    without sharing. Wine keeps no ACLs, so the lock's DACL and a standard user's refusal are Windows' to show
+    (docs/how-to/intune-configmgr.md names the check)."""
+    squat = hold(windows, "import ctypes, time; ctypes.windll.kernel32.CreateMutexW(None, True, 'Global\\\\ort-bundler-winapp'); "
+                          "print('holding', flush=True); time.sleep(120)")
+    try:
+        free = install(windows, bundles.runtime_1_0_0, "-WhatIf")
+    finally:
+        release(squat)
+    assert free.returncode == 0, free.stdout[-3000:] + free.stderr[-3000:]
+    code = ("import sys, time; sys.path.insert(0, r'C:\\Program Files\\winapp\\installer'); "
+            "from ort_bundle.engine.windows.windows_host import InstallLock; "
+            "held = InstallLock('winapp', admin=True).__enter__(); print('holding', flush=True); time.sleep(120)")
+    holder = hold(windows, code)
+    try:
+        [path] = windows.drive_c().glob("windows/[Ll]ogs/[Ss]oftware/ort-bundler-winapp.lock")
+        busy = install(windows, bundles.runtime_1_0_0, "-WhatIf")
+    finally:
+        release(holder)
+    assert busy.returncode == CODES["retry"], busy.stdout[-3000:] + busy.stderr[-3000:]
+    assert "another installation or removal of this bundle is running" in busy.stdout + busy.stderr
+    assert "ort-bundler-winapp.lock" in busy.stdout + busy.stderr
+    assert not path.exists()  # deleted when its last handle closed
+
+
 def test_a_rerun_over_a_damaged_install_repairs_it(windows: Wine, bundles: Bundles, installed) -> None:  # type: ignore[no-untyped-def]
     root, _ = installed
     (root / "models" / "tiny-mlp.onnx").unlink()
