@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from unit.shipped.test_install_sh import make_bundle
 from bundler.assembly.shipped_package import package_files
 from bundler.shipped.ort_bundle.engine import disk_space, engine, installed
 from bundler.shipped.ort_bundle.records import (
+    INSTALL_EXIT_CODES,
     Check,
     InstallPlan,
     Receipt,
@@ -208,3 +210,21 @@ def test_room_is_summed_per_file_system_and_each_short_one_is_named() -> None:
     two_disks = disk_space.shortfalls([needs[0], disk_space.Need(Path("/tmp"), 64 << 20, "the temp folder")],
                                       device=lambda p: len(str(p)), free=lambda p: 350 << 20)
     assert two_disks == []
+
+
+def test_progress_and_warnings_go_to_stdout_and_only_the_error_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 40: a PowerShell 5.1 host that captures native stderr (ISE, remoting, 2>&1) makes each line there an
+    error record, fatal under $ErrorActionPreference = 'Stop'. Progress and warnings (Python's own included) are
+    stdout; the one sentence that says why the run failed is stderr."""
+    def action(log: engine.Log) -> int:
+        log("verifying the bundle")
+        warnings.warn("Skip installing x/__pycache__/y.pyc from x", RuntimeWarning, stacklevel=1)
+        raise engine.EngineError("install", "installing payload/wheels/x.whl failed; nothing was changed")
+
+    with warnings.catch_warnings():  # the test run turns warnings into errors; the engine's own run does not
+        warnings.simplefilter("always")
+        assert engine._run_logged(action, engine.Log(None)) == INSTALL_EXIT_CODES["install"]
+    out, err = capsys.readouterr()
+    assert "verifying the bundle" in out and "warning: RuntimeWarning: Skip installing x/__pycache__/y.pyc" in out
+    [line] = err.splitlines()
+    assert line.endswith(" ERROR: installing payload/wheels/x.whl failed; nothing was changed")

@@ -32,6 +32,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
@@ -292,7 +293,8 @@ def _front_end(args_list: List[str], log: Log) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Exit codes are INSTALL_EXIT_CODES; `verify` exits 0 or 11. Errors are one line on stderr."""
+    """Exit codes are INSTALL_EXIT_CODES; `verify` exits 0 or 11. Progress goes to stdout, the error to stderr
+    as one line."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] and args_list[0] in FRONT_ENDS:
         return _run_logged(lambda log: _front_end(args_list, log), Log(None))
@@ -305,19 +307,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _run_logged(action: Callable[[Log], int], log: Log) -> int:
-    """Every failure ends in a documented exit code and one logged line with its reason."""
+    """Every failure ends in a documented exit code and one logged line with its reason. A Python warning (pypa
+    installer's on a wheel that ships __pycache__ files, for one) is a progress line too: Python would print it on
+    stderr, which a PowerShell 5.1 host can turn into a terminating error."""
+    warnings.showwarning = lambda message, category, *_, **__: log(f"warning: {category.__name__}: {message}")
     try:
         return action(log)
     except EngineError as exc:
         if not exc.logged:
-            log(f"ERROR: {exc}")
+            log.error(str(exc))
         code = INSTALL_EXIT_CODES[exc.code]
         return INSTALL_EXIT_CODES["install"] if code > 255 and not WINDOWS else code
     except OSError as exc:
-        log(f"ERROR: {exc.filename or ''}: {exc.strerror or exc}; nothing was changed in the installation")
+        log.error(f"{exc.filename or ''}: {exc.strerror or exc}; nothing was changed in the installation")
         return INSTALL_EXIT_CODES["install"]
     except Exception as exc:  # a defect of this program must still end in a documented code, with its reason
-        log(f"ERROR: the install engine failed unexpectedly: {type(exc).__name__}: {exc}")
+        log.error(f"the install engine failed unexpectedly: {type(exc).__name__}: {exc}")
         return INSTALL_EXIT_CODES["install"]
 
 
@@ -331,7 +336,6 @@ def _dispatch(args: argparse.Namespace, log: Log) -> int:
                           force=args.force, self_check=not args.no_self_check, cache_dir=args.cache_dir,
                           dry_run=args.dry_run, reboot_pending=args.reboot_pending, restrict_acl=args.restrict_acl)
         outcome = install(options, log)
-        print(outcome)
         return INSTALL_EXIT_CODES["reboot"] if outcome == "deferred" else 0
     if args.command == "uninstall":
         name = load_plan(args.bundle.resolve()).name if args.bundle else None

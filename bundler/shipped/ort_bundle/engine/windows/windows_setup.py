@@ -111,10 +111,10 @@ def logged_errors(log: Log) -> Iterator[None]:
     try:
         yield
     except EngineError as exc:
-        log(f"ERROR: {exc}")
+        log.error(str(exc))
         raise EngineError(exc.code, str(exc), logged=True) from None
     except OSError as exc:
-        log(f"ERROR: {exc.filename or ''}: {exc.strerror or exc}")
+        log.error(f"{exc.filename or ''}: {exc.strerror or exc}")
         raise EngineError("install", f"{exc.filename or ''}: {exc.strerror or exc}", logged=True) from None
 
 
