@@ -186,8 +186,9 @@ def test_a_rerun_is_a_no_op_that_writes_detection_again(windows: Wine, bundles: 
 
 
 def hold(wine: Wine, code: str) -> subprocess.Popen[bytes]:
-    """A Windows Python running `code` (which prints "holding" once it holds what it takes), left running."""
-    holder = subprocess.Popen([wine.exe, "C:\\Program Files\\winapp\\python\\python.exe", "-I", "-c", code],
+    """The machine's Python (not the install's, whose files would then be in use) running `code`, which prints
+    "holding" once it holds what it takes; left running."""
+    holder = subprocess.Popen([wine.exe, MACHINE_PYTHON, "-I", "-B", "-c", code],
                               env=wine.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     assert holder.stdout is not None
     line = holder.stdout.readline()
@@ -226,7 +227,7 @@ def test_the_old_global_mutex_name_no_longer_blocks_and_the_install_lock_gives_1
         busy = install(windows, bundles.runtime_1_0_0, "-WhatIf")
     finally:
         release(holder)
-    assert busy.returncode == CODES["retry"], busy.stdout[-3000:] + busy.stderr[-3000:]
+    assert busy.returncode == CODES["retry"] & 0xFF, busy.stdout[-3000:] + busy.stderr[-3000:]  # Wine: 8 bits
     assert "another installation or removal of this bundle is running" in busy.stdout + busy.stderr
     assert "ort-bundler-winapp.lock" in busy.stdout + busy.stderr
     assert not path.exists()  # deleted when its last handle closed
