@@ -4,8 +4,10 @@ detection rules, requirements and dependencies, derived from `bundle.json` alone
 The names in `to_json` are Microsoft Graph's (`win32LobAppRegistryDetection`, `win32LobAppReturnCode`), so an
 administrator or a script (IntuneWin32App, Graph) can take them over as they are. What each value rests on:
 
-- install.cmd's exit codes and the detection value `HKLM\\SOFTWARE\\ort-bundler\\<name>` (`Version`) are the
-  install engine's (bundler/shipped/ort_bundle/records.py INSTALL_EXIT_CODES, bundler/shipped/ort_bundle/engine/windows/windows_registration.py `register`);
+- install.cmd's exit codes and the detection value `HKLM\\SOFTWARE\\ort-bundler\\<name>` (`Version`, and the MSI
+  route's `CheckedVersion`, each written only once the self-check passed) are the install engine's
+  (bundler/shipped/ort_bundle/records.py INSTALL_EXIT_CODES; engine/windows/windows_registration.py `register` and
+  `write_checked`, engine/windows/msi_action.py `finish`);
 - VC_redist's switches and exit codes, and the runtime's registry values, are docs/facts.md §2 and what
   bundler/shipped/ort_bundle/engine/windows/windows_host.py reads: `Installed` = 1 and Major.Minor.Bld. Intune compares one value per
   rule, and `Version` is a string with a leading "v" (v14.40.33810.00), so the rule compares the integer `Bld`,
@@ -125,9 +127,17 @@ def msi_app(info: BundleInfo, *, msi_file: str, product_code: str, payload_bytes
                                   ReturnCode(code=codes["reboot"], type="softReboot"),
                                   ReturnCode(code=1641, type="hardReboot"),
                                   ReturnCode(code=codes["retry"], type="retry")),
-                    detection=(), msi_product_code=product_code,
+                    detection=(checked_rule(info),), msi_product_code=product_code,
                     minimum_free_disk_mb=-(-DISK_FACTOR * payload_bytes // 2**20),
                     dependencies=_dependencies(info, vc_redist_package))
+
+
+def checked_rule(info: BundleInfo) -> RegistryRule:
+    """The MSI's custom action writes `CheckedVersion` only once the installed tree's self-check passed (or was
+    skipped with NOSELFCHECK=1), and removes it with the product: with the product-code rule, the app is detected
+    only where its check passed, not merely where Windows Installer registered it."""
+    return RegistryRule(key_path=DETECTION_KEY.format(name=info.name), value_name="CheckedVersion",
+                        detection_type="string", operator="equal", value=info.version)
 
 
 def msi_log(info: BundleInfo, action: str) -> str:

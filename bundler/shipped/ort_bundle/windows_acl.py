@@ -8,8 +8,9 @@ Python 3.8+.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
-from typing import Optional
+from typing import Any, Iterator, Optional
 
 ERROR_ALREADY_EXISTS = 183
 
@@ -60,11 +61,11 @@ def security_descriptor(path: str) -> bytes:
     return buffer.raw
 
 
-def make_private_folder(path: str, user: str) -> None:
-    """Create `path` for `user` alone (with SYSTEM and Administrators), its DACL protected from what the folder
-    above it grants: in a folder other users may write, this one is still theirs to read only if granted, and
-    theirs to delete or rename only through rights on the folder above that Windows' defaults do not give
-    (FILE_DELETE_CHILD is in Full Control, not in Modify). OSError when it cannot be created."""
+@contextlib.contextmanager
+def security_attributes(sddl: str) -> Iterator[Any]:
+    """A SECURITY_ATTRIBUTES holding the descriptor `sddl` describes, for a CreateDirectoryW or CreateFileW
+    that makes its object with that DACL from the start (no moment with the folder's inherited one); OSError
+    (errno: the Windows error) when the text is not a descriptor."""
     from ctypes import wintypes
 
     class SecurityAttributes(ctypes.Structure):
@@ -75,18 +76,29 @@ def make_private_folder(path: str, user: str) -> None:
     kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
     advapi32.ConvertStringSecurityDescriptorToSecurityDescriptorW.argtypes = [
         wintypes.LPCWSTR, wintypes.DWORD, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
-    kernel32.CreateDirectoryW.argtypes = [wintypes.LPCWSTR, ctypes.c_void_p]
     kernel32.LocalFree.argtypes = [ctypes.c_void_p]
-    sddl = f"O:{user}D:P(A;OICI;FA;;;{user})(A;OICI;FA;;;SY)(A;OICI;FA;;;BA)"
     descriptor = ctypes.c_void_p()
     if not advapi32.ConvertStringSecurityDescriptorToSecurityDescriptorW(sddl, 1, ctypes.byref(descriptor), None):
-        raise OSError(f"Windows error {ctypes.get_last_error()} building the security descriptor {sddl}")  # type: ignore[attr-defined]
+        error = ctypes.get_last_error()  # type: ignore[attr-defined]
+        raise OSError(error, f"Windows error {error} building the security descriptor {sddl}")
     try:
-        attributes = SecurityAttributes(ctypes.sizeof(SecurityAttributes), descriptor, False)
+        yield SecurityAttributes(ctypes.sizeof(SecurityAttributes), descriptor, False)
+    finally:
+        kernel32.LocalFree(descriptor)
+
+
+def make_private_folder(path: str, user: str) -> None:
+    """Create `path` for `user` alone (with SYSTEM and Administrators), its DACL protected from what the folder
+    above it grants: in a folder other users may write, this one is still theirs to read only if granted, and
+    theirs to delete or rename only through rights on the folder above that Windows' defaults do not give
+    (FILE_DELETE_CHILD is in Full Control, not in Modify). OSError when it cannot be created."""
+    from ctypes import wintypes
+
+    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
+    kernel32.CreateDirectoryW.argtypes = [wintypes.LPCWSTR, ctypes.c_void_p]
+    with security_attributes(f"O:{user}D:P(A;OICI;FA;;;{user})(A;OICI;FA;;;SY)(A;OICI;FA;;;BA)") as attributes:
         if not kernel32.CreateDirectoryW(path, ctypes.byref(attributes)):
             error = ctypes.get_last_error()  # type: ignore[attr-defined]
             if error == ERROR_ALREADY_EXISTS:
                 raise FileExistsError(path)
             raise OSError(f"Windows error {error} creating {path}")
-    finally:
-        kernel32.LocalFree(descriptor)

@@ -394,7 +394,7 @@ def test_install_sh_trust_refuses_an_altered_foreign_or_unsigned_bundle_before_a
     proc = subprocess.run(["sh", str(bundle / "install.sh"), "--trust", str(pki["good"].root), "--install-dir", str(root)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "bundle signature verified: signed by CN=good Code Signing" in proc.stderr
+    assert "bundle signature verified: signed by CN=good Code Signing" in proc.stdout
     assert json.loads((root / "receipt.json").read_text())["selfcheck"]["passed"] is True
 
 

@@ -223,7 +223,10 @@ def test_the_intunewin_wraps_the_msi_with_its_product_code(packages: Packages) -
     assert detection.findtext("MsiInfo/MsiProductCode") == packages.first["msi"]["product_code"]
     assert detection.findtext("MsiInfo/MsiUpgradeCode") == packages.first["msi"]["upgrade_code"]
     rules = app["win32_app"]["detection"]
-    assert rules == [{"type": "msi", "productCode": packages.first["msi"]["product_code"],
+    assert rules == [{"type": "registry", "keyPath": f"HKEY_LOCAL_MACHINE\\SOFTWARE\\ort-bundler\\{NAME}",
+                      "valueName": "CheckedVersion", "detectionType": "string", "operator": "equal",
+                      "detectionValue": "1.0.0", "check32BitOn64System": False},
+                     {"type": "msi", "productCode": packages.first["msi"]["product_code"],
                       "productVersionOperator": "notConfigured"}]
     assert app["win32_app"]["install_command"].startswith("msiexec /i ")
     assert app["win32_app"]["install_command"].endswith(f'/l*v "%ProgramData%\\Microsoft\\IntuneManagementExtension'
@@ -279,6 +282,7 @@ def test_msiexec_installs_every_file_of_the_receipt_with_detection_and_an_arp_en
     assert found.pop("receipt.json") and found == expected
     detection = windows.reg_query(DETECTION)
     assert detection is not None and detection["Version"] == "1.0.0" and detection["Route"] == "msi"
+    assert detection["CheckedVersion"] == "1.0.0" and detection["SelfCheck"] == "passed"  # msi-finish's, after the check
     assert detection["InstallDir"].rstrip("\\").lower() == INSTALL_DIR.lower()
     entry = windows.reg_query(UNINSTALL.format(code=packages.first["msi"]["product_code"]))
     assert entry is not None and entry["DisplayVersion"] == "1.0.0" and entry["Publisher"] == PUBLISHER, entry
@@ -364,7 +368,8 @@ def test_an_upgrade_keeps_a_user_file_and_leaves_one_arp_entry(windows: Wine, pa
     assert json.loads((root / "receipt.json").read_text())["version"] == "1.0.1"
     assert windows.reg_query(UNINSTALL.format(code=packages.first["msi"]["product_code"])) is None
     assert windows.reg_query(UNINSTALL.format(code=packages.second["msi"]["product_code"])) is not None
-    assert windows.reg_query(DETECTION)["Version"] == "1.0.1"  # type: ignore[index]
+    detection = windows.reg_query(DETECTION)
+    assert detection is not None and detection["Version"] == detection["CheckedVersion"] == "1.0.1", detection
 
 
 def test_a_repair_restores_a_deleted_file(windows: Wine, packages: Packages, installed) -> None:  # type: ignore[no-untyped-def]
@@ -384,7 +389,7 @@ def test_msiexec_x_removes_everything_but_the_user_file(windows: Wine, packages:
     result = msiexec(windows, "/x", packages.second["msi"]["product_code"])
     assert result.returncode == 0, result.stdout + result.stderr
     assert [p.name for p in root.rglob("*")] == ["notes.txt"]
-    assert windows.reg_query(DETECTION) is None
+    assert windows.reg_query(DETECTION) is None  # msi-finish --remove took CheckedVersion, then the emptied key
     assert windows.reg_query(UNINSTALL.format(code=packages.second["msi"]["product_code"])) is None
 
 
@@ -449,6 +454,7 @@ def test_noselfcheck_then_an_upgrade_whose_self_check_fails_leaves_nothing_of_th
     first = msiexec(windows, "/i", windows.to_windows(Path(packages.second["msi"]["path"])), "NOSELFCHECK=1")
     assert first.returncode == 0, first.stdout + first.stderr
     assert "the self-check was skipped (NOSELFCHECK=1)" in msi_log(windows, "1.0.1")
+    assert windows.reg_query(DETECTION)["SelfCheck"] == "skipped"  # type: ignore[index]
     assert (root / "python" / "python.exe").is_file()
     failed = msiexec(windows, "/i", windows.to_windows(Path(packages.failing["msi"]["path"])))
     assert failed.returncode in FAILED, failed.stdout + failed.stderr

@@ -368,6 +368,21 @@ def test_the_ps1_checks_the_language_mode_before_any_net_type(rel: str) -> None:
             assert uses == [], _squashed(statement)[:120]
 
 
+@pytest.mark.parametrize("rel", ["install.ps1", "uninstall.ps1"])
+def test_the_ps1_front_ends_pass_the_engine_s_exit_code_on_whatever_the_caller_s_error_preference(rel: str) -> None:
+    """Issue 40: Windows PowerShell 5.1 turns a native program's stderr line into an error record where stderr is
+    captured (ISE, remoting, 2>&1); a caller's $ErrorActionPreference = 'Stop', which a script run with & or .
+    inherits, then stops the script at that line, before `exit $code`. The engine writes only its error there
+    (tests/unit/shipped/test_install_sh.py), and the front sets 'Continue' in its own scope before it starts the
+    engine. PowerShell does not run here (Wine's is a stub): the order is read from the parsed script."""
+    statements = _top_statements(render_scripts(windows_context())[rel])
+    squashed = [_squashed(statement) for statement in statements]
+    [engine] = [i for i, text in enumerate(squashed) if "$engine engine" in text]
+    preference = [i for i, text in enumerate(squashed) if text.replace(" ", "").startswith("$ErrorActionPreference=")]
+    assert preference and squashed[preference[-1]].endswith("'Continue'") and preference[-1] < engine, squashed
+    assert "exit $code" in squashed[engine + 1:], squashed
+
+
 def test_run_ps1_checks_the_language_mode_before_any_net_type() -> None:
     """run.ps1 starts the program through .NET (ProcessStartInfo), which Constrained Language Mode forbids: it
     says so and names run.cmd before the first such call, not with a PowerShell error half-way (issue 22, m9)."""

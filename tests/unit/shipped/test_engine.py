@@ -6,14 +6,24 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from unit.shipped.test_install_sh import make_bundle
 
 from bundler.assembly.shipped_package import package_files
-from bundler.shipped.ort_bundle.engine import disk_space, engine
-from bundler.shipped.ort_bundle.records import Check, InstallPlan, Receipt, RecordError, SelfcheckReport
+from bundler.shipped.ort_bundle.engine import disk_space, engine, installed
+from bundler.shipped.ort_bundle.records import (
+    INSTALL_EXIT_CODES,
+    Check,
+    InstallPlan,
+    Receipt,
+    RecordError,
+    SelfcheckOutcome,
+    SelfcheckReport,
+)
 
 #: A stand-in self-check that prints the report a real one would for a given failure (its JSON comes from
 #: the shared definition), and exits 1 — or 0 once the marker file says the reboot has happened.
@@ -68,6 +78,24 @@ def test_an_explained_failure_is_deferred_and_really_runs_after_the_reboot(tmp_p
     assert proc.returncode == 0, proc.stderr
     assert Receipt.loads((target / "receipt.json").read_text()).selfcheck.after_reboot is True
     assert "the self-check after the reboot passed" in log.read_text()
+
+
+def test_detection_is_withheld_while_the_self_check_is_owed_and_a_rerun_then_installs_again(tmp_path: Path) -> None:
+    """Issue 40: the detection value follows the self-check. While the check is deferred past the reboot (or failed
+    there) nothing may say "installed"; a re-run of the same bundle runs the install and its check again instead of
+    reporting "nothing to do" over an unchecked install."""
+    owed = SelfcheckOutcome(ran=True, exit_code=1, passed=False, deferred_until_reboot=True)
+    assert installed.detection_state(owed) is None
+    assert installed.detection_state(replace(owed, after_reboot=False)) is None
+    assert installed.detection_state(replace(owed, after_reboot=True)) == "passed after the reboot"
+    assert installed.detection_state(SelfcheckOutcome(ran=True, exit_code=0, passed=True)) == "passed"
+    assert installed.detection_state(SelfcheckOutcome(ran=False)) == "skipped"  # -NoSelfCheck: the administrator's choice
+    bundle = bundle_with_selfcheck(tmp_path / "bundle", DLL_FAILURE)
+    target = tmp_path / "apps" / "tiny"
+    assert engine.install(engine.Options(bundle=bundle, install_dir=target, reboot_pending=True), engine.Log(None)) == "deferred"
+    log = tmp_path / "again.log"
+    again = engine.install(engine.Options(bundle=bundle, install_dir=target, reboot_pending=True), engine.Log(log))
+    assert again == "deferred" and "its self-check has not passed yet" in log.read_text(), log.read_text()
 
 
 def test_a_reboot_never_excuses_an_unrelated_failure_and_the_previous_install_stays(tmp_path: Path) -> None:
@@ -198,3 +226,21 @@ def test_a_warning_of_pypa_installer_is_a_note_in_the_log_not_a_python_warning(t
     assert "Warning" not in text + proc.stdout + proc.stderr
     assert ("note (pypa installer, not an error): Skip installing tinypkg/__pycache__/stale.cpython-311.pyc from "
             "tinypkg.") in text
+
+
+def test_progress_and_warnings_go_to_stdout_and_only_the_error_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 40: a PowerShell 5.1 host that captures native stderr (ISE, remoting, 2>&1) makes each line there an
+    error record, fatal under $ErrorActionPreference = 'Stop'. Progress and warnings (Python's own included) are
+    stdout; the one sentence that says why the run failed is stderr."""
+    def action(log: engine.Log) -> int:
+        log("verifying the bundle")
+        warnings.warn("Skip installing x/__pycache__/y.pyc from x", RuntimeWarning, stacklevel=1)
+        raise engine.EngineError("install", "installing payload/wheels/x.whl failed; nothing was changed")
+
+    with warnings.catch_warnings():  # the test run turns warnings into errors; the engine's own run does not
+        warnings.simplefilter("always")
+        assert engine._run_logged(action, engine.Log(None)) == INSTALL_EXIT_CODES["install"]
+    out, err = capsys.readouterr()
+    assert "verifying the bundle" in out and "warning: RuntimeWarning: Skip installing x/__pycache__/y.pyc" in out
+    [line] = err.splitlines()
+    assert line.endswith(" ERROR: installing payload/wheels/x.whl failed; nothing was changed")

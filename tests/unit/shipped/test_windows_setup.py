@@ -19,7 +19,12 @@ import pytest
 from bundler.shipped.ort_bundle import folder_trust
 from bundler.shipped.ort_bundle.engine.engine import EngineError
 from bundler.shipped.ort_bundle.engine.engine_fs import Log
-from bundler.shipped.ort_bundle.engine.windows import windows_install_dir, windows_registration, windows_setup
+from bundler.shipped.ort_bundle.engine.windows import (
+    windows_host,
+    windows_install_dir,
+    windows_registration,
+    windows_setup,
+)
 from bundler.shipped.ort_bundle.records import INSTALL_EXIT_CODES, InstallPlan
 
 # -- switches ------------------------------------------------------------------------------------------------
@@ -279,3 +284,25 @@ def test_files_in_use_name_the_programs_restart_manager_found_and_otherwise_the_
     assert named.endswith("nothing was changed")
     unnamed = windows_setup.in_use_message(root, busy[:1], [])
     assert unnamed == f"files in use: {busy[0]} (in use by a program from {root}); close the programs and retry; nothing was changed"
+
+
+# -- the install lock ------------------------------------------------------------------------------------------
+
+
+def test_the_install_lock_lives_where_only_the_installing_principal_writes_and_only_it_may_open_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 40: `Global\\ort-bundler-<name>` could be created first by any user, with a DACL that kept every install
+    at 1618. The lock is a file in a folder standard users cannot create in (per machine) or in the user's own profile
+    (per user), with a protected DACL: a standard user cannot open it even to read (an open without sharing would
+    hold it as well as a lock does). Wine keeps no ACLs: what Windows does with this DACL is the docs' check."""
+    monkeypatch.setenv("SystemRoot", "C:\\Windows")
+    monkeypatch.setenv("LOCALAPPDATA", "C:\\Users\\ann\\AppData\\Local")
+    machine = windows_host.InstallLock("app", admin=True)
+    user = windows_host.InstallLock("app", admin=False)
+    assert str(machine.path).replace("/", "\\") == "C:\\Windows\\Logs\\Software\\ort-bundler-app.lock"
+    assert str(user.path).replace("/", "\\") == "C:\\Users\\ann\\AppData\\Local\\ort-bundler\\ort-bundler-app.lock"
+    assert windows_host.lock_sddl(admin=True, user_sid="S-1-5-21-1-2-3-1001") == "D:P(A;;FA;;;BA)(A;;FA;;;SY)"
+    assert windows_host.lock_sddl(admin=False, user_sid="S-1-5-21-1-2-3-1001") == \
+        "D:P(A;;FA;;;BA)(A;;FA;;;SY)(A;;FA;;;S-1-5-21-1-2-3-1001)"  # no BU/AU/WD ACE, nothing inherited ("P")
+    shipped = Path(windows_host.__file__).read_text(encoding="utf-8")
+    assert "CreateMutexW" not in shipped and "Global\\\\ort-bundler-{name}" not in shipped

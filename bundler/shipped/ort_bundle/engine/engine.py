@@ -32,6 +32,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
@@ -60,7 +61,7 @@ from .engine_fs import (
     write_receipt,
 )
 from .image import MakeEnvironment, make_image, populate
-from .installed import VERIFY_CHANGED, VERIFY_OK, Audit, audit, record_after_reboot, uninstall
+from .installed import VERIFY_CHANGED, VERIFY_OK, Audit, audit, detection_state, record_after_reboot, uninstall
 from .target_folder import carry_over, check_cache_dir_posix, check_parent_posix, check_target
 
 #: What the tests and the other engine modules use from here, re-exported for one import path.
@@ -133,15 +134,20 @@ def install(options: Options, log: Log, *, make_environment: MakeEnvironment = m
     previous = check_target(target, plan)
     if previous is not None and previous.bundle_sha256 == bundle_sha256 and not options.force:
         damage = audit(target)
-        if damage.ok:
+        owed = detection_state(previous.selfcheck) is None
+        if damage.ok and owed:
+            log(f"{plan.install_id} from this bundle is installed in {target} but its self-check has not passed yet "
+                f"(deferred until after a reboot); installing it again")
+        elif damage.ok:
             if not options.dry_run:
                 clean_leftovers(target, log)
             log(f"{plan.install_id} from this bundle is already installed in {target} and every file matches its "
                 f"receipt; nothing to do (--force reinstalls)")
             return "unchanged"
-        log(f"{plan.install_id} is installed in {target} but damaged ({len(damage.changed)} changed, "
-            f"{len(damage.missing)} missing, {len(damage.extra)} added where only the bundle's files belong); "
-            f"installing it again")
+        else:
+            log(f"{plan.install_id} is installed in {target} but damaged ({len(damage.changed)} changed, "
+                f"{len(damage.missing)} missing, {len(damage.extra)} added where only the bundle's files belong); "
+                f"installing it again")
     check_cache_dir_posix(options.cache_dir, target)
     check_space(plan, options.bundle, target)
     if options.dry_run:
@@ -287,7 +293,8 @@ def _front_end(args_list: List[str], log: Log) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Exit codes are INSTALL_EXIT_CODES; `verify` exits 0 or 11. Errors are one line on stderr."""
+    """Exit codes are INSTALL_EXIT_CODES; `verify` exits 0 or 11. Progress goes to stdout, the error to stderr
+    as one line."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] and args_list[0] in FRONT_ENDS:
         return _run_logged(lambda log: _front_end(args_list, log), Log(None))
@@ -300,19 +307,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _run_logged(action: Callable[[Log], int], log: Log) -> int:
-    """Every failure ends in a documented exit code and one logged line with its reason."""
+    """Every failure ends in a documented exit code and one logged line with its reason. A Python warning (pypa
+    installer's on a wheel that ships __pycache__ files, for one) is a progress line too: Python would print it on
+    stderr, which a PowerShell 5.1 host can turn into a terminating error."""
+    warnings.showwarning = lambda message, category, *_, **__: log(f"warning: {category.__name__}: {message}")
     try:
         return action(log)
     except EngineError as exc:
         if not exc.logged:
-            log(f"ERROR: {exc}")
+            log.error(str(exc))
         code = INSTALL_EXIT_CODES[exc.code]
         return INSTALL_EXIT_CODES["install"] if code > 255 and not WINDOWS else code
     except OSError as exc:
-        log(f"ERROR: {exc.filename or ''}: {exc.strerror or exc}; nothing was changed in the installation")
+        log.error(f"{exc.filename or ''}: {exc.strerror or exc}; nothing was changed in the installation")
         return INSTALL_EXIT_CODES["install"]
     except Exception as exc:  # a defect of this program must still end in a documented code, with its reason
-        log(f"ERROR: the install engine failed unexpectedly: {type(exc).__name__}: {exc}")
+        log.error(f"the install engine failed unexpectedly: {type(exc).__name__}: {exc}")
         return INSTALL_EXIT_CODES["install"]
 
 
@@ -326,7 +336,6 @@ def _dispatch(args: argparse.Namespace, log: Log) -> int:
                           force=args.force, self_check=not args.no_self_check, cache_dir=args.cache_dir,
                           dry_run=args.dry_run, reboot_pending=args.reboot_pending, restrict_acl=args.restrict_acl)
         outcome = install(options, log)
-        print(outcome)
         return INSTALL_EXIT_CODES["reboot"] if outcome == "deferred" else 0
     if args.command == "uninstall":
         name = load_plan(args.bundle.resolve()).name if args.bundle else None

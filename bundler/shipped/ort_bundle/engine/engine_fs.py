@@ -13,7 +13,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Iterator, List, Mapping, Optional, Sequence, TextIO, Tuple
 
 from ..records import RECEIPT_FILE, InstalledFile, Receipt, RecordError, safe_relative
 
@@ -32,14 +32,23 @@ class EngineError(Exception):
 
 
 class Log:
-    """Timestamped lines to stderr and, when given, appended to the log file."""
+    """Timestamped lines, also appended to the log file when one is given: progress and warnings on stdout, and only
+    the line that says why a run failed (`error`) on stderr. Windows PowerShell 5.1 turns every line a native
+    program writes to stderr into an error record where stderr is captured (ISE, remoting, `2>&1`), which a caller's
+    `$ErrorActionPreference = 'Stop'` makes fatal mid-way: a run that succeeds writes nothing there."""
 
     def __init__(self, path: Optional[Path]) -> None:
         self.path = path
 
     def __call__(self, message: str) -> None:
+        self._write(message, sys.stdout)
+
+    def error(self, message: str) -> None:
+        self._write(f"ERROR: {message}", sys.stderr)
+
+    def _write(self, message: str, stream: TextIO) -> None:
         line = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {message}"
-        print(line, file=sys.stderr, flush=True)
+        print(line, file=stream, flush=True)
         if self.path is not None:
             with contextlib.suppress(OSError), open(self.path, "a", encoding="utf-8") as log:
                 log.write(line + "\n")

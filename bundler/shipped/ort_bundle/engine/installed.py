@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from ..records import INSTALL_EXIT_CODES, PLAN_FILE, RECEIPT_FILE, InstallPlan, RecordError
+from ..records import INSTALL_EXIT_CODES, PLAN_FILE, RECEIPT_FILE, InstallPlan, RecordError, SelfcheckOutcome
 from .engine_env import run_selfcheck
 from .engine_fs import (
     WINDOWS,
@@ -159,6 +159,19 @@ def _remove_empty_folders(paths: Sequence[Path], root: Path) -> None:
             folder.rmdir()
 
 
+def detection_state(outcome: SelfcheckOutcome) -> Optional[str]:
+    """What the detection value says of the self-check: "passed", "passed after the reboot" or "skipped" (-NoSelfCheck:
+    the administrator's decision); None while the check is owed (deferred until after a reboot, or failed there),
+    when nothing may tell Intune or ConfigMgr that the install is there."""
+    if not outcome.ran:
+        return "skipped"
+    if outcome.passed:
+        return "passed"
+    if outcome.deferred_until_reboot and outcome.after_reboot:
+        return "passed after the reboot"
+    return None
+
+
 def record_after_reboot(root: Path, log: Log, *, task: Optional[str] = None) -> int:
     """The deferred self-check, run once at the first startup after the reboot by a one-shot scheduled task
     (as SYSTEM, who can write the receipt and the log): its result goes into the receipt, then the task goes."""
@@ -170,6 +183,10 @@ def record_after_reboot(root: Path, log: Log, *, task: Optional[str] = None) -> 
     outcome = replace(receipt.selfcheck, after_reboot=code == 0)
     write_receipt(root, replace(receipt, selfcheck=outcome))
     log(f"the self-check after the reboot {'passed' if code == 0 else f'failed with exit code {code}'}")
+    if code == 0 and WINDOWS:
+        from .windows.windows_registration import record_checked
+
+        record_checked(receipt.name, receipt.version, root, log)
     if task:
         from .windows.windows_host import schtasks
 

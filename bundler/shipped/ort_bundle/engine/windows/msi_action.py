@@ -6,7 +6,9 @@ SYSTEM, like the copy), on the interpreter it has just installed, before Install
 makes msiexec roll the whole transaction back, so a machine never keeps an install whose self-check failed.
 It writes into the install folder only `cache_dir.txt` (the CACHEDIR property), after the self-check
 passed and never on a failing run (a rollback would leave it behind), and removes it when the MSI is
-removed (wixl 0.101 has no RemoveFile). Its log goes where the zip route's goes: %SystemRoot%\\Logs\\Software\\<id>-msi.log,
+removed (wixl 0.101 has no RemoveFile). Likewise the detection value's `CheckedVersion` and `SelfCheck`, which the
+Win32 app's detection rule requires beside the product code: written last, once everything else succeeded,
+removed on uninstall. Its log goes where the zip route's goes: %SystemRoot%\\Logs\\Software\\<id>-msi.log,
 and, as the zip route's install does, the receipt records where (its `install_log`: the support bundle takes
 this install's log, not another's of the same name): the image's receipt was made on the build machine,
 which knew no log.
@@ -83,6 +85,8 @@ def finish(root: Path, *, cache_dir: Optional[str], self_check: bool, remove: bo
     if remove:
         with contextlib.suppress(FileNotFoundError):
             (root / CACHE_DIR_FILE).unlink()
+        if WINDOWS:
+            _forget_detection(root, log)
         return 0
     check_folders(root, security or (windows_security() if WINDOWS else None))
     log(f"{root} and its parent are writable only by administrators, SYSTEM and the installing account")
@@ -108,7 +112,31 @@ def finish(root: Path, *, cache_dir: Optional[str], self_check: bool, remove: bo
     elif target.exists():
         target.unlink()  # a repair or upgrade without CACHEDIR goes back to the default
     _record_log(root, log)
+    if WINDOWS:
+        from .windows_host import DETECTION_KEY
+        from .windows_registration import write_checked
+
+        write_checked("HKLM", DETECTION_KEY.format(name=plan.name), plan.version, "passed" if self_check else "skipped",
+                      log, zip_route=False)
     return 0
+
+
+def _forget_detection(root: Path, log: Log) -> None:
+    """The values this action wrote beside the MSI's Registry table go with the MSI, and so does the key once it is
+    empty (Windows Installer removed its own values first: RemoveRegistryValues runs before this action)."""
+    from . import windows_host as host
+    from .windows_registration import CHECKED_VALUES
+
+    receipt = None
+    with contextlib.suppress(EngineError):
+        receipt = read_receipt(root)
+    if receipt is None:
+        log(f"{root / RECEIPT_FILE} is gone: the detection value's CheckedVersion is left to the next install")
+        return
+    key = host.DETECTION_KEY.format(name=receipt.name)
+    host.delete_values(host.hive("HKLM"), key, CHECKED_VALUES[1:])  # Version is the MSI's own value
+    host.delete_key_if_empty(host.hive("HKLM"), key)
+    log(f"removed CheckedVersion and SelfCheck from HKLM\\{key}")
 
 
 def _record_log(root: Path, log: Log) -> None:

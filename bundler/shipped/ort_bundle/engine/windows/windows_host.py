@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ...windows_acl import current_user_sid as current_user_sid
-from ...windows_acl import security_descriptor
+from ...windows_acl import security_attributes, security_descriptor
 from ..engine_fs import EngineError
 
 #: HKLM/HKCU\SOFTWARE\ort-bundler\<name>: the detection value, one key per bundle name (Intune's rule).
@@ -34,7 +34,6 @@ REBOOT_KEYS = (
 ERROR_SHARING_VIOLATION = 32
 ERROR_LOCK_VIOLATION = 33
 ERROR_ACCESS_DENIED = 5
-WAIT_OBJECT_0, WAIT_ABANDONED = 0x0, 0x80
 
 
 def _winreg() -> Any:
@@ -51,12 +50,8 @@ def _kernel32() -> Any:
     from ctypes import wintypes
 
     kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
-    kernel32.CreateMutexW.restype = wintypes.HANDLE
-    kernel32.CreateMutexW.argtypes = [ctypes.c_void_p, wintypes.BOOL, wintypes.LPCWSTR]
-    kernel32.WaitForSingleObject.argtypes = [wintypes.HANDLE, wintypes.DWORD]
-    kernel32.WaitForSingleObject.restype = wintypes.DWORD
     kernel32.CloseHandle.argtypes = [wintypes.HANDLE]
-    kernel32.ReleaseMutex.argtypes = [wintypes.HANDLE]
+    kernel32.LocalFree.argtypes = [ctypes.c_void_p]
     kernel32.SetFileInformationByHandle.argtypes = [wintypes.HANDLE, ctypes.c_int, ctypes.c_void_p, wintypes.DWORD]
     kernel32.CreateFileW.restype = wintypes.HANDLE
     kernel32.CreateFileW.argtypes = [wintypes.LPCWSTR, wintypes.DWORD, wintypes.DWORD, ctypes.c_void_p,
@@ -83,34 +78,81 @@ def is_admin() -> bool:
         return False
 
 
-class NamedMutex:
-    """`Global\\ort-bundler-<name>`: one install or uninstall of a bundle name at a time, across sessions.
-    Per name, not per version: the detection and Add/Remove Programs keys are per name too."""
+def lock_sddl(*, admin: bool, user_sid: Optional[str]) -> str:
+    """Who may open the install lock: Administrators and SYSTEM, and for a per-user run the user; protected ("P")
+    from the folder's inheritance, so a standard user cannot even open it for reading (an open without sharing
+    would hold it as well as a lock does)."""
+    owners = "(A;;FA;;;BA)(A;;FA;;;SY)"
+    return "D:P" + owners + ("" if admin or not user_sid else f"(A;;FA;;;{user_sid})")
 
-    def __init__(self, name: str) -> None:
-        self.name = f"Global\\ort-bundler-{name}"
-        self.handle = None
 
-    def __enter__(self) -> NamedMutex:
-        kernel32 = _kernel32()
-        handle = kernel32.CreateMutexW(None, False, self.name)
-        if not handle:
-            # Access denied: a SYSTEM run created it and a standard user cannot open it. Another run holds it.
-            raise EngineError("retry", f"another installation or removal of this bundle is running ({self.name}); "
-                                       f"retry when it has finished")
-        state = kernel32.WaitForSingleObject(handle, 0)
-        if state not in (WAIT_OBJECT_0, WAIT_ABANDONED):
-            kernel32.CloseHandle(handle)
-            raise EngineError("retry", f"another installation or removal of this bundle is running ({self.name}); "
-                                       f"retry when it has finished")
+def lock_folder(*, admin: bool) -> Path:
+    """Where the install lock lives: a folder only the installing principal (and administrators) can write. Per
+    machine the logs' folder below %SystemRoot% (standard users cannot create there); per user the user's own
+    %LOCALAPPDATA%\\ort-bundler. Never %ProgramData% or a Global\\ object name, which any user can take first."""
+    if admin:
+        return default_log_folder(admin=True)
+    return Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local") / "ort-bundler"
+
+
+class InstallLock:
+    """One install or uninstall of a bundle name at a time per installing principal (per machine: SYSTEM and every
+    administrator, across sessions; per user: that user): `ort-bundler-<name>.lock` in lock_folder(), opened without
+    sharing and deleted on close, with lock_sddl()'s DACL. Per name, not per version: the detection and Add/Remove
+    Programs keys are per name too. It replaces `Global\\ort-bundler-<name>`, a mutex any user could create first
+    with a DACL that kept every install at 1618. A run that dies releases it with its handles."""
+
+    def __init__(self, name: str, *, admin: bool) -> None:
+        self.admin = admin
+        self.path = lock_folder(admin=admin) / f"ort-bundler-{name}.lock"
+        self.handle: Optional[int] = None
+
+    def __enter__(self) -> InstallLock:
+        _check_lock_folder(self.path.parent, admin=self.admin)
+        handle, error = _open_exclusive(self.path, lock_sddl(admin=self.admin, user_sid=current_user_sid()))
+        if handle is None:
+            if error in (ERROR_SHARING_VIOLATION, ERROR_LOCK_VIOLATION):
+                raise EngineError("retry", f"another installation or removal of this bundle is running (it holds "
+                                           f"{self.path}); retry when it has finished")
+            raise EngineError("prerequisite", f"cannot open the install lock {self.path} (Windows error {error}); "
+                                              f"run as the account that installs (an administrator per machine)")
         self.handle = handle
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.handle:
-            kernel32 = _kernel32()
-            kernel32.ReleaseMutex(self.handle)
-            kernel32.CloseHandle(self.handle)
+        if self.handle is not None:
+            _kernel32().CloseHandle(self.handle)
+
+
+def _check_lock_folder(folder: Path, *, admin: bool) -> None:
+    """The lock's folder must be writable only by administrators, SYSTEM and this account (folder_trust's rule, as
+    for the install's parent): else another user could hold the lock's name."""
+    from ...folder_trust import parse_descriptor, windows_problem
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EngineError("prerequisite", f"cannot create the install lock's folder {folder}: {exc.strerror}") from None
+    problem = windows_problem(parse_descriptor(folder_security(folder)), current_user=current_user_sid())
+    if problem:
+        where = "%SystemRoot%\\Logs\\Software" if admin else "%LOCALAPPDATA%\\ort-bundler"
+        raise EngineError("prerequisite", f"the install lock's folder {folder} ({where}) is not safe: {problem}; "
+                                          f"restore its permissions (nothing was changed)")
+
+
+def _open_exclusive(path: Path, sddl: str) -> Tuple[Optional[int], int]:
+    """CreateFileW without sharing, deleted on close, created with `sddl`: (handle, 0) or (None, Windows error)."""
+    kernel32 = _kernel32()
+    generic_rw, delete, open_always, delete_on_close = 0xC0000000, 0x00010000, 4, 0x04000000
+    try:
+        with security_attributes(sddl) as attributes:
+            handle = kernel32.CreateFileW(str(path), generic_rw | delete, 0, ctypes.byref(attributes), open_always,
+                                          0x80 | delete_on_close, None)
+            if handle in (None, ctypes.c_void_p(-1).value):
+                return None, ctypes.get_last_error()  # type: ignore[attr-defined]
+            return handle, 0
+    except OSError as exc:  # the descriptor's text was refused
+        return None, exc.errno or 0
 
 
 def default_log_folder(*, admin: bool) -> Path:
@@ -151,6 +193,34 @@ def write_values(root: int, path: str, values: Iterable[Tuple[str, object]]) -> 
         for name, value in values:
             kind = winreg.REG_DWORD if isinstance(value, int) else winreg.REG_SZ
             winreg.SetValueEx(key, name, 0, kind, value)
+
+
+def delete_values(root: int, path: str, names: Iterable[str]) -> None:
+    """Remove values of a key where present; a missing key or value is no error."""
+    winreg = _winreg()
+    try:
+        key = _open(root, path, write=True)
+    except OSError:
+        return
+    with key:
+        for name in names:
+            try:
+                winreg.DeleteValue(key, name)
+            except FileNotFoundError:
+                continue
+
+
+def delete_key_if_empty(root: int, path: str) -> None:
+    """Remove a key that holds no value and no subkey (what is left once Windows Installer removed its values)."""
+    winreg = _winreg()
+    try:
+        key = _open(root, path)
+    except OSError:
+        return
+    with key:
+        subkeys, values, _ = winreg.QueryInfoKey(key)
+    if not subkeys and not values:
+        delete_key(root, path)
 
 
 def delete_key(root: int, path: str) -> bool:

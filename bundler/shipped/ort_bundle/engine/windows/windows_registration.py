@@ -16,18 +16,33 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from ...bundle_info import BundleInfo
+from ...records import SelfcheckOutcome
 from ..engine_fs import EngineError, Log
+from ..installed import detection_state
 from . import windows_host as host
 
+#: The values a detection rule reads, written only once the self-check passed (or was skipped on the administrator's
+#: order): `Version` (the zip route's rule; the MSI writes its own from its Registry table), `CheckedVersion` (the
+#: version whose check passed: the MSI app's rule) and `SelfCheck` (how: installed.detection_state).
+CHECKED_VALUES = ("Version", "CheckedVersion", "SelfCheck")
 
-def register(info: BundleInfo, target: Path, bundle_sha256: str, python: str, *, admin: bool, log: Log) -> None:
+
+def register(info: BundleInfo, target: Path, bundle_sha256: str, python: str, *, admin: bool, log: Log,
+             selfcheck: SelfcheckOutcome) -> None:
     """The detection value (HKLM per machine, HKCU otherwise), written on every successful run, also when
-    nothing else changed; per machine also the Add/Remove Programs entry."""
+    nothing else changed; per machine also the Add/Remove Programs entry. While the self-check is owed (deferred
+    until after the reboot) the values a rule reads are removed, not written: Intune and ConfigMgr must not
+    report "Installed" for a check that has not passed; the check after the reboot writes them."""
+    label = "HKLM" if admin else "HKCU"
     key = host.DETECTION_KEY.format(name=info.name)
-    host.write_values(host.hive("HKLM" if admin else "HKCU"), key, [("Version", info.version), ("InstallDir", str(target)),
-                                  ("InstallId", f"{info.name}-{info.version}"), ("BundleSha256", bundle_sha256),
-                                  ("Route", "zip")])
-    log(f"detection value: {'HKLM' if admin else 'HKCU'}\\{key}\\Version = {info.version}")
+    host.write_values(host.hive(label), key, [("InstallDir", str(target)), ("InstallId", f"{info.name}-{info.version}"),
+                                              ("BundleSha256", bundle_sha256), ("Route", "zip")])
+    state = detection_state(selfcheck)
+    if state is None:
+        host.delete_values(host.hive(label), key, CHECKED_VALUES)
+        log(f"detection value withheld: {label}\\{key}\\Version is written once the self-check after the reboot passes")
+    else:
+        write_checked(label, key, info.version, state, log, zip_route=True)
     if not admin:
         return
     size = sum(entry.stat().st_size for entry in target.rglob("*") if entry.is_file()) // 1024
@@ -40,6 +55,24 @@ def register(info: BundleInfo, target: Path, bundle_sha256: str, python: str, *,
         ("DisplayIcon", python), ("InstallDate", time.strftime("%Y%m%d")), ("NoModify", 1), ("NoRepair", 1),
         ("EstimatedSize", min(size, 0x7FFFFFFF))])
     log(f"Add/Remove Programs entry: HKLM\\{arp}")
+
+
+def write_checked(label: str, key: str, version: str, state: str, log: Log, *, zip_route: bool) -> None:
+    """The values a detection rule reads; `Version` only on the zip route (the MSI's is its Registry table's)."""
+    values: List[Tuple[str, object]] = [("CheckedVersion", version), ("SelfCheck", state)]
+    host.write_values(host.hive(label), key, ([("Version", version)] if zip_route else []) + values)
+    log(f"detection value: {label}\\{key}\\{'Version' if zip_route else 'CheckedVersion'} = {version} "
+        f"(self-check {state})")
+
+
+def record_checked(name: str, version: str, root: Path, log: Log) -> None:
+    """After the reboot the deferred self-check passed: the detection value of the install in `root` (per machine or
+    per user, wherever it points at `root`) gets the values register() withheld."""
+    key = host.DETECTION_KEY.format(name=name)
+    for label in ("HKLM", "HKCU"):
+        values = host.read_values(host.hive(label), key)
+        if values and _same_folder(str(values.get("InstallDir", "")), root):
+            write_checked(label, key, version, "passed after the reboot", log, zip_route=True)
 
 
 def registrations(name: str, root: Path) -> List[Tuple[str, str]]:

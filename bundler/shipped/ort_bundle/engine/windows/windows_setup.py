@@ -2,7 +2,7 @@
 
 Before this module, install.ps1 held these steps in about 440 lines of PowerShell that only a parser ever
 checked. Here each is Python that the tests run under Wine on python.org's CPython: the switches, the
-64-bit and Windows-version checks, the named mutex, the log in its documented place, Mark-of-the-Web, the
+64-bit and Windows-version checks, the install lock, the log in its documented place, Mark-of-the-Web, the
 install folder's rules and who may write its parent, the VC++ runtime (and VC_redist's exit codes), a
 reboot another installer left pending, files in use, the engine's install itself, the detection value, the
 Add/Remove Programs entry and the self-check deferred to a startup task. The scripts only find a Python.
@@ -111,10 +111,10 @@ def logged_errors(log: Log) -> Iterator[None]:
     try:
         yield
     except EngineError as exc:
-        log(f"ERROR: {exc}")
+        log.error(str(exc))
         raise EngineError(exc.code, str(exc), logged=True) from None
     except OSError as exc:
-        log(f"ERROR: {exc.filename or ''}: {exc.strerror or exc}")
+        log.error(f"{exc.filename or ''}: {exc.strerror or exc}")
         raise EngineError("install", f"{exc.filename or ''}: {exc.strerror or exc}", logged=True) from None
 
 
@@ -250,7 +250,7 @@ def install_main(bundle: Path, argv: Sequence[str]) -> int:
     if switches.value("PythonExe") and info.python_runtime:
         raise EngineError("usage", "-PythonExe applies only to bundles without a bundled Python; this bundle carries its own")
     admin = host.is_admin()
-    with host.NamedMutex(info.name):
+    with host.InstallLock(info.name, admin=admin):
         raw_dir = switches.value("InstallDir") or default_install_dir(info.name)
         log = open_log(switches, f"{info.name}-{info.version}", "install", admin=admin,
                        install_dir=absolute_install_dir(raw_dir))
@@ -298,7 +298,7 @@ def _install(engine, bundle: Path, info: BundleInfo, switches: Switches, *, admi
     if receipt is None:  # the engine installed it or found it whole: someone removed it since
         raise EngineError("install", f"{target / RECEIPT_FILE} vanished right after the install; run it again")
     python = installed_interpreter(plan, target)
-    register(info, target, receipt.bundle_sha256, python, admin=admin, log=log)
+    register(info, target, receipt.bundle_sha256, python, admin=admin, log=log, selfcheck=receipt.selfcheck)
     delete_selfcheck_task(info.name, log)
     if outcome == "deferred":
         register_selfcheck_task(target, python, info.name, log)
@@ -330,7 +330,7 @@ def uninstall_main(script_dir: Path, argv: Sequence[str]) -> int:
     else:
         root = Path(recorded_install_dir(name) or default_install_dir(name))
     admin = host.is_admin()
-    with host.NamedMutex(name):
+    with host.InstallLock(name, admin=admin):
         log = open_log(switches, install_id, "uninstall", admin=admin, install_dir=str(root))
         with logged_errors(log):
             refuse_msi_route(name)
