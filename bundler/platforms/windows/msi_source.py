@@ -423,7 +423,10 @@ def _actions(node: ET.Element, product: MsiProduct, python: str) -> None:
              f'--log-file "[WindowsFolder]Logs\\Software\\{product.name}-{product.version}-msi.log"'
     actions = (("OrtFinish", "", 'NOT REMOVE~="ALL" AND NOT NOSELFCHECK', "check", SEQUENCE["finish"]),
                ("OrtFinishNoCheck", " --no-self-check", 'NOT REMOVE~="ALL" AND NOSELFCHECK', "check", SEQUENCE["finish"] + 1),
-               ("OrtForget", " --remove", 'REMOVE~="ALL"', "ignore", SEQUENCE["forget"]))
+               # Not while a newer version removes this one (UPGRADINGPRODUCTCODE): the detection values it deletes
+               # are no part of the transaction, so an upgrade that fails and is rolled back would leave the restored
+               # version undetected; the newer version's msi-finish writes its own values and cache_dir.txt.
+               ("OrtForget", " --remove", 'REMOVE~="ALL" AND NOT UPGRADINGPRODUCTCODE', "ignore", SEQUENCE["forget"]))
     for action, extra, _, outcome, _ in actions:
         ET.SubElement(node, "CustomAction", Id=action, FileKey=python, ExeCommand=engine + extra, Execute="deferred",
                       Impersonate="no", Return=outcome)

@@ -70,7 +70,8 @@ def test_the_self_check_runs_deferred_as_system_between_the_files_and_finalize()
     assert actions["OrtForget"].get("Return") == "ignore"
     custom = {c.get("Action"): (int(c.get("Sequence") or 0), c.text) for c in root.iterfind(".//w:Custom", NS)}
     assert 4000 < custom["OrtFinish"][0] < 6600 and custom["OrtFinish"][1] == 'NOT REMOVE~="ALL" AND NOT NOSELFCHECK'
-    assert custom["OrtForget"][0] < 3500 and custom["OrtForget"][1] == 'REMOVE~="ALL"'
+    # Removal, not the removal a major upgrade does: an upgrade rolled back must find the old version detected.
+    assert custom["OrtForget"][0] < 3500 and custom["OrtForget"][1] == 'REMOVE~="ALL" AND NOT UPGRADINGPRODUCTCODE'
     assert SEQUENCE["remove_existing"] > 1500
     assert custom["OrtSaveInstallDir"][0] < 50 < custom["OrtRestoreInstallDir"][0]  # around AppSearch
     assert custom["OrtRestoreInstallDir"][1] == "ORT_CMDLINE_INSTALLDIR"
