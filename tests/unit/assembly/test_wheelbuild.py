@@ -573,7 +573,7 @@ def test_official_wheels_verify(fixture: str, platform: str, request: pytest.Fix
 def test_windows_wheel_does_not_serve_linux(ort_win_wheel: Path) -> None:
     with pytest.raises(BuildError, match="cp311-cp311-win_amd64, expected one that serves CPython 3.11 on linux_x86_64"):
         verify_official_wheel(ort_win_wheel, expected_name="onnxruntime", expected_version="1.23.1",
-                              target_target=LINUX, target_python="3.11", label="ort.wheel")
+                              target=LINUX, target_python="3.11", label="ort.wheel")
 
 
 @pytest.mark.integration
@@ -588,7 +588,7 @@ def test_tampered_official_wheel_names_the_changed_file(ort_win_wheel: Path, tmp
             dest.writestr(info.filename, data)
     with pytest.raises(BuildError, match=f"{changed} does not match its RECORD entry"):
         verify_official_wheel(tampered, expected_name="onnxruntime", expected_version="1.23.1",
-                              target_target=WINDOWS, target_python="3.11", label="ort.wheel")
+                              target=WINDOWS, target_python="3.11", label="ort.wheel")
 
 
 def test_a_zip_source_lends_its_compressed_members_unchanged(tmp_path: Path, host_extension: Path) -> None:
