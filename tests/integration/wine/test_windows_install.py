@@ -18,6 +18,7 @@ import hashlib
 import json
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path, PureWindowsPath
 
@@ -234,7 +235,10 @@ def test_the_old_global_mutex_name_no_longer_blocks_and_the_install_lock_gives_1
     assert busy.returncode == CODES["retry"] & 0xFF, busy.stdout[-3000:] + busy.stderr[-3000:]  # Wine: 8 bits
     assert "another installation or removal of this bundle is running" in busy.stdout + busy.stderr
     assert "ort-bundler-winapp.lock" in busy.stdout + busy.stderr
-    assert not path.exists()  # deleted when its last handle closed
+    deadline = time.monotonic() + 30  # deleted when its last handle closes: once Wine has ended the holder
+    while path.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not path.exists()
 
 
 def test_a_rerun_over_a_damaged_install_repairs_it(windows: Wine, bundles: Bundles, installed) -> None:  # type: ignore[no-untyped-def]
@@ -270,7 +274,9 @@ def test_files_in_use_give_15_and_leave_the_install_whole(windows: Wine, bundles
         if holder.stdout is not None:
             holder.stdout.close()
     assert again.returncode == CODES["in_use"], again.stderr[-3000:]
-    assert "files in use:" in again.stderr and "python.exe" in again.stderr and "nothing was changed" in again.stderr
+    assert "files in use:" in again.stderr and "nothing was changed" in again.stderr
+    # The holder by name where Restart Manager tells it (Wine's does not always, under load), else its folder.
+    assert "python.exe" in again.stderr or "in use by a program from C:\\Program Files\\winapp" in again.stderr
     assert removal.returncode == CODES["in_use"], removal.stderr[-3000:]
     assert files_below(root) == before
     assert windows.reg_query(DETECTION.format(name="winapp")) is not None
