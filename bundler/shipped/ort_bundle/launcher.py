@@ -109,8 +109,8 @@ def make_cache(cache: str, code: int, *, source: str = "") -> str:
     except OSError as exc:
         raise LaunchError(code, f"cannot create the cache directory {cache} ({exc.strerror or exc}); set "
                                 f"ORT_BUNDLE_CACHE_DIR to a writable folder") from None
-    for folder in (cache, *(os.path.join(cache, sub) for sub in CACHE_FOLDERS)):
-        _refuse_unsafe(folder, source, code)
+    for sub in CACHE_FOLDERS:
+        _refuse_unsafe(os.path.join(cache, sub), source, code)
     return cache
 
 
@@ -182,7 +182,8 @@ def _windows_private_cache(cache: str, source: str, code: int) -> str:
         try:
             make_private_folder(own, user)
         except FileExistsError:
-            pass  # another launcher of the same account made it meanwhile; it is checked with the others
+            pass  # another launcher of the same account made it meanwhile; it is checked below
+    _refuse_unsafe(own, source, code)
     return own
 
 
