@@ -7,14 +7,18 @@ no slower than 1.2x copying the new zip. The cases, built for real (lock through
 - (a) the Linux quickstart, 1.0.0 -> 1.1.0 with another model under the same name;
 - (b) the Windows quickstart with one wheel upgraded: numpy pinned one patch release back in 1.0.0, the
       quickstart's own numpy in 1.1.0;
-- (c) a GPU bundle with a changed model: printed as "skipped: no GPU bundle" until a GPU quickstart exists.
+- (c) the Linux GPU bundle (manifests/gpu-linux-cuda12.toml, about 2.3 GB of inputs, fetched into the cache
+      first) with another model: printed as "skipped: no GPU bundle (...)" when its inputs are not in the cache
+      (`ort-bundler fetch --cache DIR manifests/gpu-linux-cuda12.toml` brings them).
 
 The tools get their large-file options (`xdelta3 -e -9 -B <size of OLD>`, `zstd -19 --long=31
 --patch-from=OLD`, Debian's packages); a size a tool refuses is recorded as its error. Each command runs in a
 new process, as a user runs it: ours is `python -m bundler delta` to make and the old zip's shipped applier
 under `python3 -I -S` to apply (hashing OLD and the result as it must); the copy is `cp NEW`, shown also
-with `sha256sum` of the copy, which is what checking a carried zip costs. Every applied result is compared
-with NEW byte for byte, or the script fails.
+with `sha256sum` of the copy, which is what checking a carried zip costs, and as a durable copy (`cp NEW COPY &&
+sync COPY`): the applier fsyncs its result before renaming it into place, as `build` does, so that a crash
+leaves the old name or the whole new file. Every applied result is compared with NEW byte for byte, or the
+script fails.
 
 Run: python bench/delta.py [--cache DIR] [--repeat 3] [--keep]
 """
@@ -40,6 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 MANIFESTS = REPO / "manifests"
 DEFAULT_CACHE = Path(os.environ.get("ORT_BUNDLER_TEST_CACHE", Path.home() / ".cache" / "ort-bundler-tests")) / "bundler-cache"
 OLD_NUMPY = "numpy==2.4.5"
+GPU_MANIFEST = "gpu-linux-cuda12.toml"
 SIZE_SLACK, APPLY_TARGET, MODEL_SLACK = 1.01, 1.2, 64 * 1024
 
 
@@ -52,12 +57,21 @@ class Tool:
     error: str = ""
 
 
-def bundler(*args: str) -> subprocess.CompletedProcess[str]:
+class Skipped(Exception):
+    """A case that cannot run here, and why (printed; not a failure)."""
+
+
+def bundler(*args: str) -> None:
+    error = bundler_status(*args)
+    if error:
+        raise SystemExit(f"ort-bundler {' '.join(args)} failed:\n{error}")
+
+
+def bundler_status(*args: str) -> str:
+    """'' when `ort-bundler ARGS` succeeded, else its exit code and error output."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, "-m", "bundler", *args], capture_output=True, text=True, env=env)
-    if proc.returncode:
-        raise SystemExit(f"ort-bundler {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
-    return proc
+    return f"exit {proc.returncode}: {proc.stderr.strip()}" if proc.returncode else ""
 
 
 def timed(cmd: Sequence[str], repeat: int, *, before: Callable[[], None] = lambda: None,
@@ -86,16 +100,28 @@ def sha256(path: Path) -> str:
 
 
 def linux_model_change(work: Path, cache: Path) -> tuple[Path, Path, str]:
+    return model_change("quickstart-linux.toml", work, "a", cache)
+
+
+def gpu_model_change(work: Path, cache: Path) -> tuple[Path, Path, str]:
+    missing = bundler_status("fetch", "-q", "--offline", "--cache", str(cache), str(MANIFESTS / GPU_MANIFEST))
+    if missing:
+        raise Skipped(f"no GPU bundle ({missing.splitlines()[0]})")
+    return model_change(GPU_MANIFEST, work, "c", cache)
+
+
+def model_change(name: str, work: Path, case: str, cache: Path) -> tuple[Path, Path, str]:
+    """The example `name` as 1.0.0, and as 1.1.0 with another tiny-mlp (its lock made again for it)."""
     sys.path.insert(0, str(REPO / "tests"))
     from integration.real_wheels.test_diff import other_model
 
-    old = build(MANIFESTS / "quickstart-linux.toml", work / "a-old", cache)
-    folder = copy_manifests(work / "a-variant")
-    manifest = folder / "quickstart-linux.toml"
+    old = build(MANIFESTS / name, work / f"{case}-old", cache)
+    folder = copy_manifests(work / f"{case}-variant")
+    manifest = folder / name
     sha = other_model(folder / "models" / "tiny-mlp.onnx")
     text = re.sub(r'sha256 = "db67[0-9a-f]+"', f'sha256 = "{sha}"', manifest.read_text(encoding="utf-8"))
     manifest.write_text(bump(text), encoding="utf-8")
-    return old, build(manifest, work / "a-new", cache, lock=True), "payload/models/tiny-mlp.onnx"
+    return old, build(manifest, work / f"{case}-new", cache, lock=True), "payload/models/tiny-mlp.onnx"
 
 
 def windows_wheel_upgrade(work: Path, cache: Path) -> tuple[Path, Path, str]:
@@ -143,8 +169,10 @@ def measure(old: Path, new: Path, work: Path, repeat: int) -> list[Tool]:
                           str(work / "zst.zip")], zst, work / "zst.zip", new, repeat))
     copy, _ = timed(["cp", str(new), str(work / "copy.zip")], repeat)
     checked, _ = timed(["sh", "-c", f'cp "{new}" "{work / "copy.zip"}" && sha256sum "{work / "copy.zip"}"'], repeat)
+    durable, _ = timed(["sh", "-c", f'cp "{new}" "{work / "copy.zip"}" && sync "{work / "copy.zip"}"'], repeat)
     results.append(Tool(name="NEW itself (cp; cp + sha256sum)", size=new.stat().st_size, make=0.0, apply=copy))
     results.append(Tool(name="  copied and checked", size=new.stat().st_size, make=0.0, apply=checked))
+    results.append(Tool(name="  copied and synced", size=new.stat().st_size, make=0.0, apply=durable))
     return results
 
 
@@ -203,8 +231,8 @@ def report(title: str, old: Path, new: Path, changed: str, tools: list[Tool]) ->
         if ratio > SIZE_SLACK:
             failures.append(f"{title}: {mine.size} > {SIZE_SLACK} x {min(others)}")
     print(f"  ours / changed member + 64 KiB: {mine.size / (member + MODEL_SLACK):.3f}")
-    print(f"  apply / cp NEW: {mine.apply / copy:.2f}x (target <= {APPLY_TARGET}); apply / (cp + sha256sum): "
-          f"{mine.apply / tools[4].apply:.2f}x")
+    print(f"  apply / cp NEW: {mine.apply / copy:.2f}x (target <= {APPLY_TARGET}); apply / (cp + sync): "
+          f"{mine.apply / tools[5].apply:.2f}x; apply / (cp + sha256sum): {mine.apply / tools[4].apply:.2f}x")
     return failures
 
 
@@ -221,14 +249,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     with workspace(args.work, keep=args.keep) as work:
         for case, title, make in (("a", "(a) Linux quickstart, another model", linux_model_change),
                                   ("b", f"(b) Windows quickstart, {OLD_NUMPY} -> the quickstart's numpy",
-                                   windows_wheel_upgrade)):
+                                   windows_wheel_upgrade),
+                                  ("c", "(c) Linux GPU bundle (CUDA 12), another model", gpu_model_change)):
             if case not in args.cases:
                 continue
-            old, new, changed = make(work, args.cache)
+            try:
+                old, new, changed = make(work, args.cache)
+            except Skipped as skipped:
+                print(f"\n{title}\n  skipped: {skipped}")
+                continue
             (work / case).mkdir()
             failures += report(title, old, new, changed, measure(old, new, work / case, args.repeat))
-        if "c" in args.cases:
-            print("\n(c) GPU bundle, another model\n  skipped: no GPU bundle")
     for failure in failures:
         print(f"target missed: {failure}")
     return 1 if failures else 0

@@ -9,8 +9,8 @@ release installed (or any Python 3.8+), with the standard library only. The delt
 
 Nothing is compressed here: members are written as the stored bytes they were published with (copied from OLD
 or carried by the delta, whose own bytes are only decompressed), so the result does not depend on this zlib.
-The result is hashed while written beside its final name and renamed into place only when its sha256 is the
-one the delta records; a refusal is one sentence, its own exit code (EXIT_CODES), and leaves nothing behind.
+The result is hashed while written beside its final name, flushed to disk, and renamed into place only when its
+sha256 is the one the delta records; a refusal is one sentence, its own exit code (EXIT_CODES), and leaves nothing behind.
 The format (version 1), documented in the docs' reference ("Delta bundles"):
 
     MAGIC (8 bytes) VERSION (1 byte) HEADER_LEN (4 bytes, big-endian) HEADER (UTF-8 JSON)
@@ -389,6 +389,8 @@ def _rebuild(old_path: str, reader: HashingReader, header: Header, ops: List[Tup
         with open(old_path, "rb") as old, open(temp, "xb") as out:
             literals = Literals(reader, header.chunks)
             actual = write_result(old, out, ops, literals)
+            out.flush()
+            os.fsync(out.fileno())  # on disk before its name: a crash leaves no renamed, half-written zip
         _finish_reading(reader, literals)
         old_hash.check(header.old)
         if actual != header.new.sha256:

@@ -252,3 +252,34 @@ def test_a_kernel_copy_that_stops_halfway_is_finished_from_the_mapped_old_zip(pa
     assert proc.returncode == 0, proc.stderr
     assert "calls 2" in proc.stdout  # the wheel-like member (1 MiB) went to the kernel, then the fallback took over
     assert (tmp_path / "out" / new.name).read_bytes() == new.read_bytes()
+
+
+SYNC_ORDER = """
+import json, os, runpy, sys
+events, real_fsync, real_replace = [], os.fsync, os.replace
+def fsync(fd):
+    events.append("fsync " + os.path.basename(os.readlink("/proc/self/fd/%d" % fd)))
+    real_fsync(fd)
+def replace(src, dst):
+    events.append("replace " + os.path.basename(src))
+    real_replace(src, dst)
+os.fsync, os.replace = fsync, replace
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    print("events", json.dumps(events))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names open files through /proc")
+def test_the_result_reaches_the_disk_before_it_takes_its_name(pair, tmp_path) -> None:
+    """A crash after the rename must not leave a half-written zip under the release's name."""
+    old, new, delta = pair
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", SYNC_ORDER, str(APPLIER), str(old), str(delta),
+                           "-o", str(tmp_path / "out")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    events = json.loads(proc.stdout.rsplit("events ", 1)[1])
+    partial = [e.split(" ", 1)[1] for e in events if e.startswith("replace ") and e.endswith(".partial")]
+    assert len(partial) == 1 and partial[0].startswith(f".{new.name}."), events
+    assert events.index(f"fsync {partial[0]}") < events.index(f"replace {partial[0]}"), events
