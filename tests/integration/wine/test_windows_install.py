@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -122,6 +123,9 @@ def test_install_cmd_installs_into_program_files_with_detection_and_an_arp_entry
     assert receipt["install_log"].lower() == f"c:\\windows\\logs\\software\\{name}"
     log = log_file.read_text()
     assert "done: winapp-1.0.0 is installed" in log and "PASS model:tiny-mlp" in log
+    # Issue 37: the wheel step says where it is, wheel by wheel, on the console and in the log (onnxruntime is one)
+    for text in (log, result.stdout):
+        assert re.search(r"installed wheel \d+/\d+ onnxruntime-1\.23\.1-\S+\.whl \([\d.]+ of [\d.]+ MB\)", text), text[-2000:]
     # Issue 38 §8a: what the admin reads is the install's own lines; no warning a library printed (numpy's
     # RuntimeWarning once came through the wheel installer) or traceback reaches the log or the console.
     noise = [line for line in (log + result.stdout + result.stderr).splitlines() if "Warning" in line or "Traceback" in line]

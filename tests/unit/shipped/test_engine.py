@@ -4,6 +4,7 @@ reboot may excuse, the deferred self-check after it, deterministic bytecode, and
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import warnings
@@ -226,6 +227,26 @@ def test_a_warning_of_pypa_installer_is_a_note_in_the_log_not_a_python_warning(t
     assert "Warning" not in text + proc.stdout + proc.stderr
     assert ("note (pypa installer, not an error): Skip installing tinypkg/__pycache__/stale.cpython-311.pyc from "
             "tinypkg.") in text
+
+
+def test_the_install_shows_each_wheel_in_place_with_the_bytes_so_far(tmp_path: Path) -> None:
+    """Issue 37: install.cmd was silent for 107 s while a GPU bundle's wheels unpacked; each wheel now gets a line
+    on the console and in the log, counting wheels and megabytes, the last one at the total."""
+    from unit.shipped.test_install_sh import run_sh
+
+    bundle = make_bundle(tmp_path / "bundle")
+    log = tmp_path / "install.log"
+    proc = run_sh(bundle / "install.sh", "--install-dir", str(tmp_path / "apps" / "tiny"), "--log-path", str(log))
+
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads((bundle / "install-plan.json").read_text(encoding="utf-8"))
+    wheels = plan["venv"]["wheels"]
+    for text in (proc.stdout, log.read_text(encoding="utf-8")):
+        lines = re.findall(r"installed wheel (\d+)/(\d+) (\S+) \(([\d.]+) of ([\d.]+) MB\)", text)
+        assert [(int(i), int(n)) for i, n, *_ in lines] == [(i, len(wheels)) for i in range(1, len(wheels) + 1)], text
+        assert [name for _, _, name, _, _ in lines] == [Path(w).name for w in wheels]
+        total = sum((bundle / w).stat().st_size for w in wheels) / 1e6
+        assert lines[-1][3] == lines[-1][4] == f"{total:.1f}"
 
 
 def test_progress_and_warnings_go_to_stdout_and_only_the_error_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:

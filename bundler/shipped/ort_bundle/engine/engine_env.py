@@ -146,6 +146,7 @@ def install_wheels(plan: InstallPlan, bundle: Path, stage_venv: Path, final_venv
         # a note in the log in the engine's words, not a Python warning with a source path (issue 38 §8a).
         warnings.simplefilter("always")
         warnings.showwarning = lambda message, *_: notes.append(str(message))
+        progress = WheelProgress(bundle, venv.wheels, log)
         for relative, future in [(w, pool.submit(install_one, w)) for w in venv.wheels]:
             try:
                 future.result()
@@ -153,6 +154,7 @@ def install_wheels(plan: InstallPlan, bundle: Path, stage_venv: Path, final_venv
                 compiler.pool.shutdown()
                 raise EngineError("install", f"installing {relative} failed: {type(exc).__name__}: {exc}") from None
             compiler.submit(_take(modules))
+            progress.done(relative)
     for note in sorted(set(notes)):
         log(f"note (pypa installer, not an error): {note}")
     hashes = dict(written)
@@ -163,6 +165,25 @@ def install_wheels(plan: InstallPlan, bundle: Path, stage_venv: Path, final_venv
             hashes[destination.record] = list_bytecode(destination.record, destination.sources, compiled, site)
     log(f"installed {len(venv.wheels)} wheels with pypa installer into {final_venv}, bytecode compiled")
     return hashes
+
+
+class WheelProgress:
+    """One line per wheel as it is in place, with the bytes done so far: a GPU bundle's wheels take minutes to
+    unpack, and a silent install (Intune, ConfigMgr) shows only its log, which must show that it moves."""
+
+    def __init__(self, bundle: Path, wheels: Sequence[str], log: Log) -> None:
+        self.sizes = {wheel: os.path.getsize(bundle / wheel) for wheel in wheels}
+        self.total, self.bytes, self.count, self.log = sum(self.sizes.values()), 0, 0, log
+
+    def done(self, wheel: str) -> None:
+        self.count += 1
+        self.bytes += self.sizes[wheel]
+        self.log(f"installed wheel {self.count}/{len(self.sizes)} {Path(wheel).name} ({_megabytes(self.bytes)} of "
+                 f"{_megabytes(self.total)} MB)")
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1e6:.1f}"
 
 
 def bytecode_path(source: str) -> str:
