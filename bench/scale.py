@@ -422,6 +422,8 @@ def main() -> int:
     if args.child:
         run_child(args.child[0], Path(args.child[1]))
         return 0
+    # Every command this starts (`python -m bundler`, the children) imports this tree's bundler, as this does.
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     started = datetime.now(UTC)
     print(f"bench/scale.py, {started:%Y-%m-%d %H:%M} UTC; {machine()}; sizes {','.join(map(str, args.sizes))} MiB; "
           f"figures {','.join(f for f in FIGURES if f in args.only)}", flush=True)
