@@ -6,7 +6,9 @@ timed assertion, since the machine decides absolute times. The figures, named as
 - fetch: `ort-bundler fetch` of a GPU manifest against `pip download --require-hashes` of the same wheels
   (bench/fetch.py's commands); only with `--gpu-manifest`, because it downloads gigabytes;
 - build: the build's writer at each `--sizes` payload (bench/_payload.py) in a fresh process, against
-  `sha256sum` + `zip -r -6` of the same tree (bench/build_throughput.py's baseline, bench/build_memory.py's child);
+  `sha256sum` + `zip -r -6` of the same tree (bench/build_throughput.py's baseline, bench/build_memory.py's
+  child); with `--gpu-manifest` also the real first build of that manifest against `zip -r -6` of its
+  contents (bench/build_quickstart.py), what it wrote and its peak memory;
 - quickstart: the real first build of manifests/quickstart-win.toml against `zip -r -6` of its contents
   (bench/build_quickstart.py, `--repeat` attempts);
 - written: what a first build's processes wrote (the kernel's count, os.wait4's ru_oublock: the member cache,
@@ -20,8 +22,9 @@ timed assertion, since the machine decides absolute times. The figures, named as
   largest MSI under Wine's msiexec and checks every file;
 - intunewin: `write_intunewin` (what `package --intunewin` runs) of a setup folder holding one incompressible
   file of each size, a stand-in MSI, against `openssl enc -aes-256-cbc` + `sha256sum` of the same file;
-- install: the Linux quickstart's `install.sh` against `uv venv` + `uv pip install --offline --no-index
-  --require-hashes --compile-bytecode --no-cache` of the same wheels (bench/install_throughput.py); needs uv.
+- install: the Linux quickstart's (or `--install-manifest`'s) `install.sh` against `uv venv` + `uv pip install
+  --offline --no-index --require-hashes --compile-bytecode --no-cache` of the same wheels
+  (bench/install_throughput.py); needs uv (`python3 -m pip install uv`).
 
 A figure that cannot run says why in its row and the others go on; the exit status is 1 only when a figure
 failed, never for a missed target. Run: python bench/scale.py [--sizes 50,500] [--only build,rss]
@@ -53,6 +56,7 @@ LINEAR = Target(limit=1.2, note="linear: s/MiB at largest size / at smallest")
 WRITTEN = Target(limit=2.2)
 EPOCH = 1767225600
 SETUP_FILE = "setup.msi"
+QUICKSTART_WIN = REPO / "manifests" / "quickstart-win.toml"
 
 
 @dataclass(kw_only=True)
@@ -241,25 +245,33 @@ def intunewin_step(run: Run, size: int, folder: Path) -> list[Row]:
     return rows + run.peak("package --intunewin", size, ran)
 
 
-def quickstart_step(run: Run) -> list[Row]:
-    """The real first build of quickstart-win against `zip -r -6` of its contents (bench/build_quickstart.py)."""
-    from build_quickstart import measure
+def real_build(manifest: Path, figure: str) -> Callable[[Run], list[Row]]:
+    """The real first build of `manifest` against `zip -r -6` of its contents (bench/build_quickstart.py), judged
+    as `figure`; what its processes wrote and their peak memory beside."""
 
-    manifest = REPO / "manifests" / "quickstart-win.toml"
-    figures = measure(manifest, run.work / "quickstart", run.args.repeat, keep=False)
-    rows = []
-    if run.want("quickstart"):
-        rows.append(Row(figure="quickstart-win first build", ours=seconds(figures.first),
-                        baseline=f"zip -r -6 {seconds(figures.baseline)}", value=figures.first / figures.baseline,
-                        target=Target(limit=1.2)))
-    if run.want("written"):
-        rows.append(Row(figure="bytes written by the quickstart-win first build", ours=mib(figures.build_written),
-                        baseline=f"its zip {mib(figures.zip_bytes)}", value=figures.build_written / figures.zip_bytes,
-                        target=WRITTEN))
-    if run.want("rss"):
-        rows.append(Row(figure="peak RSS of the quickstart-win first build", ours=mib(figures.build_peak_rss),
-                        value=figures.build_peak_rss / MB, target=RSS))
-    return rows
+    def step(run: Run) -> list[Row]:
+        from build_quickstart import measure
+
+        folder = run.work / f"real-{manifest.stem}"
+        try:
+            figures = measure(manifest.resolve(), folder, run.args.repeat, keep=False)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        rows = []
+        if run.want(figure):
+            rows.append(Row(figure=f"{manifest.stem} first build", ours=seconds(figures.first),
+                            baseline=f"zip -r -6 {seconds(figures.baseline)}", value=figures.first / figures.baseline,
+                            target=Target(limit=1.2)))
+        if run.want("written"):
+            rows.append(Row(figure=f"bytes written by the {manifest.stem} first build", ours=mib(figures.build_written),
+                            baseline=f"its zip {mib(figures.zip_bytes)}",
+                            value=figures.build_written / figures.zip_bytes, target=WRITTEN))
+        if run.want("rss"):
+            rows.append(Row(figure=f"peak RSS of the {manifest.stem} first build", ours=mib(figures.build_peak_rss),
+                            value=figures.build_peak_rss / MB, target=RSS))
+        return rows
+
+    return step
 
 
 def find_uv(given: str | None) -> str | None:
@@ -354,7 +366,9 @@ def steps(run: Run) -> list[tuple[str, Callable[[Run], list[Row]]]]:
         if run.want("intunewin", "rss"):
             chosen.append((f".intunewin at {size} MiB", sized(size, intunewin_step)))
     if run.want("quickstart", "written"):
-        chosen.append(("quickstart-win first build", quickstart_step))
+        chosen.append(("quickstart-win first build", real_build(QUICKSTART_WIN, "quickstart")))
+    if run.args.gpu_manifest and run.want("build", "written"):
+        chosen.append((f"{run.args.gpu_manifest.stem} first build", real_build(run.args.gpu_manifest, "build")))
     if run.want("install"):
         chosen.append(("install", install_step))
     return chosen
