@@ -114,29 +114,33 @@ def child(kind: str, spec: dict[str, object], folder: Path) -> tuple[Ran, dict[s
 
 
 def run_child(kind: str, spec_path: Path) -> None:
-    """The `--child` side: import only what the operation needs (the peak RSS is the process's), run it, and
-    print its seconds as the last line."""
+    """The `--child` side: import only what the operation needs (the peak RSS is the process's), then time the
+    operation alone and print its seconds as the last line."""
     spec = json.loads(spec_path.read_text(encoding="utf-8"))
-    start = time.perf_counter()
     if kind == "fetch":
         from fetch_throughput import fetch_once
 
-        fetch_once(spec["url"], spec["sha256"], Path(spec["root"]))
-        result: dict[str, object] = {}
+        def operation() -> dict[str, object]:
+            fetch_once(spec["url"], spec["sha256"], Path(spec["root"]))
+            return {}
     elif kind == "msi":
         from msi_scale import write
 
-        msi, cabinets = write(Path(spec["image"]), spec["files"], Path(spec["work"]))
-        result = {"msi": str(msi), "size": msi.stat().st_size, "cabinets": len(cabinets)}
+        def operation() -> dict[str, object]:
+            msi, cabinets = write(Path(spec["image"]), spec["files"], Path(spec["work"]))
+            return {"msi": str(msi), "size": msi.stat().st_size, "cabinets": len(cabinets)}
     elif kind == "intunewin":
         from bundler.platforms.windows.intunewin import write_intunewin
         from bundler.writer.members import MemberCache
 
-        made = write_intunewin(Path(spec["folder"]), SETUP_FILE, Path(spec["output"]), name="scale", epoch=EPOCH,
-                               member_cache=MemberCache(Path(spec["members"])))
-        result = {"size": made.size}
+        def operation() -> dict[str, object]:
+            made = write_intunewin(Path(spec["folder"]), SETUP_FILE, Path(spec["output"]), name="scale",
+                                   epoch=EPOCH, member_cache=MemberCache(Path(spec["members"])))
+            return {"size": made.size}
     else:
         raise SystemExit(f"--child: found {kind!r}, expected fetch, msi or intunewin")
+    start = time.perf_counter()
+    result = operation()
     print(json.dumps({**result, "seconds": time.perf_counter() - start}))
 
 
