@@ -13,12 +13,16 @@ gives the compressor nothing it would not find in fresh text.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import os
 import random
 import shutil
+import subprocess
+import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,3 +177,59 @@ def machine() -> str:
     """What the figures depend on: other load on the same cores distorts every ratio."""
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     return f"{os.cpu_count()} CPUs, load average {load}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ran:
+    """One command run to its end, with what the kernel counted for it and the descendants it waited for.
+
+    `peak_rss` is the largest resident set of any one process of that tree (wait4's ru_maxrss), not their sum;
+    the command is started by bench/_launcher.py, whose own 10 MiB or so is the floor of that figure.
+    `written` is the bytes those processes dirtied in files on storage (ru_oublock, the kernel's write_bytes
+    of /proc/<pid>/io, charged when a page is dirtied): files deleted before they reach the disk count, hard
+    links and renames do not, and a tmpfs counts nothing.
+    """
+
+    command: tuple[str, ...]
+    seconds: float
+    peak_rss: int
+    written: int
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@functools.cache
+def _launcher() -> subprocess.Popen[str]:
+    """The one small process that starts every measured command (see bench/_launcher.py); it ends with ours."""
+    return subprocess.Popen([sys.executable, "-I", "-S", str(Path(__file__).with_name("_launcher.py"))],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def run_measured(command: Sequence[str], *, cwd: Path | None = None, env: Mapping[str, str] | None = None) -> Ran:
+    """Run `command` in a new process, reaped with os.wait4, which alone hands back its resource usage
+    (subprocess.run reaps with waitpid and loses it). Its output goes to files, so no pipe can fill; the seconds
+    are from its start to its end."""
+    launcher = _launcher()
+    assert launcher.stdin is not None and launcher.stdout is not None
+    with tempfile.TemporaryDirectory(prefix="ort-bundler-bench-run-") as tmp:
+        out, err = Path(tmp, "stdout"), Path(tmp, "stderr")
+        request = {"command": list(command), "cwd": None if cwd is None else str(cwd),
+                   "env": dict(os.environ if env is None else env), "stdout": str(out), "stderr": str(err)}
+        launcher.stdin.write(json.dumps(request) + "\n")
+        launcher.stdin.flush()
+        reply = json.loads(launcher.stdout.readline() or '{"error": "bench/_launcher.py ended"}')
+        if "error" in reply:
+            raise SystemExit(f"{' '.join(command)} could not run: {reply['error']}")
+        return Ran(command=tuple(command), seconds=reply["seconds"], peak_rss=reply["maxrss_kib"] * 1024,
+                   written=reply["oublock"] * 512, returncode=reply["returncode"],
+                   stdout=out.read_text(errors="replace"), stderr=err.read_text(errors="replace"))
+
+
+def checked(ran: Ran) -> Ran:
+    """`ran`, or SystemExit naming the command and its output when it failed: a benchmark of a failed run is
+    worthless."""
+    if ran.returncode != 0:
+        msg = f"{' '.join(ran.command)} exited with {ran.returncode}:\n{ran.stdout}{ran.stderr}"
+        raise SystemExit(msg)
+    return ran

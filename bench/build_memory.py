@@ -55,20 +55,27 @@ def child(spec_path: Path) -> None:
     print(json.dumps({"before": before, "peak": high_water_mark(), "seconds": seconds}))
 
 
+def child_command(members: list[Member], dest: Path, member_cache: Path, jobs: int | None, spec_path: Path) -> list[str]:
+    """The command that builds `members` into `dest` in a fresh process (see `child`), its spec written to
+    `spec_path`: bench/scale.py runs the same child to count its writes."""
+    spec = {
+        "members": [{"name": m.name, "source": str(m.source), "sha256": m.sha256} for m in members],
+        "dest": str(dest),
+        "member_cache": str(member_cache),
+        "jobs": jobs,
+    }
+    spec_path.write_text(json.dumps(spec), encoding="utf-8")
+    return [sys.executable, str(Path(__file__).resolve()), "--child", str(spec_path)]
+
+
 def measure(size_mb: int, parent: Path, jobs: int | None) -> dict[str, float]:
     payload = generate(parent / "payload", total=size_mb * MB)
     print(f"payload: {describe(payload)}")
     cache = Cache(parent / "cache")
     members = stage(payload, cache)
-    spec = {
-        "members": [{"name": m.name, "source": str(m.source), "sha256": m.sha256} for m in members],
-        "dest": str(parent / "out" / "bundle.zip"),
-        "member_cache": str(cache.work_dir("members")),
-        "jobs": jobs,
-    }
-    spec_path = parent / "spec.json"
-    spec_path.write_text(json.dumps(spec), encoding="utf-8")
-    done = subprocess.run([sys.executable, __file__, "--child", str(spec_path)], capture_output=True, text=True)
+    command = child_command(members, parent / "out" / "bundle.zip", cache.work_dir("members"), jobs,
+                            parent / "spec.json")
+    done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         msg = f"the build of the {size_mb} MiB payload failed (exit {done.returncode}):\n{done.stderr}"
         raise SystemExit(msg)

@@ -39,13 +39,12 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from _payload import machine, workspace
+from _payload import Ran, checked, machine, run_measured, workspace
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTARTS = (REPO / "manifests" / "quickstart-linux.toml", REPO / "manifests" / "quickstart-win.toml")
@@ -62,6 +61,8 @@ class Figures:
     baseline: float
     zip_bytes: int
     build_wrote: int  # bytes of new files a first build left: in its cache (not links to inputs) and its zip
+    build_written: int  # bytes the kernel counted as written by a first build's process tree (see Ran), the most
+    build_peak_rss: int  # the largest resident set of a first build's processes, the most of the attempts
 
 
 def parse_args() -> argparse.Namespace:
@@ -78,14 +79,12 @@ def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "bundler", *args]
 
 
-def timed(command: Sequence[str], *, cwd: Path | None = None) -> float:
-    """Seconds of one command in a new process, after flushing earlier writes so they are not charged to it,
-    and in memory the machine has used before (`pretouch`)."""
+def timed(command: Sequence[str], *, cwd: Path | None = None) -> Ran:
+    """One command in a new process, after flushing earlier writes so they are not charged to it, and in memory
+    the machine has used before (`pretouch`): its seconds, peak RSS and bytes written."""
     subprocess.run(["sync"], check=True)
     pretouch()
-    start = time.perf_counter()
-    run(command, cwd=cwd)
-    return time.perf_counter() - start
+    return run(command, cwd=cwd)
 
 
 PRETOUCH = 2**30  # bytes: over three times what a first build writes and its processes allocate
@@ -101,12 +100,9 @@ def pretouch() -> None:
 USER_ENV = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
 
 
-def run(command: Sequence[str], *, cwd: Path | None = None) -> None:
+def run(command: Sequence[str], *, cwd: Path | None = None) -> Ran:
     """The build's notes (licences it could not map) are not the benchmark's output: shown only on failure."""
-    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False, env=USER_ENV)
-    if done.returncode != 0:
-        msg = f"{' '.join(command)} exited with {done.returncode}:\n{done.stdout}{done.stderr}"
-        raise SystemExit(msg)
+    return checked(run_measured(command, cwd=cwd, env=USER_ENV))
 
 
 def fresh_cache(inputs: Path, dest: Path) -> Path:
@@ -141,16 +137,17 @@ def measure(manifest: Path, work: Path, repeat: int, *, keep: bool) -> Figures:
     run(cli("fetch", "-q", "--cache", str(inputs), str(manifest)))
     run(cli("build", "-q", "--cache", str(inputs), "-o", str(work / "prepared"), str(manifest)))
     reference = zip_of(work / "prepared").read_bytes()
-    firsts, rebuilds, assembled, baselines, wrote = [], [], [], [], []
+    firsts: list[Ran] = []
+    rebuilds, assembled, baselines, wrote = [], [], [], []
     for attempt in range(repeat):
         cache = fresh_cache(inputs, work / f"cache-{attempt}")
         build = cli("build", "-q", "--cache", str(cache), "-o", str(work / f"out-{attempt}"), str(manifest))
         firsts.append(timed(build))
         wrote.append(new_bytes(cache, work / f"out-{attempt}"))
         first = zip_of(work / f"out-{attempt}").read_bytes()
-        rebuilds.append(timed(build))
+        rebuilds.append(timed(build).seconds)
         again = zip_of(work / f"out-{attempt}").read_bytes()
-        assembled.append(timed([*build[:-1], "--no-reuse", build[-1]]))
+        assembled.append(timed([*build[:-1], "--no-reuse", build[-1]]).seconds)
         forced = zip_of(work / f"out-{attempt}").read_bytes()
         if not first == again == forced == reference:
             msg = f"{manifest.name}: the builds of run {attempt} are not byte-identical to each other and the first"
@@ -159,13 +156,15 @@ def measure(manifest: Path, work: Path, repeat: int, *, keep: bool) -> Figures:
         with zipfile.ZipFile(zip_of(work / f"out-{attempt}")) as archive:
             archive.extractall(unpacked)
         [top] = [p.name for p in unpacked.iterdir()]
-        baselines.append(timed(["zip", "-q", "-r", "-6", str(work / f"baseline-{attempt}.zip"), top], cwd=unpacked))
+        baselines.append(timed(["zip", "-q", "-r", "-6", str(work / f"baseline-{attempt}.zip"), top],
+                               cwd=unpacked).seconds)
         if not keep:  # their pages go back to the machine for the next attempt (see the docstring)
             for folder in (cache, work / f"out-{attempt}", unpacked):
                 shutil.rmtree(folder)
             (work / f"baseline-{attempt}.zip").unlink()
-    return Figures(manifest=manifest.name, first=min(firsts), rebuild=min(rebuilds), assembled=min(assembled),
-                   baseline=min(baselines), zip_bytes=len(reference), build_wrote=max(wrote))
+    return Figures(manifest=manifest.name, first=min(r.seconds for r in firsts), rebuild=min(rebuilds),
+                   assembled=min(assembled), baseline=min(baselines), zip_bytes=len(reference), build_wrote=max(wrote),
+                   build_written=max(r.written for r in firsts), build_peak_rss=max(r.peak_rss for r in firsts))
 
 
 def report(figures: Figures) -> str:
@@ -180,6 +179,8 @@ def report(figures: Figures) -> str:
         f"{figures.assembled / figures.baseline:5.2f}x baseline",
         f"  zip -r -6:    {figures.baseline:6.2f} s",
         f"  written: first build {figures.build_wrote / 2**20:.0f} MiB, zip -r -6 {figures.zip_bytes / 2**20:.0f} MiB",
+        f"  first build's processes: {figures.build_written / 2**20:.0f} MiB written (kernel count, files deleted "
+        f"since included), peak RSS {figures.build_peak_rss / 2**20:.0f} MiB",
     ])
 
 

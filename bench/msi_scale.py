@@ -25,9 +25,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from bundler.platforms.windows.msi import write_msi
+from bundler.platforms.windows.msi import CabinetFile, write_msi
 from bundler.platforms.windows.msi_source import MsiProduct, guid
 
 CHUNK = 256 << 20
@@ -72,7 +73,22 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def install(msi: Path, image: Path, files: list[str], work: Path) -> None:
+@dataclass(frozen=True, kw_only=True)
+class Installed:
+    """What Wine's msiexec made of the MSI: its exit code, its time, and the files not installed as in the image."""
+
+    returncode: int
+    seconds: float
+    files: int
+    differing: list[str]
+
+    def describe(self) -> str:
+        return (f"msiexec /i under Wine: exit {self.returncode}, {self.seconds:.1f} s; {self.files - len(self.differing)} "
+                f"of {self.files} files installed with the image's sha256"
+                + (f"; differing: {self.differing[:5]}" if self.differing else ""))
+
+
+def install(msi: Path, image: Path, files: list[str], work: Path) -> Installed:
     prefix = work / "wineprefix"
     env = {**os.environ, "WINEPREFIX": str(prefix), "WINEDEBUG": "-all", "WINEDLLOVERRIDES": "mscoree,mshtml="}
     env.pop("DISPLAY", None)
@@ -85,10 +101,39 @@ def install(msi: Path, image: Path, files: list[str], work: Path) -> None:
     elapsed = time.perf_counter() - started
     root = prefix / "drive_c" / "scale"
     bad = [f for f in files if not (root / f).is_file() or sha256(root / f) != sha256(image / f)]
-    print(f"msiexec /i under Wine: exit {proc.returncode}, {elapsed:.1f} s; {len(files) - len(bad)} of {len(files)} "
-          f"files installed with the image's sha256" + (f"; differing: {bad[:5]}" if bad else ""))
     server = Path(wine).with_name("wineserver")
     subprocess.run([str(server) if server.is_file() else "wineserver", "-k"], env=env, check=False)
+    return Installed(returncode=proc.returncode, seconds=elapsed, files=len(files), differing=bad)
+
+
+def product() -> MsiProduct:
+    return MsiProduct(name="scale", version="1.0.0", product_version="1.0.0", publisher="bench",
+                      product_code=guid("scale", "product"), upgrade_code=guid("scale", "upgrade"),
+                      bundle_sha256="0" * 64, interpreter="python/python.exe", vc_runtime_min=None)
+
+
+def write(image: Path, files: list[str], work: Path) -> tuple[Path, tuple[CabinetFile, ...]]:
+    """What is timed of `package --msi`: the MSI writer on the install image, into `work/out`."""
+    (work / "msi").mkdir()
+    (work / "out").mkdir()
+    msi = work / "out" / "scale-1.0.0-win_amd64.msi"
+    cabinets = write_msi(product(), files, image=image, output=msi, work=work / "msi", epoch=EPOCH,
+                         package_code=guid("scale", "package"))
+    return msi, cabinets
+
+
+def baseline(image: Path, files: list[str], work: Path) -> float:
+    """Seconds of `gcab -c -z` of the image and `openssl enc` of that cabinet (the encrypted copy goes to
+    /dev/null: not kept, for the disk at 2 GB)."""
+    os.sync()
+    started = time.perf_counter()
+    subprocess.run(["gcab", "-c", "-z", str(work / "base.cab"), *files], cwd=image, check=True,
+                   env={**os.environ, "TZ": "UTC"})
+    subprocess.run(["openssl", "enc", "-aes-256-cbc", "-pbkdf2", "-pass", "pass:bench", "-in",
+                    str(work / "base.cab"), "-out", os.devnull], check=True)
+    seconds = time.perf_counter() - started
+    (work / "base.cab").unlink()
+    return seconds
 
 
 def main() -> int:
@@ -102,33 +147,19 @@ def main() -> int:
         image = work / "image"
         files = make_image(image, args.size << 20, work)
         total = sum((image / f).stat().st_size for f in files)
-        product = MsiProduct(name="scale", version="1.0.0", product_version="1.0.0", publisher="bench",
-                             product_code=guid("scale", "product"), upgrade_code=guid("scale", "upgrade"),
-                             bundle_sha256="0" * 64, interpreter="python/python.exe", vc_runtime_min=None)
-        (work / "msi").mkdir()
-        (work / "out").mkdir()
         os.sync()  # the image's writeback is not charged to whichever side runs first
         started = time.perf_counter()
-        msi = work / "out" / "scale-1.0.0-win_amd64.msi"
-        cabinets = write_msi(product, files, image=image, output=msi, work=work / "msi", epoch=EPOCH,
-                             package_code=guid("scale", "package"))
+        msi, cabinets = write(image, files, work)
         ours = time.perf_counter() - started
         own, children = peak_mib()
-        os.sync()
-        started = time.perf_counter()
-        subprocess.run(["gcab", "-c", "-z", str(work / "base.cab"), *files], cwd=image, check=True,
-                       env={**os.environ, "TZ": "UTC"})
-        subprocess.run(["openssl", "enc", "-aes-256-cbc", "-pbkdf2", "-pass", "pass:bench", "-in",
-                        str(work / "base.cab"), "-out", os.devnull], check=True)  # not kept: disk, at 2 GB
-        base = time.perf_counter() - started
-        (work / "base.cab").unlink()
+        base = baseline(image, files, work)
         print(f"payload {total / 2**20:,.0f} MiB in {len(files)} files (incompressible)")
         print(f"package --msi writer: {ours:.1f} s; MSI {msi.stat().st_size:,} bytes, {len(cabinets)} cabinets beside "
               f"it: {', '.join(f'{c.path.name} {c.size:,}' for c in cabinets) or 'none (embedded)'}")
         print(f"baseline gcab -c -z + openssl enc: {base:.1f} s; ratio {ours / base:.2f} (target <= 1.3)")
         print(f"peak RSS: this process {own:,.0f} MiB, largest child {children:,.0f} MiB")
         if args.install:
-            install(msi, image, files, work)
+            print(install(msi, image, files, work).describe())
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
