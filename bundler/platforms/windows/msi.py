@@ -61,6 +61,7 @@ from bundler.platforms.windows.msi_source import (
     guid,
     identifier,
     installdir_checks,
+    planted_file_check,
     product_version,
     upgrade_table,
     wxs,
@@ -268,7 +269,7 @@ def write_database(product: MsiProduct, files: list[str], *, image: Path, output
     _run([msibuild, str(output), "-q",
           f"UPDATE `CustomAction` SET `Type` = {SET_PROPERTY} WHERE `Type` = {SET_PROPERTY | 0x800}"],
          cwd=work, what="msibuild")
-    for check in installdir_checks(files):
+    for check in (*installdir_checks(files), *planted_file_check()):
         for query in check.queries():
             _run([msibuild, str(output), "-q", query], cwd=work, what="msibuild")
     for name, text in (("MsiLockPermissionsEx", LOCK_TABLE), ("_ForceCodepage", CODEPAGE_TABLE),

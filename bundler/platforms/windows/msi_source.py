@@ -42,8 +42,10 @@ GUID is given). Choices:
   VC++ runtime is a launch condition on the registry values install.cmd reads, not a nested install.
 - Permissions. INSTALLDIR is a created folder (a CreateFolder row of the detection component) locked by one
   MsiLockPermissionsEx row with the zip route's ACL (`icacls /inheritance:r`, Administrators and SYSTEM full,
-  Users read and run): a protected SDDL, so a folder on a data volume does not inherit "Authenticated Users:
-  Modify". CreateFolders runs before InstallFiles, so every file is written under it. wixl 0.101 has no
+  Users read and run) and Administrators as owner: a protected SDDL, so a folder on a data volume does not inherit
+  "Authenticated Users: Modify". CreateFolders runs before InstallFiles, so every file is written under it. A
+  first install then refuses a folder that already holds anything (planted_file_check), from the script host,
+  before any of its files runs. wixl 0.101 has no
   PermissionEx, so the row is added by msibuild (bundler/platforms/windows/msi.py); only MsiLockPermissionsEx is
   written, as a package with both it and LockPermissions fails (Windows Installer error 1941), and only it
   can drop inheritance.
@@ -78,11 +80,14 @@ DETECTION_KEY = "SOFTWARE\\ort-bundler\\{name}"
 #: Where our actions go in InstallExecuteSequence, by number: wixl 0.101 places Before=/After= actions wrongly
 #: (a custom action "Before InstallFinalize" lands at 1, ahead of the files). The standard actions' numbers:
 #: AppSearch 50, CostFinalize 1000, InstallValidate 1400, InstallInitialize 1500, RemoveFiles 3500, InstallFiles 4000, InstallFinalize 6600.
-SEQUENCE = {"app_search": 50, "arp_location": 1001, "installdir_check": 1010, "remove_existing": 1510, "forget": 3490, "finish": 6500}
+SEQUENCE = {"app_search": 50, "arp_location": 1001, "installdir_check": 1010, "remove_existing": 1510, "forget": 3490,
+            "empty_check": 3710, "finish": 6500}
 #: The install folder's ACL, as the zip route's `icacls /inheritance:r /grant:r *S-1-5-32-544:(OI)(CI)F
 #: *S-1-5-18:(OI)(CI)F *S-1-5-32-545:(OI)(CI)RX`: "P" protects it from inheritance; FA is full control and
 #: 0x1200a9 read and execute (FILE_GENERIC_READ | FILE_GENERIC_EXECUTE), each inherited by files and folders.
-INSTALLDIR_SDDL = "D:P(A;OICI;FA;;;BA)(A;OICI;FA;;;SY)(A;OICI;0x1200a9;;;BU)"
+#: "O:BA" makes Administrators its owner: an account that made the folder before the install would otherwise keep
+#: the owner's right to rewrite this DACL and plant a DLL after the lock.
+INSTALLDIR_SDDL = "O:BAD:P(A;OICI;FA;;;BA)(A;OICI;FA;;;SY)(A;OICI;0x1200a9;;;BU)"
 #: The MsiLockPermissionsEx table (Windows Installer 5.0; the Package's InstallerVersion is 500), as an .idt
 #: file for `msibuild -i`: column names, their types, the table and its key, then the one row locking INSTALLDIR.
 LOCK_TABLE = ("MsiLockPermissionsEx\tLockObject\tTable\tSDDLText\tCondition\r\n"
@@ -95,14 +100,23 @@ CODEPAGE = 1252
 CODEPAGE_TABLE = f"\r\n\r\n{CODEPAGE}\t_ForceCodepage\r\n"
 #: The custom action type that sets a property from formatted text.
 SET_PROPERTY = 51
-#: Custom action types (msidbCustomActionType*): inline JScript, an error message that ends the install, and
-#: the bit that lets the install go on when an action fails.
+#: Custom action types (msidbCustomActionType*): inline JScript, an error message that ends the install, the bit
+#: that lets the install go on when an action fails, and the bits of a deferred action that runs as SYSTEM.
 JSCRIPT_INLINE, ERROR_MESSAGE, CONTINUE = 37, 19, 0x40
+IN_SCRIPT, NO_IMPERSONATE = 0x400, 0x800
 #: The INSTALLDIR check's measure: its length, and whether it holds a character outside printable ASCII or a ';'
 #: (the zip route's rule, windows_install_dir.install_dir_problem). No '[' or '{', which formatted text would read.
 MEASURE_SCRIPT = ('var d=Session.Property("INSTALLDIR"),b=0,c;for(var i=0;i<d.length;i++)c=d.charCodeAt(i),'
                   'b|=c<32||c>126||c==59;Session.Property("OrtInstallDirLength")=""+d.length;'
                   'if(b)Session.Property("OrtInstallDirChars")="1";')
+#: The planted-file check, deferred (so INSTALLDIR comes as CustomActionData): the first thing INSTALLDIR holds, if
+#: anything, ends the install with a script error that names it (Windows Installer's error 1720 carries the text).
+EMPTY_SCRIPT = ('var d=Session.Property("CustomActionData"),s=new ActiveXObject("Scripting.FileSystemObject"),n="",e;'
+                'if(s.FolderExists(d))e=new Enumerator(s.GetFolder(d).Files),n=e.atEnd()?"":e.item().Name,'
+                'e=new Enumerator(s.GetFolder(d).SubFolders),n=n||(e.atEnd()?"":e.item().Name);'
+                'if(n)throw new Error("INSTALLDIR "+d+" already held "+n+" when this first install began: a folder '
+                'made before the install may hold files another account put there, which this install would run as '
+                'SYSTEM; remove the folder or choose a new one");')
 #: The Upgrade table's attribute bits (msidbUpgradeAttributes*).
 ONLY_DETECT, MIN_INCLUSIVE, MAX_INCLUSIVE = 2, 256, 512
 #: What an 8.3 name may hold besides ASCII letters and digits (the Filename data type forbids spaces and
@@ -330,6 +344,23 @@ def installdir_checks(files: Sequence[str]) -> tuple[CheckAction, ...]:
                     "OrtInstallDirChars"),
         CheckAction("OrtRefuseInstallDir", ERROR_MESSAGE, "", "[OrtInstallDirProblem]; nothing was changed",
                     start + 3, "OrtInstallDirProblem"),
+    )
+
+
+def planted_file_check() -> tuple[CheckAction, ...]:
+    """A first install refuses an INSTALLDIR that holds anything once it is locked, before any file is copied and so
+    before anything in it runs (issue 34, severe 7): python.exe loads DLLs from its own folder (VERSION.dll, which
+    python311.dll imports, is no KnownDLL), so a file another account put in a folder made before the install would
+    run as SYSTEM in msi-finish. The check runs from the installer's own script host (System32), deferred and as
+    SYSTEM just after CreateFolders has locked the folder (INSTALLDIR_SDDL, which also takes ownership), so nothing
+    can be added after it looked. An upgrade or a repair writes into the folder an earlier install made and locked,
+    so only a first install is checked."""
+    condition = "NOT Installed AND NOT OLDER_VERSION_FOUND"
+    return (
+        CheckAction("OrtSetEmptyCheck", SET_PROPERTY, "OrtCheckInstallDirEmpty", "[INSTALLDIR]",
+                    SEQUENCE["installdir_check"] + 4, condition),
+        CheckAction("OrtCheckInstallDirEmpty", JSCRIPT_INLINE | IN_SCRIPT | NO_IMPERSONATE, "", EMPTY_SCRIPT,
+                    SEQUENCE["empty_check"], condition),
     )
 
 

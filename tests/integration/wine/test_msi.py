@@ -268,6 +268,9 @@ def msi_log(wine: Wine, version: str) -> str:
 
 @pytest.fixture(scope="module")
 def installed(windows: Wine, packages: Packages) -> subprocess.CompletedProcess[str]:
+    """1.0.0 into a folder made empty before the install, as an administrator may prepare it: the planted-file
+    check lets an empty folder through (its refusal of a non-empty one is tested below)."""
+    windows.drive_c().joinpath(*PureWindowsPath(INSTALL_DIR).parts[1:]).mkdir(parents=True)
     msi = windows.to_windows(Path(packages.first["msi"]["path"]))
     return msiexec(windows, "/i", msi, f"INSTALLDIR={INSTALL_DIR}", "CACHEDIR=C:\\ortcache")
 
@@ -443,6 +446,31 @@ def test_an_installdir_too_long_or_not_ascii_is_refused_before_anything_changes(
     assert windows.reg_query(UNINSTALL.format(code=packages.first["msi"]["product_code"])) is None
 
 
+def test_a_first_install_into_a_folder_holding_a_file_is_refused_before_anything_there_runs(  # type: ignore[no-untyped-def]
+        windows: Wine, packages: Packages, installed, tmp_path: Path) -> None:
+    """Issue 34, severe 7: a DLL another account put in a folder made before the install (VERSION.dll beside where
+    python.exe goes) ran as SYSTEM when msi-finish started python.exe, before it refused the folder. The check now
+    runs from the installer's script host just after CreateFolders, before any file is copied: the install ends
+    there, naming what it found, and nothing of the product is copied or run (msi-finish's log is unchanged)."""
+    planted = windows.drive_c() / "Apps" / "planted"
+    planted.mkdir(parents=True)
+    (planted / "VERSION.dll").write_bytes(b"MZ a DLL another account put here")
+    finish_log = windows.drive_c() / "windows" / "logs" / "Software" / f"{NAME}-1.0.0-msi.log"
+    before = finish_log.read_bytes() if finish_log.exists() else b""
+    log = tmp_path / "planted.log"
+    msi = windows.to_windows(Path(packages.first["msi"]["path"]))
+    result = msiexec(windows, "/i", msi, "INSTALLDIR=C:\\Apps\\planted", "/l*v", windows.to_windows(log))
+    assert result.returncode in FAILED, result.stdout + result.stderr
+    text = log.read_bytes().decode("utf-8", "replace")
+    assert "INSTALLDIR C:\\Apps\\planted\\ already held VERSION.dll when this first install began" in text, text[-3000:]
+    assert [p.name for p in planted.iterdir()] == ["VERSION.dll"]  # no file of the product copied
+    assert (planted / "VERSION.dll").read_bytes() == b"MZ a DLL another account put here"
+    assert (finish_log.read_bytes() if finish_log.exists() else b"") == before  # msi-finish never started
+    assert windows.reg_query(DETECTION) is None
+    assert windows.reg_query(UNINSTALL.format(code=packages.first["msi"]["product_code"])) is None
+    shutil.rmtree(planted)
+
+
 def test_noselfcheck_then_an_upgrade_whose_self_check_fails_leaves_nothing_of_the_new_version(  # type: ignore[no-untyped-def]
         windows: Wine, packages: Packages, installed) -> None:
     """NOSELFCHECK=1 installs 1.0.1 without the check; 1.0.2's check fails and its install is rolled back.
@@ -482,7 +510,7 @@ def test_the_install_folder_is_locked_as_the_zip_route_locks_it(packages: Packag
         [lock] = table(msi, "MsiLockPermissionsEx")
         assert lock == {"MsiLockPermissionsEx": "LockInstallDir", "LockObject": "INSTALLDIR", "Table": "CreateFolder",
                         "SDDLText": INSTALLDIR_SDDL, "Condition": ""}
-        assert INSTALLDIR_SDDL == "D:P(A;OICI;FA;;;BA)(A;OICI;FA;;;SY)(A;OICI;0x1200a9;;;BU)"
+        assert INSTALLDIR_SDDL == "O:BAD:P(A;OICI;FA;;;BA)(A;OICI;FA;;;SY)(A;OICI;0x1200a9;;;BU)"
         assert table(msi, "CreateFolder") == [{"Directory_": "INSTALLDIR", "Component_": "Detection"}]
         tables = subprocess.run(["msiinfo", "tables", str(msi)], capture_output=True, text=True, check=True).stdout
         assert "LockPermissions" not in tables.split()
@@ -491,6 +519,11 @@ def test_the_install_folder_is_locked_as_the_zip_route_locks_it(packages: Packag
         assert "1252\t_ForceCodepage" in forced
     sequence = {row["Action"]: int(row["Sequence"]) for row in table(msi, "InstallExecuteSequence")}
     assert sequence["CreateFolders"] < sequence["InstallFiles"] < sequence["OrtFinish"]  # locked before any file
+    # the planted-file check: after the lock, before any file, from the script host, deferred and as SYSTEM
+    assert sequence["CreateFolders"] < sequence["OrtCheckInstallDirEmpty"] < sequence["InstallFiles"]
+    actions = {row["Action"]: row for row in table(msi, "CustomAction")}
+    assert int(actions["OrtCheckInstallDirEmpty"]["Type"]) == 37 | 0x400 | 0x800  # inline JScript, in-script, SYSTEM
+    assert actions["OrtSetEmptyCheck"]["Source"] == "OrtCheckInstallDirEmpty"  # its CustomActionData
 
 
 def tampered(source: Path, dest: Path, *queries: str) -> Path:

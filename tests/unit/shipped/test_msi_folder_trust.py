@@ -114,8 +114,9 @@ SDDL_RIGHTS = {"FA": "F", "0x1200a9": "RX"}
 
 
 def test_the_msi_s_sddl_grants_what_the_zip_route_s_icacls_line_grants() -> None:
-    dacl = re.fullmatch(r"D:(?P<flags>[A-Z]*)(?P<aces>(\([^)]*\))+)", INSTALLDIR_SDDL)
+    dacl = re.fullmatch(r"O:(?P<owner>[A-Z]+)D:(?P<flags>[A-Z]*)(?P<aces>(\([^)]*\))+)", INSTALLDIR_SDDL)
     assert dacl is not None and dacl["flags"] == "P"  # protected: nothing inherited (icacls /inheritance:r)
+    assert dacl["owner"] == "BA"  # Administrators own it: whoever made the folder before cannot reopen it
     grants = []
     for ace in re.findall(r"\(([^)]*)\)", dacl["aces"]):
         kind, flags, rights, _, _, sid = ace.split(";")

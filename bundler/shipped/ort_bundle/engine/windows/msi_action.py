@@ -18,9 +18,9 @@ DLLs), it refuses, and so rolls the install back, when INSTALLDIR's parent or IN
 written by anyone but Administrators, SYSTEM, TrustedInstaller or the installing account: the rule and the
 descriptor parsing are the zip route's (folder_trust.py, as windows_setup.check_parent applies them). The
 MSI's MsiLockPermissionsEx row has locked INSTALLDIR by then (CreateFolders runs before InstallFiles), so
-INSTALLDIR failing the rule means that lock did not happen. What this cannot stop: python.exe itself has
-already loaded whatever DLL sat beside it when the folder was made under an unsafe parent before the
-install; the refusal makes sure such an install never stays.
+INSTALLDIR failing the rule means that lock did not happen. A folder another account made and filled before
+the install never gets this far: the MSI's own check (msi_source.planted_file_check) ends a first install
+into a folder that holds anything, from the installer's script host, before python.exe is even copied.
 Standard library only, Python 3.8+.
 """
 
