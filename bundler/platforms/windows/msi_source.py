@@ -352,8 +352,9 @@ def planted_file_check() -> tuple[CheckAction, ...]:
     before anything in it runs (issue 34, severe 7): python.exe loads DLLs from its own folder (VERSION.dll, which
     python311.dll imports, is no KnownDLL), so a file another account put in a folder made before the install would
     run as SYSTEM in msi-finish. The check runs from the installer's own script host (System32), deferred and as
-    SYSTEM just after CreateFolders has locked the folder (INSTALLDIR_SDDL, which also takes ownership), so nothing
-    can be added after it looked. An upgrade or a repair writes into the folder an earlier install made and locked,
+    SYSTEM just after CreateFolders has locked the folder (INSTALLDIR_SDDL, whose owner part also takes the folder
+    from whoever made it, where Windows Installer applies it: Wine cannot show that), so that nobody else can add to
+    it after it looked. An upgrade or a repair writes into the folder an earlier install made and locked,
     so only a first install is checked."""
     condition = "NOT Installed AND NOT OLDER_VERSION_FOUND"
     return (
