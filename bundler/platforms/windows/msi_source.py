@@ -23,6 +23,8 @@ GUID is given). Choices:
 - Path checks. INSTALLDIR is refused before anything changes when it is too long for the image's deepest file or
   holds non-ASCII, control characters or ';' (the zip route's rules): an inline JScript action measures it, as
   conditions cannot (installdir_checks).
+  The check fails closed where it guards against code run as SYSTEM: a first install whose INSTALLDIR already
+  holds anything is refused the same way (planted_file_check), and its measure has no continue-on-failure bit.
 - Add/Remove Programs. InstallLocation is set from INSTALLDIR (ARPINSTALLLOCATION, a type-51 action after
   CostFinalize), EstimatedSize from the image's files (ARPSIZE, in KB), and repair is offered (no ARPNOREPAIR).
 - Files in use. Restart Manager is on (no MSIRESTARTMANAGERCONTROL, Windows Installer's default): an upgrade
@@ -44,8 +46,8 @@ GUID is given). Choices:
   MsiLockPermissionsEx row with the zip route's ACL (`icacls /inheritance:r`, Administrators and SYSTEM full,
   Users read and run) and Administrators as owner: a protected SDDL, so a folder on a data volume does not inherit
   "Authenticated Users: Modify". CreateFolders runs before InstallFiles, so every file is written under it. A
-  first install then refuses a folder that already holds anything (planted_file_check), from the script host,
-  before any of its files runs. wixl 0.101 has no
+  first install refuses a folder that already holds anything (planted_file_check), from the script host, before
+  any of its files runs. wixl 0.101 has no
   PermissionEx, so the row is added by msibuild (bundler/platforms/windows/msi.py); only MsiLockPermissionsEx is
   written, as a package with both it and LockPermissions fails (Windows Installer error 1941), and only it
   can drop inheritance.
@@ -80,8 +82,8 @@ DETECTION_KEY = "SOFTWARE\\ort-bundler\\{name}"
 #: Where our actions go in InstallExecuteSequence, by number: wixl 0.101 places Before=/After= actions wrongly
 #: (a custom action "Before InstallFinalize" lands at 1, ahead of the files). The standard actions' numbers:
 #: AppSearch 50, CostFinalize 1000, InstallValidate 1400, InstallInitialize 1500, RemoveFiles 3500, InstallFiles 4000, InstallFinalize 6600.
-SEQUENCE = {"app_search": 50, "arp_location": 1001, "installdir_check": 1010, "remove_existing": 1510, "forget": 3490,
-            "empty_check": 3710, "finish": 6500}
+SEQUENCE = {"app_search": 50, "arp_location": 1001, "filled_check": 1005, "installdir_check": 1010,
+            "remove_existing": 1510, "forget": 3490, "empty_check": 3710, "finish": 6500}
 #: The install folder's ACL, as the zip route's `icacls /inheritance:r /grant:r *S-1-5-32-544:(OI)(CI)F
 #: *S-1-5-18:(OI)(CI)F *S-1-5-32-545:(OI)(CI)RX`: "P" protects it from inheritance; FA is full control and
 #: 0x1200a9 read and execute (FILE_GENERIC_READ | FILE_GENERIC_EXECUTE), each inherited by files and folders.
@@ -109,14 +111,19 @@ IN_SCRIPT, NO_IMPERSONATE = 0x400, 0x800
 MEASURE_SCRIPT = ('var d=Session.Property("INSTALLDIR"),b=0,c;for(var i=0;i<d.length;i++)c=d.charCodeAt(i),'
                   'b|=c<32||c>126||c==59;Session.Property("OrtInstallDirLength")=""+d.length;'
                   'if(b)Session.Property("OrtInstallDirChars")="1";')
-#: The planted-file check, deferred (so INSTALLDIR comes as CustomActionData): the first thing INSTALLDIR holds, if
-#: anything, ends the install with a script error that names it (Windows Installer's error 1720 carries the text).
-EMPTY_SCRIPT = ('var d=Session.Property("CustomActionData"),s=new ActiveXObject("Scripting.FileSystemObject"),n="",e;'
-                'if(s.FolderExists(d))e=new Enumerator(s.GetFolder(d).Files),n=e.atEnd()?"":e.item().Name,'
-                'e=new Enumerator(s.GetFolder(d).SubFolders),n=n||(e.atEnd()?"":e.item().Name);'
-                'if(n)throw new Error("INSTALLDIR "+d+" already held "+n+" when this first install began: a folder '
-                'made before the install may hold files another account put there, which this install would run as '
-                'SYSTEM; remove the folder or choose a new one");')
+#: The planted-file check's measure: what INSTALLDIR already holds, as "N file(s) and M folder(s)" in a property
+#: (immediate: before the lock, where a type-19 action can refuse with the text), or as a script error (deferred,
+#: after the lock, with INSTALLDIR as CustomActionData: Windows Installer fails the action with error 1720). Counts,
+#: not names: Wine's JScript cannot enumerate a folder's collections. No '[' or '{', which formatted text would read.
+FILLED_MEASURE = ('var d=Session.Property("{source}"),s=new ActiveXObject("Scripting.FileSystemObject"),o,n="";'
+                  'if(s.FolderExists(d))o=s.GetFolder(d),n=o.Files.Count+o.SubFolders.Count?o.Files.Count+" file(s) '
+                  'and "+o.SubFolders.Count+" folder(s)":"";')
+FILLED_SCRIPT = FILLED_MEASURE.format(source="INSTALLDIR") + 'if(n)Session.Property("OrtInstallDirFilled")=n;'
+EMPTY_SCRIPT = (FILLED_MEASURE.format(source="CustomActionData") + 'if(n)throw new Error("INSTALLDIR "+d+" held "+n+'
+                '" once locked: refused, as files another account put there would run as SYSTEM");')
+FILLED_PROBLEM = ("INSTALLDIR [INSTALLDIR] already holds [OrtInstallDirFilled] before this first install: a folder made "
+                  "before the install may hold files another account put there, which the install would run as SYSTEM; "
+                  "remove the folder or choose a new one")
 #: The Upgrade table's attribute bits (msidbUpgradeAttributes*).
 ONLY_DETECT, MIN_INCLUSIVE, MAX_INCLUSIVE = 2, 256, 512
 #: What an 8.3 name may hold besides ASCII letters and digits (the Filename data type forbids spaces and
@@ -348,18 +355,28 @@ def installdir_checks(files: Sequence[str]) -> tuple[CheckAction, ...]:
 
 
 def planted_file_check() -> tuple[CheckAction, ...]:
-    """A first install refuses an INSTALLDIR that holds anything once it is locked, before any file is copied and so
-    before anything in it runs (issue 34, severe 7): python.exe loads DLLs from its own folder (VERSION.dll, which
+    """A first install refuses an INSTALLDIR that already holds anything, before any file is copied and so before
+    anything in it runs (issue 34, severe 7): python.exe loads DLLs from its own folder (VERSION.dll, which
     python311.dll imports, is no KnownDLL), so a file another account put in a folder made before the install would
-    run as SYSTEM in msi-finish. The check runs from the installer's own script host (System32), deferred and as
-    SYSTEM just after CreateFolders has locked the folder (INSTALLDIR_SDDL, whose owner part also takes the folder
-    from whoever made it, where Windows Installer applies it: Wine cannot show that), so that nobody else can add to
-    it after it looked. An upgrade or a repair writes into the folder an earlier install made and locked,
-    so only a first install is checked."""
+    run as SYSTEM in msi-finish. It looks twice, each time from the installer's own script host (System32):
+
+    - before anything changes (immediate, beside the other INSTALLDIR checks): the refusal, with its text, through
+      the type-19 action they share (OrtRefuseInstallDir, exit 1603);
+    - again just after CreateFolders has locked the folder (deferred, as SYSTEM), for what was put there in the
+      seconds between: from then on only Administrators and SYSTEM can add to it (INSTALLDIR_SDDL, whose owner
+      part also takes the folder from whoever made it, where Windows Installer applies it). A script error fails
+      the action on Windows (1720); Wine 8 ignores a deferred script's error (measured), so only the first look
+      refuses under Wine.
+
+    An upgrade or a repair writes into the folder an earlier install made and locked, so only a first install is
+    checked."""
     condition = "NOT Installed AND NOT OLDER_VERSION_FOUND"
+    start = SEQUENCE["filled_check"]
     return (
-        CheckAction("OrtSetEmptyCheck", SET_PROPERTY, "OrtCheckInstallDirEmpty", "[INSTALLDIR]",
-                    SEQUENCE["installdir_check"] + 4, condition),
+        CheckAction("OrtMeasureInstallDirFilled", JSCRIPT_INLINE, "", FILLED_SCRIPT, start, condition),
+        CheckAction("OrtInstallDirFilled", SET_PROPERTY, "OrtInstallDirProblem", FILLED_PROBLEM, start + 1,
+                    f"OrtInstallDirFilled AND {condition}"),
+        CheckAction("OrtSetEmptyCheck", SET_PROPERTY, "OrtCheckInstallDirEmpty", "[INSTALLDIR]", start + 2, condition),
         CheckAction("OrtCheckInstallDirEmpty", JSCRIPT_INLINE | IN_SCRIPT | NO_IMPERSONATE, "", EMPTY_SCRIPT,
                     SEQUENCE["empty_check"], condition),
     )

@@ -450,8 +450,9 @@ def test_a_first_install_into_a_folder_holding_a_file_is_refused_before_anything
         windows: Wine, packages: Packages, installed, tmp_path: Path) -> None:
     """Issue 34, severe 7: a DLL another account put in a folder made before the install (VERSION.dll beside where
     python.exe goes) ran as SYSTEM when msi-finish started python.exe, before it refused the folder. The check now
-    runs from the installer's script host just after CreateFolders, before any file is copied: the install ends
-    there, naming what it found, and nothing of the product is copied or run (msi-finish's log is unchanged)."""
+    runs from the installer's script host before anything changes (and again after the lock, which only Windows
+    enforces: Wine 8 ignores a deferred script's error): the install ends there, saying what it found, and nothing
+    of the product is copied or run (msi-finish's log is unchanged)."""
     planted = windows.drive_c() / "Apps" / "planted"
     planted.mkdir(parents=True)
     (planted / "VERSION.dll").write_bytes(b"MZ a DLL another account put here")
@@ -462,7 +463,9 @@ def test_a_first_install_into_a_folder_holding_a_file_is_refused_before_anything
     result = msiexec(windows, "/i", msi, "INSTALLDIR=C:\\Apps\\planted", "/l*v", windows.to_windows(log))
     assert result.returncode in FAILED, result.stdout + result.stderr
     text = log.read_bytes().decode("utf-8", "replace")
-    assert "INSTALLDIR C:\\Apps\\planted\\ already held VERSION.dll when this first install began" in text, text[-3000:]
+    [line] = [line for line in text.splitlines() if "OrtInstallDirProblem = " in line]
+    assert "INSTALLDIR C:\\Apps\\planted\\ already holds 1 file(s) and 0 folder(s) before this first install" in line
+    assert "InstallFiles" not in text.split("OrtRefuseInstallDir", 1)[1]
     assert [p.name for p in planted.iterdir()] == ["VERSION.dll"]  # no file of the product copied
     assert (planted / "VERSION.dll").read_bytes() == b"MZ a DLL another account put here"
     assert (finish_log.read_bytes() if finish_log.exists() else b"") == before  # msi-finish never started
@@ -519,9 +522,13 @@ def test_the_install_folder_is_locked_as_the_zip_route_locks_it(packages: Packag
         assert "1252\t_ForceCodepage" in forced
     sequence = {row["Action"]: int(row["Sequence"]) for row in table(msi, "InstallExecuteSequence")}
     assert sequence["CreateFolders"] < sequence["InstallFiles"] < sequence["OrtFinish"]  # locked before any file
-    # the planted-file check: after the lock, before any file, from the script host, deferred and as SYSTEM
+    # the planted-file check: before anything changes, refusing through the shared error action, and again after
+    # the lock, before any file, deferred and as SYSTEM; both from the script host
+    assert sequence["CostFinalize"] < sequence["OrtMeasureInstallDirFilled"] < sequence["OrtInstallDirFilled"]
+    assert sequence["OrtInstallDirFilled"] < sequence["OrtRefuseInstallDir"] < sequence["InstallValidate"]
     assert sequence["CreateFolders"] < sequence["OrtCheckInstallDirEmpty"] < sequence["InstallFiles"]
     actions = {row["Action"]: row for row in table(msi, "CustomAction")}
+    assert int(actions["OrtMeasureInstallDirFilled"]["Type"]) == 37  # inline JScript whose failure fails the install
     assert int(actions["OrtCheckInstallDirEmpty"]["Type"]) == 37 | 0x400 | 0x800  # inline JScript, in-script, SYSTEM
     assert actions["OrtSetEmptyCheck"]["Source"] == "OrtCheckInstallDirEmpty"  # its CustomActionData
 
