@@ -210,7 +210,7 @@ class Registry:
                 raise self._unreachable(exc) from None
             if response.status_code in ok:
                 return response
-            if response.status_code in (429, 502, 503, 504) and attempt + 1 < attempts:
+            if response.status_code in _transient(method) and attempt + 1 < attempts:
                 response.close()
                 time.sleep(0.5 * 2**attempt)
                 continue
@@ -398,6 +398,13 @@ class _Slice:
         if self.progress:
             self.progress(len(piece))
         return piece
+
+
+def _transient(method: str) -> tuple[int, ...]:
+    """The answers worth another attempt. A look-up may also get 500 while another client uploads the same blob
+    (CNCF distribution 2.8 on its filesystem driver, measured with two concurrent pushes), and asking again changes
+    nothing on the registry; a write that got 500 may have been done, so it is not repeated."""
+    return (429, 500, 502, 503, 504) if method in ("GET", "HEAD") else (429, 502, 503, 504)
 
 
 def _registry_error(response: requests.Response) -> str:

@@ -25,12 +25,14 @@ from fixtures.registry import (
     IDENTITY_TOKEN,
     PASSWORD,
     USER,
+    FrontHandler,
     RunningRegistry,
     free_port,
     htpasswd_line,
     make_tls,
     make_token_issuer,
     start_corrupting_proxy,
+    start_front,
     start_registry,
     start_token_server,
     write_docker_config,
@@ -163,6 +165,31 @@ def test_two_concurrent_pushes_of_the_same_inputs_both_succeed(registry: Running
     fresh = tmp_path / "fresh"
     ok(cli("fetch", "-q", "--cache", fresh, small.manifest, "--mirror", url))
     assert final_files(fresh)["m.onnx"] == small.model
+
+
+def test_a_look_up_answered_500_is_asked_again_and_a_write_answered_500_is_not(registry: RunningRegistry) -> None:
+    """The concurrent pushes above failed once in a full run: the real registry answered HTTP 500 to a HEAD of a blob
+    the other push was uploading. A front answers the first look-up, and then the first upload start, with 500."""
+    from bundler.errors import InputUnavailableError
+    from bundler.sources.oci import Registry, RegistryOptions, parse_reference
+
+    failed: set[str] = set()
+
+    def first_500(handler: FrontHandler, method: str, body: bytes) -> bool:
+        if method not in ("HEAD", "POST") or method in failed:
+            return False
+        failed.add(method)
+        handler.reply(500, {"Content-Type": "application/json"}, b'{"errors": [{"code": "UNKNOWN"}]}')
+        return True
+
+    data = os.urandom(4096)
+    with start_front(registry, rule=first_500, login=False) as front:
+        client = Registry(parse_reference(front.url("team/flaky"), what="test", tag=False), RegistryOptions())
+        with pytest.raises(InputUnavailableError, match="answered HTTP 500"):
+            client.push_bytes(data)  # the look-up is asked again and answered 404; the upload's 500 ends it
+        assert [seen.method for seen in front.server.seen] == ["HEAD", "HEAD", "POST"]
+        client.push_bytes(data)  # nothing fails now: the blob goes up
+    assert client.blob_size("sha256:" + hashlib.sha256(data).hexdigest()) == len(data)
 
 
 def test_wrong_bytes_from_the_registry_exit_5_and_nothing_is_cached(registry: RunningRegistry, small: SimpleNamespace,
