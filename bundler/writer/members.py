@@ -28,27 +28,34 @@ TRIAL_BYTES = 256 * 1024
 
 @dataclass(frozen=True, kw_only=True)
 class Member:
-    """One file of the archive: from a file (whose sha256 the build knows) or from bytes."""
+    """One file of the archive: from a file (whose sha256 the build knows) or from bytes.
+
+    A file stored as it is may carry its CRC-32 instead of its sha256: the writer then checks the bytes it copies
+    against that, and writes the member's header before its bytes without going back to it, which a zip laid into
+    a stream (an encryptor) needs. A file to deflate needs its sha256, the member cache's key."""
 
     name: str
     source: Path | None = None
     data: bytes | None = None
     sha256: str | None = None
+    crc: int | None = None
     executable: bool = False
 
     def __post_init__(self) -> None:
         if (self.source is None) == (self.data is None):
             msg = f"zip member {self.name}: exactly one of source and data is needed"
             raise BuildError(msg)
-        if self.source is not None and self.sha256 is None:
-            msg = f"zip member {self.name}: a file member needs its expected sha256"
+        if self.source is not None and self.sha256 is None and self.crc is None:
+            msg = f"zip member {self.name}: a file member needs its expected sha256 or CRC-32"
             raise BuildError(msg)
 
     @property
     def digest(self) -> str:
         if self.sha256 is not None:
             return self.sha256
-        assert self.data is not None
+        if self.data is None:
+            msg = f"zip member {self.name}: a file member to deflate needs its expected sha256, not only its CRC-32"
+            raise BuildError(msg)
         return hashlib.sha256(self.data).hexdigest()
 
     @property
@@ -71,13 +78,21 @@ class Prepared:
 
 def choose_method(member: Member) -> int:
     """Store what is already compressed; deflate the rest. Decided from content, so deterministic."""
-    if member.name.lower().endswith(ALREADY_COMPRESSED):
+    if member.source is not None:
+        return file_method(member.name, member.source)
+    assert member.data is not None
+    return STORED if member.name.lower().endswith(ALREADY_COMPRESSED) else _sampled(member.data[:TRIAL_BYTES])
+
+
+def file_method(name: str, source: Path) -> int:
+    """choose_method's answer for a file before it is a member (whose header may then need its CRC-32 first)."""
+    if name.lower().endswith(ALREADY_COMPRESSED):
         return STORED
-    if member.data is not None:
-        sample = member.data[:TRIAL_BYTES]
-    else:
-        with member.source.open("rb") as fh:  # type: ignore[union-attr]
-            sample = fh.read(TRIAL_BYTES)
+    with source.open("rb") as fh:
+        return _sampled(fh.read(TRIAL_BYTES))
+
+
+def _sampled(sample: bytes) -> int:
     if len(sample) < 64:
         return DEFLATED
     return STORED if len(zlib.compress(sample, 1)) > 0.95 * len(sample) else DEFLATED

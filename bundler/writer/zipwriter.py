@@ -81,11 +81,25 @@ class _Central:
     offset: int
     mode: int
     is_dir: bool
+    zip64: bool = False  # a produced member whose bound called for ZIP64 before its size was known
+
+
+@dataclass(frozen=True, kw_only=True)
+class Produced:
+    """A member whose bytes are made while the zip is written, stored as they come. `produce` writes them at the
+    file's position, may go back over its own bytes (never before them), leaves the position at their end and
+    returns their CRC-32. `bound` is the most it can write: it decides before the first byte whether the header
+    needs ZIP64. Members are produced in name order, so a later one may use what an earlier one learned."""
+
+    name: str
+    produce: Callable[[BinaryIO], int]
+    bound: int
 
 
 class _Writer:
-    def __init__(self, fh: BinaryIO, epoch: int) -> None:
+    def __init__(self, fh: BinaryIO, epoch: int, *, seekable: bool = True) -> None:
         self.fh = fh
+        self.seekable = seekable
         self.time, self.date = dos_date_time(epoch)
         self.central: list[_Central] = []
 
@@ -116,27 +130,58 @@ class _Writer:
                                      offset, mode, False))
 
     def add_stored_file(self, name: str, member: Member, mode: int) -> None:
-        """Copy a file as is, hashing and CRC-ing on the way, then patch the CRC into its header."""
+        """Copy a file as is, hashing and CRC-ing on the way; a CRC not known before goes into its header after."""
         raw, flags = _encode(name)
         size = member.size
-        offset = self._local_header(raw, flags, STORED, 0, size, size)
-        digest = hashlib.sha256()
+        if member.crc is None and not self.seekable:
+            msg = f"zip member {name}: a stored file needs its CRC-32 beforehand in a zip written to a stream"
+            raise BuildError(msg)
+        offset = self._local_header(raw, flags, STORED, member.crc or 0, size, size)
+        digest = hashlib.sha256() if member.sha256 is not None else None
         crc = written = 0
         with member.source.open("rb") as src:  # type: ignore[union-attr]
             while chunk := src.read(CHUNK):
-                digest.update(chunk)
+                if digest is not None:
+                    digest.update(chunk)
                 crc = isal_zlib.crc32(chunk, crc)
                 written += len(chunk)
                 self.fh.write(chunk)
-        if written != size or digest.hexdigest() != member.sha256:
+        if digest is not None and (written != size or digest.hexdigest() != member.sha256):
             msg = (f"{member.source}: sha256 is {digest.hexdigest()}, expected {member.sha256} (for {member.name}); "
                    "the cache is corrupt: delete that file and run `ort-bundler fetch` again")
             raise HashMismatchError(msg)
-        end = self.fh.tell()
-        self.fh.seek(offset + 14)
-        self.fh.write(struct.pack("<I", crc))
-        self.fh.seek(end)
+        if member.crc is not None and (written != size or crc != member.crc):
+            msg = (f"{member.source}: changed while it was written into the zip (CRC-32 {crc:08x}, {written} bytes; "
+                   f"expected {member.crc:08x}, {size} bytes); nothing may write into that folder meanwhile")
+            raise HashMismatchError(msg)
+        if member.crc is None:
+            end = self.fh.tell()
+            self.fh.seek(offset + 14)
+            self.fh.write(struct.pack("<I", crc))
+            self.fh.seek(end)
         self.central.append(_Central(raw, flags, STORED, crc, size, size, offset, mode, False))
+
+    def add_produced(self, name: str, produced: Produced, mode: int) -> None:
+        """Write the member's bytes through its producer, then its CRC-32 and sizes into the header before them."""
+        raw, flags = _encode(name)
+        zip64 = produced.bound >= MAX32
+        offset = self._local_header(raw, flags, STORED, 0, MAX32 if zip64 else 0, MAX32 if zip64 else 0)
+        start = self.fh.tell()
+        crc = produced.produce(self.fh)
+        end = self.fh.tell()
+        size = end - start
+        if size > produced.bound:
+            msg = f"zip member {name}: its producer wrote {size} bytes, more than the {produced.bound} it promised"
+            raise BuildError(msg)
+        self.fh.seek(offset + 14)
+        if zip64:
+            self.fh.write(struct.pack("<I", crc))
+            self.fh.seek(offset + 30 + len(raw) + 4)
+            self.fh.write(struct.pack("<QQ", size, size))
+        else:
+            self.fh.write(struct.pack("<III", crc, size, size))
+        self.fh.seek(end)
+        self.central.append(_Central(raw, flags, STORED, crc, size, size, offset, mode, False, zip64))
 
     def finish(self) -> None:
         start = self.fh.tell()
@@ -171,7 +216,7 @@ def _copy_checked(prepared: Prepared, out: BinaryIO) -> None:
 def _central_record(e: _Central, dos_time: int, dos_date: int) -> bytes:
     fields = []
     usize, csize, offset = e.usize, e.csize, e.offset
-    if usize >= MAX32 or csize >= MAX32:
+    if usize >= MAX32 or csize >= MAX32 or e.zip64:
         fields += [usize, csize]
         usize = csize = MAX32
     if offset >= MAX32:
@@ -210,14 +255,15 @@ def prepare_destination(dest: Path) -> None:
 
 def write_zip(members: Sequence[Member], dest: Path, *, epoch: int, member_cache: MemberCache, level: int = 6,
               jobs: int | None = None, progress: Callable[[int], object] | None = None,
-              sidecar: Path | None = None) -> str:
-    """Write `members` (plus their parent directories) to `dest` atomically and reproducibly; return its sha256.
+              sidecar: Path | None = None, produced: Sequence[Produced] = ()) -> str:
+    """Write `members` and `produced` (plus their parent directories) to `dest` atomically and reproducibly;
+    return its sha256.
 
     `progress` is told the uncompressed size of each member once it is in the zip. `sidecar` gets
     `<sha256>  <zip name>` right after the zip is in place: replaced, never removed first, so a failed
     build leaves the previous zip and its digest as they were.
     """
-    by_name = _checked_names(members)
+    by_name = _checked_names([*members, *produced])
     prepare_destination(dest)
     member_cache.remove_dead_temps()
     try:
@@ -234,8 +280,23 @@ def write_zip(members: Sequence[Member], dest: Path, *, epoch: int, member_cache
     return digest
 
 
-def _checked_names(members: Sequence[Member]) -> dict[str, Member]:
-    by_name: dict[str, Member] = {}
+def stream_zip(members: Sequence[Member], sink: BinaryIO, *, epoch: int, member_cache: MemberCache,
+               level: int = 6, jobs: int | None = None) -> None:
+    """Lay the zip of `members` into `sink`, which is only written to and asked its position (an encryptor):
+    the bytes `write_zip` would write, provided every file stored as it is carries its CRC-32, so that no header
+    is gone back to."""
+    by_name = _checked_names(members)
+    member_cache.remove_dead_temps()
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        try:
+            _lay(_Writer(sink, epoch, seekable=False), by_name, pool, level=level, member_cache=member_cache)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+def _checked_names(members: Sequence[Member | Produced]) -> dict[str, Member | Produced]:
+    by_name: dict[str, Member | Produced] = {}
     for member in members:
         if member.name in by_name or member.name.startswith("/") or "\\" in member.name:
             msg = f"zip member {member.name!r}: duplicate or not a relative POSIX path"
@@ -247,34 +308,23 @@ def _checked_names(members: Sequence[Member]) -> dict[str, Member]:
     return by_name
 
 
-def _write(by_name: dict[str, Member], dest: Path, *, epoch: int, member_cache: MemberCache, level: int,
+def _write(by_name: dict[str, Member | Produced], dest: Path, *, epoch: int, member_cache: MemberCache, level: int,
            jobs: int | None, progress: Callable[[int], object] | None) -> str:
-    names = sorted(by_name)
-    entries = sorted(set(names) | set(_directories(names)))
     fd, tmp_name = locked_temp(dest.parent, prefix=f".{dest.name}.")
     pool = ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1)
     try:
         with os.fdopen(fd, "wb") as fh:
-            # The trials and the deflating run on the pool (zlib lets go of the GIL), generated members too,
-            # while this thread writes the members in order.
-            methods = dict(zip(names, pool.map(choose_method, [by_name[name] for name in names])))
-            futures = {name: pool.submit(_deflated, by_name[name], level, member_cache) for name in names
-                       if methods[name] == DEFLATED}
-            writer = _Writer(fh, epoch)
             with _TrailingDigest(Path(tmp_name)) as trailing:
-                for name in entries:
+                def settled() -> None:
                     fh.flush()
-                    trailing.final_up_to(fh.tell())  # only the header of the member written next is patched
-                    if name.endswith("/"):
-                        writer.add_directory(name)
-                        continue
-                    _add_member(writer, name, by_name[name], futures)
-                    if progress:
-                        progress(by_name[name].size)
-                writer.finish()
+                    trailing.final_up_to(fh.tell())  # only the member written next goes back over its bytes
+
+                _lay(_Writer(fh, epoch), by_name, pool, level=level, member_cache=member_cache, progress=progress,
+                     before_each=settled)
                 fh.flush()
-                digest = trailing.finish(fh.tell())
-            os.fsync(fh.fileno())
+                trailing.ends_at(fh.tell())
+                os.fsync(fh.fileno())  # while the digest thread reads what is not hashed yet
+                digest = trailing.result()
             if os.name != "nt":
                 _publish(tmp_name, dest)  # while still locked, so no cleaner can take it first
         if os.name == "nt":
@@ -286,6 +336,31 @@ def _write(by_name: dict[str, Member], dest: Path, *, epoch: int, member_cache: 
     finally:
         pool.shutdown(wait=True)
     return digest
+
+
+def _lay(writer: _Writer, by_name: dict[str, Member | Produced], pool: ThreadPoolExecutor, *, level: int,
+         member_cache: MemberCache, progress: Callable[[int], object] | None = None,
+         before_each: Callable[[], None] | None = None) -> None:
+    """The entries in name order, their parent folders among them, then the central directory. The trials and
+    the deflating run on the pool (zlib lets go of the GIL), generated members too, while this thread writes."""
+    names = sorted(by_name)
+    files = [member for name in names if isinstance(member := by_name[name], Member)]
+    methods = dict(zip((m.name for m in files), pool.map(choose_method, files)))
+    futures = {m.name: pool.submit(_deflated, m, level, member_cache) for m in files if methods[m.name] == DEFLATED}
+    for name in sorted(set(names) | set(_directories(names))):
+        if before_each:
+            before_each()
+        if name.endswith("/"):
+            writer.add_directory(name)
+            continue
+        member = by_name[name]
+        if isinstance(member, Produced):
+            writer.add_produced(name, member, 0o100644)
+            continue
+        _add_member(writer, name, member, futures)
+        if progress:
+            progress(member.size)
+    writer.finish()
 
 
 class _TrailingDigest:
@@ -316,11 +391,13 @@ class _TrailingDigest:
             self._final = position
             self._changed.notify()
 
-    def finish(self, size: int) -> str:
-        """The sha256 of the zip, which is complete at `size` bytes (and flushed)."""
+    def ends_at(self, size: int) -> None:
+        """The zip is complete at `size` bytes (and flushed): the thread may hash to its end."""
         with self._changed:
             self._final, self._end = size, size
             self._changed.notify()
+
+    def result(self) -> str:
         return self._digest.result()
 
     def _hash(self) -> str:

@@ -25,24 +25,27 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import os
 import re
 import secrets
 import stat
-import tempfile
 import xml.etree.ElementTree as ET
+from collections import deque
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, get_args
+from typing import BinaryIO, Literal, cast, get_args
 
-from cryptography.hazmat.primitives import hashes, hmac, padding
+from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from isal import isal_zlib
 
 from bundler.errors import BuildError
 from bundler.hashing import CHUNK, file_sha256
-from bundler.writer.members import Member, MemberCache
-from bundler.writer.zipwriter import prepare_destination, write_zip
+from bundler.writer.members import STORED, Member, MemberCache, file_method
+from bundler.writer.zipwriter import Produced, prepare_destination, stream_zip, write_zip
 
 #: IntuneWinAppUtil's current release (1.8.6), the version ContentPrep writes too.
 TOOL_VERSION = "1.8.6.0"
@@ -177,10 +180,11 @@ def check_setup_file(names: Iterable[str], setup_file: str, *, folder: Path) -> 
 
 
 def folder_members(folder: Path) -> list[Member]:
-    """Every file below `folder` as a zip member named by its folder-relative POSIX path, hashed now (the zip
-    writer checks every byte it copies against that hash). Every file gets mode 0644, whatever the disk says:
-    Windows ignores the mode, and the inner zip must not depend on the umask. A link or special file is refused:
-    the package would carry whatever it points at."""
+    """Every file below `folder` as a zip member named by its folder-relative POSIX path, with what the zip writer
+    checks every byte it copies against: the CRC-32 of a file it will store as it is (an MSI, a cabinet; this
+    header goes into the stream before the bytes), the sha256 of one it will deflate (the member cache's key).
+    Every file gets mode 0644, whatever the disk says: Windows ignores the mode, and the inner zip must not depend
+    on the umask. A link or special file is refused: the package would carry whatever it points at."""
     if not folder.is_dir():
         msg = f"{folder}: not a folder, expected the setup folder to package"
         raise BuildError(msg)
@@ -193,40 +197,96 @@ def folder_members(folder: Path) -> list[Member]:
                 msg = f"{path}: a link or special file in the setup folder, expected only plain files and folders"
                 raise BuildError(msg)
             if stat.S_ISREG(mode):
-                members.append(Member(name=path.relative_to(folder).as_posix(), source=path, sha256=file_sha256(path)))
+                relative = path.relative_to(folder).as_posix()
+                if file_method(relative, path) == STORED:
+                    members.append(Member(name=relative, source=path, crc=_file_crc(path)))
+                else:
+                    members.append(Member(name=relative, source=path, sha256=file_sha256(path)))
     return members
 
 
-def encrypt_file(source: Path, dest: Path) -> EncryptionInfo:
-    """Encrypt `source` into `dest` in the format's layout with fresh random keys, streamed in chunks: the
-    plaintext is read once (hashed, padded and encrypted in the same pass), and the HMAC, known only at the end,
-    is written over the 32 bytes kept free for it."""
-    key, mac_key, iv = secrets.token_bytes(KEY_BYTES), secrets.token_bytes(KEY_BYTES), secrets.token_bytes(IV_BYTES)
-    encryptor = Cipher(algorithms.AES(key), modes.CBC(iv)).encryptor()
-    padder = padding.PKCS7(algorithms.AES.block_size).padder()
-    mac = hmac.HMAC(mac_key, hashes.SHA256())
-    digest = hashlib.sha256()
-    size = 0
-    try:
-        with source.open("rb") as src, dest.open("wb") as out:
-            out.write(bytes(MAC_BYTES) + iv)
-            mac.update(iv)
-            while chunk := src.read(CHUNK):
-                digest.update(chunk)
-                size += len(chunk)
-                block = encryptor.update(padder.update(chunk))
-                mac.update(block)
-                out.write(block)
-            block = encryptor.update(padder.finalize()) + encryptor.finalize()
-            mac.update(block)
-            out.write(block)
-            tag = mac.finalize()
-            out.seek(0)
-            out.write(tag)
-    except OSError as exc:
-        msg = f"{dest}: the encrypted package cannot be written ({exc.strerror}); free space on that disk"
-        raise BuildError(msg) from None
-    return EncryptionInfo(encryption_key=key, mac_key=mac_key, iv=iv, mac=tag, file_digest=digest.digest(), size=size)
+def _file_crc(path: Path) -> int:
+    crc = 0
+    with path.open("rb") as fh:
+        while chunk := fh.read(CHUNK):
+            crc = isal_zlib.crc32(chunk, crc)
+    return crc
+
+
+class _Encrypting:
+    """The inner zip's bytes in, the format's encrypted file out at `out`'s position, in one pass: AES-256-CBC on
+    the writing thread, while one thread hashes the plaintext (the FileDigest) and another MACs, CRCs and writes
+    the ciphertext (hashlib lets go of the GIL). The MAC, known only at the end, goes over the 32 bytes kept free
+    for it, and the CRC-32 of the whole is put together from the MAC's and the rest's."""
+
+    _IN_FLIGHT = 8  # chunks queued at most: memory stays a few MiB whatever the size
+
+    def __init__(self, out: BinaryIO) -> None:
+        self._out = out
+        self._key, self._mac_key = secrets.token_bytes(KEY_BYTES), secrets.token_bytes(KEY_BYTES)
+        self._iv = secrets.token_bytes(IV_BYTES)
+        self._encryptor = Cipher(algorithms.AES(self._key), modes.CBC(self._iv)).encryptor()
+        self._padder = padding.PKCS7(algorithms.AES.block_size).padder()
+        self._plain = hashlib.sha256()
+        self._mac = hmac.new(self._mac_key, self._iv, "sha256")
+        self._crc = isal_zlib.crc32(self._iv)
+        self._size = self._sealed = 0
+        self._buffer = bytearray()
+        self._hashing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="intunewin-digest")
+        self._sealing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="intunewin-seal")
+        self._pending: deque[Future[None]] = deque()
+        self._start = out.tell()
+        out.write(bytes(MAC_BYTES) + self._iv)
+
+    def write(self, data: bytes) -> int:
+        self._size += len(data)
+        if not self._buffer and len(data) >= CHUNK:
+            self._encrypt(bytes(data))
+        else:
+            self._buffer += data
+            if len(self._buffer) >= CHUNK:
+                self._encrypt(bytes(self._buffer))
+                self._buffer.clear()
+        return len(data)
+
+    def tell(self) -> int:
+        return self._size
+
+    def _encrypt(self, plain: bytes) -> None:
+        self._pending.append(self._hashing.submit(self._plain.update, plain))
+        sealed = self._encryptor.update(self._padder.update(plain))
+        self._pending.append(self._sealing.submit(self._seal, sealed))
+        while len(self._pending) > self._IN_FLIGHT:
+            self._pending.popleft().result()
+
+    def _seal(self, block: bytes) -> None:
+        self._mac.update(block)
+        self._crc = isal_zlib.crc32(block, self._crc)
+        self._sealed += len(block)
+        self._out.write(block)
+
+    def finish(self) -> tuple[EncryptionInfo, int]:
+        """The encryption record, and the CRC-32 of the encrypted file, which ends at the stream's position."""
+        self._encrypt(bytes(self._buffer))
+        self._buffer.clear()
+        self._pending.append(self._sealing.submit(self._seal, self._encryptor.update(self._padder.finalize())
+                                                  + self._encryptor.finalize()))
+        while self._pending:
+            self._pending.popleft().result()
+        self.stop()
+        tag = self._mac.digest()
+        end = self._out.tell()
+        self._out.seek(self._start)
+        self._out.write(tag)
+        self._out.seek(end)
+        crc = isal_zlib.crc32_combine(isal_zlib.crc32(tag), self._crc, IV_BYTES + self._sealed)
+        return EncryptionInfo(encryption_key=self._key, mac_key=self._mac_key, iv=self._iv, mac=tag,
+                              file_digest=self._plain.digest(), size=self._size), crc
+
+    def stop(self) -> None:
+        """End the threads once what they are doing is done: all is written, or the caller has an error to raise."""
+        self._hashing.shutdown(wait=True, cancel_futures=True)
+        self._sealing.shutdown(wait=True, cancel_futures=True)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -257,22 +317,39 @@ def write_intunewin(setup_folder: Path, setup_file: str, output: Path, *, name: 
 
     `name` is the app name Detection.xml gives; `epoch` the inner zip's timestamp (the bundle's, so the inner
     zip is reproducible); `member_cache` lends the zip writer the members the build deflated already; `msi`
-    describes an MSI setup file. The working files live in a hidden folder beside `output`, one copy of the
-    content at a time, and go when this returns or fails.
+    describes an MSI setup file. Nothing else is written: the inner zip is encrypted as it is laid, straight into
+    the outer zip's temporary file, so the content is read once and written once (then hashed for the sidecar).
     """
     prepare_destination(output)
     members = folder_members(setup_folder)
     check_setup_file((m.name for m in members), setup_file, folder=setup_folder)
+    made: list[EncryptionInfo] = []
+
+    def encrypted(out: BinaryIO) -> int:
+        encrypting = _Encrypting(out)
+        try:
+            stream_zip(members, cast(BinaryIO, encrypting), epoch=epoch, member_cache=member_cache)
+            encryption, crc = encrypting.finish()
+        except BaseException:
+            encrypting.stop()
+            raise
+        made.append(encryption)
+        return crc
+
+    def detection(out: BinaryIO) -> int:  # written after the encrypted file: name order
+        xml = detection_xml(Detection(name=name, setup_file=setup_file, encryption=made[0], msi=msi))
+        out.write(xml)
+        return isal_zlib.crc32(xml)
+
+    # The most the encrypted inner zip can take (deflate's worst case, every header and folder entry, padding):
+    # past 4 GiB, its header is ZIP64 from the start.
+    largest = 4096 + sum(m.size + (m.size >> 11) + (m.name.count("/") + 1) * (256 + 2 * len(m.name.encode()))
+                         for m in members)
     sidecar = output.with_name(output.name + ".sha256")
-    with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.", suffix=".work") as tmp:
-        inner, encrypted = Path(tmp, "inner.zip"), Path(tmp, CONTENTS_FILE)
-        write_zip(members, inner, epoch=epoch, member_cache=member_cache)
-        encryption = encrypt_file(inner, encrypted)
-        inner.unlink()  # only its digest and size are needed from here on
-        xml = detection_xml(Detection(name=name, setup_file=setup_file, encryption=encryption, msi=msi))
-        outer = [Member(name=CONTENTS_MEMBER, source=encrypted, sha256=file_sha256(encrypted)),
-                 Member(name=DETECTION_MEMBER, data=xml)]
-        digest = write_zip(outer, output, epoch=epoch, member_cache=member_cache, sidecar=sidecar)
+    digest = write_zip([], output, epoch=epoch, member_cache=member_cache, sidecar=sidecar,
+                       produced=[Produced(name=CONTENTS_MEMBER, produce=encrypted, bound=largest),
+                                 Produced(name=DETECTION_MEMBER, produce=detection, bound=1 << 20)])
+    encryption = made[0]
     return Intunewin(path=output, sha256=digest, size=output.stat().st_size, sha256_file=sidecar, name=name,
                      setup_file=setup_file, inner_sha256=encryption.file_digest.hex(), inner_size=encryption.size,
                      msi=msi)

@@ -6,13 +6,15 @@ import hashlib
 import os
 import subprocess
 import zipfile
+import zlib
 from pathlib import Path
+from typing import BinaryIO, cast
 
 import pytest
 
 from bundler.errors import BuildError, HashMismatchError
-from bundler.writer.members import DEFLATED, STORED, Member, MemberCache
-from bundler.writer.zipwriter import write_zip
+from bundler.writer.members import DEFLATED, STORED, Member, MemberCache, file_method
+from bundler.writer.zipwriter import Produced, stream_zip, write_zip
 
 
 def file_member(name: str, path: Path) -> Member:
@@ -125,3 +127,94 @@ def test_a_damaged_member_cache_entry_is_refused_removed_and_rebuilt(inputs: dic
     assert not entry.exists() and not (tmp_path / "b.zip").exists()
     write_zip(members, tmp_path / "b.zip", epoch=0, member_cache=cache)
     assert (tmp_path / "a.zip").read_bytes() == (tmp_path / "b.zip").read_bytes()
+
+
+class _Sink:
+    """A stream that can only be written to and asked its position, like the `.intunewin` encryptor."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def write(self, data: bytes) -> int:
+        self.data += data
+        return len(data)
+
+    def tell(self) -> int:
+        return len(self.data)
+
+
+def crc_member(name: str, path: Path) -> Member:
+    return Member(name=name, source=path, crc=zlib.crc32(path.read_bytes()))
+
+
+def test_a_zip_laid_into_a_stream_is_the_zip_written_to_a_file(inputs: dict[str, Path], tmp_path: Path) -> None:
+    """Stored files carry their CRC-32 (no header is gone back to in a stream), deflated ones their sha256."""
+    as_file = [file_member(f"top/{n}", p) for n, p in inputs.items()]
+    streamed = [crc_member(f"top/{n}", p) if file_method(n, p) == STORED else file_member(f"top/{n}", p)
+                for n, p in inputs.items()]
+    assert {m.name for m in streamed if m.crc is not None} == {"top/random.bin", "top/already.whl"}
+    cache = MemberCache(tmp_path / "mc")
+    write_zip(as_file, tmp_path / "a.zip", epoch=0, member_cache=cache)
+    sink = _Sink()
+    stream_zip(streamed, cast(BinaryIO, sink), epoch=0, member_cache=cache)
+    assert bytes(sink.data) == (tmp_path / "a.zip").read_bytes()
+
+
+def test_a_stream_refuses_a_stored_file_without_its_crc(inputs: dict[str, Path], tmp_path: Path) -> None:
+    with pytest.raises(BuildError, match="top/random.bin: a stored file needs its CRC-32 beforehand"):
+        stream_zip([file_member("top/random.bin", inputs["random.bin"])], cast(BinaryIO, _Sink()), epoch=0,
+                   member_cache=MemberCache(tmp_path / "mc"))
+
+
+def test_a_file_that_changed_since_its_crc_was_taken_is_refused_and_nothing_is_written(inputs: dict[str, Path],
+                                                                                       tmp_path: Path) -> None:
+    member = crc_member("top/random.bin", inputs["random.bin"])
+    inputs["random.bin"].write_bytes(os.urandom(400_000))
+    with pytest.raises(HashMismatchError, match=r"random.bin: changed while it was written into the zip \(CRC-32"):
+        write_zip([member], tmp_path / "out" / "x.zip", epoch=0, member_cache=MemberCache(tmp_path / "mc"))
+    assert not list((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize("bound", [1 << 20, 1 << 33])  # a ZIP64 header from the start when the bound is past 4 GiB
+def test_produced_members_get_their_crc_and_sizes_after_their_bytes(bound: int, tmp_path: Path) -> None:
+    """A producer may go back over its own first bytes; a later one may use what an earlier one made. `unzip -t`
+    (Info-ZIP, not ours) checks every CRC and the local headers against the central directory."""
+    made: list[bytes] = []
+
+    def first(out: BinaryIO) -> int:
+        start = out.tell()
+        body = os.urandom(300_000)
+        out.write(bytes(8) + body)
+        out.seek(start)
+        out.write(b"MAC-LATE")  # known only at the end, like the .intunewin's MAC
+        out.seek(start + 8 + len(body))
+        made.append(b"MAC-LATE" + body)
+        return zlib.crc32(made[0])
+
+    def second(out: BinaryIO) -> int:
+        text = hashlib.sha256(made[0]).hexdigest().encode()
+        out.write(text)
+        return zlib.crc32(text)
+
+    dest, sidecar = tmp_path / "out" / "p.zip", tmp_path / "out" / "p.zip.sha256"
+    write_zip([Member(name="a/readme.txt", data=b"hello")], dest, epoch=0, member_cache=MemberCache(tmp_path / "mc"),
+              sidecar=sidecar, produced=[Produced(name="b/first.bin", produce=first, bound=bound),
+                                         Produced(name="c/second.txt", produce=second, bound=1 << 10)])
+    test = subprocess.run(["unzip", "-t", str(dest)], capture_output=True, text=True)
+    assert test.returncode == 0 and "No errors detected" in test.stdout, test.stdout + test.stderr
+    with zipfile.ZipFile(dest) as archive:
+        assert archive.read("b/first.bin") == made[0]
+        assert archive.read("c/second.txt") == hashlib.sha256(made[0]).hexdigest().encode()
+        assert archive.namelist() == ["a/", "a/readme.txt", "b/", "b/first.bin", "c/", "c/second.txt"]
+    assert subprocess.run(["sha256sum", "-c", sidecar.name], cwd=dest.parent, capture_output=True).returncode == 0
+
+
+def test_a_producer_that_writes_past_its_bound_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    def greedy(out: BinaryIO) -> int:
+        out.write(bytes(2048))
+        return 0
+
+    with pytest.raises(BuildError, match="its producer wrote 2048 bytes, more than the 1024 it promised"):
+        write_zip([], tmp_path / "out" / "x.zip", epoch=0, member_cache=MemberCache(tmp_path / "mc"),
+                  produced=[Produced(name="x.bin", produce=greedy, bound=1024)])
+    assert not list((tmp_path / "out").iterdir())
