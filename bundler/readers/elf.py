@@ -9,6 +9,7 @@ itself (ELF64 little-endian, the only kind an x86-64 bundle ships) rather than t
 
 from __future__ import annotations
 
+import mmap
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,12 +58,21 @@ class ElfInfo:
 
 
 def read_elf(path: Path, *, label: str) -> ElfInfo:
-    """The machine and dynamic strings of a 64-bit little-endian ELF file; anything else is a clear error."""
+    """The machine and dynamic strings of a 64-bit little-endian ELF file; anything else is a clear error.
+    The file is mapped, not read: only the pages of its headers and string table are touched, which keeps the
+    memory of a build flat next to a 700 MB CUDA library."""
     try:
-        data = path.read_bytes()
+        with path.open("rb") as handle:
+            if handle.seek(0, 2) < _HEADER.size:
+                return _parsed(b"", label=label)
+            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                return _parsed(data, label=label)
     except OSError as exc:
         msg = f"{label} cannot be read ({exc.strerror}); expected an ELF binary"
         raise InputUnavailableError(msg) from exc
+
+
+def _parsed(data: bytes | mmap.mmap, *, label: str) -> ElfInfo:
     if len(data) < _HEADER.size or data[:4] != ELF_MAGIC:
         msg = f"{label} is not an ELF binary; expected a Linux x86-64 executable or shared library"
         raise BuildError(msg)
@@ -76,7 +86,7 @@ def read_elf(path: Path, *, label: str) -> ElfInfo:
     return ElfInfo(machine=machine, strings=_dynamic_strings(data, segments, label=label))
 
 
-def _dynamic_strings(data: bytes, segments: list[tuple[int, ...]], *, label: str) -> tuple[DynamicString, ...]:
+def _dynamic_strings(data: bytes | mmap.mmap, segments: list[tuple[int, ...]], *, label: str) -> tuple[DynamicString, ...]:
     dynamic = next((s for s in segments if s[0] == PT_DYNAMIC), None)
     if dynamic is None:
         return ()  # a static executable names no libraries

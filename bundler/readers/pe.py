@@ -185,18 +185,42 @@ def runtime_dll_names(data: bytes | mmap.mmap, *, exclude: set[str]) -> tuple[st
 
     cuDNN 8 loads its sub-libraries and zlibwapi.dll this way (docs/facts.md §3). `exclude` holds
     lower-case names to leave out. Order: first occurrence, ASCII before UTF-16, one spelling each.
+    The file is searched a window at a time, each let go of behind the search (`released`).
     """
     found: dict[str, str] = {}
     names: dict[int, list[str]] = {1: [], 2: []}  # by character width
-    for match in _SUFFIX.finditer(data):
-        width = 2 if match.group()[1] == 0 else 1
-        if name := _name_before(data, match, width=width):
-            names[width].append(name)
+    resume = 0
+    for start, end in released(data, 0, len(data)):
+        # A suffix that starts in this window is matched here, whole: the search may look past its end.
+        for match in _SUFFIX.finditer(data, max(start, resume), min(len(data), end + 64)):
+            if match.start() >= end:
+                break
+            width = 2 if match.group()[1] == 0 else 1
+            if name := _name_before(data, match, width=width):
+                names[width].append(name)
+            resume = match.end()
     for candidate in [*names[1], *names[2]]:
         key = candidate.lower()
         if key not in exclude and key not in found:
             found[key] = candidate
     return tuple(found.values())
+
+
+#: How much of a mapped file a scan or a hash holds at once.
+MAPPED_WINDOW = 16 << 20
+
+
+def released(data: bytes | mmap.mmap, start: int, end: int) -> Iterator[tuple[int, int]]:
+    """[start, end) in windows, in order; each window's pages are let go of once the caller is done with it.
+    A mapped page a process has touched counts in its resident memory until it is unmapped, so scanning or
+    hashing a 700 MB CUDA DLL whole took a build past 700 MiB; let go of (MADV_DONTNEED, Linux), a page stays in
+    the page cache and comes back on its next read."""
+    for window in range(start, end, MAPPED_WINDOW):
+        stop = min(end, window + MAPPED_WINDOW)
+        yield window, stop
+        if isinstance(data, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+            first = window - window % mmap.PAGESIZE
+            data.madvise(mmap.MADV_DONTNEED, first, stop - first)
 
 
 def _name_before(data: bytes | mmap.mmap, match: re.Match[bytes], *, width: int) -> str | None:

@@ -41,7 +41,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from bundler.derived import code_digest, content_sha256, read_entry, write_entry
 from bundler.errors import BuildError, BundleError
 from bundler.readers.certificates import has_usage, is_ca, verify_signature
-from bundler.readers.pe import mapped
+from bundler.readers.pe import mapped, released
 
 NOT_CHECKED = "certificate revocation and lifetimes (offline verification)"
 SIGNATURE_FACTS = "signature-facts"
@@ -213,10 +213,10 @@ def authenticode_digest(data: mmap.mmap | bytes, pe: pefile.PE, *, algorithm: st
     digest = hashlib.new(algorithm)
     view = memoryview(data)
     position = 0
-    for start, length in skips:
-        digest.update(view[position:start])
+    for start, length in [*skips, (len(data), 0)]:
+        for window, stop in released(data, position, start):
+            digest.update(view[window:stop])
         position = start + length
-    digest.update(view[position:])
     view.release()
     if padded:
         digest.update(bytes(-(directory.VirtualAddress or len(data)) % 8))

@@ -11,19 +11,22 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tomllib
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from fixtures.cli import MANIFESTS, run_cli
+from fixtures.memory import PEAK_MIB
 from fixtures.parts import part_inputs
 from fixtures.wheels import cache_root
 
 from bundler.assembly.assembly import Assembly
 from bundler.errors import BuildError
+from bundler.hashing import CHUNK
 from bundler.manifest import load, parse
-from bundler.platforms.linux.gpu import _library, add_gpu, closure_problems, where_from
+from bundler.platforms.linux.gpu import _SO_NAME, _library, add_gpu, closure_problems, scan_library, where_from
 from bundler.readers.elf import read_elf
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import cached_inputs
@@ -106,6 +109,38 @@ def test_a_file_whose_soname_differs_is_refused(tmp_path, gcc):
     with pytest.raises(BuildError) as caught:
         library(renamed)
     assert "its soname is libcudart.so.12, expected its file name libcudart.so" in str(caught.value)
+
+
+def test_names_cut_by_a_read_s_end_are_found_whole_as_a_whole_file_search_finds_them(tmp_path):
+    """The scan reads 1 MiB at a time: a name that a read cuts (at every offset around the first boundaries) is
+    found once, whole, and never as the piece either side of the cut; the digest is sha256sum's."""
+    names = ["libcudnn_engines_precompiled.so.9", "libnvrtc-builtins.so.12.8", "libxlibz.so.1", "libcuda.so.1"]
+    data = bytearray(os.urandom(3 * CHUNK + 5000).replace(b"lib", b"LIB"))
+    for boundary in (CHUNK, 2 * CHUNK, 3 * CHUNK):
+        for shift, name in enumerate(names):
+            at = boundary - 3 - 9 * shift - 64 * shift  # cut 3, 12, 21, 30 bytes after its start
+            data[at:at + len(name) + 2] = b"\0" + name.encode() + b"\0"
+    path = tmp_path / "libbig.so.1"
+    path.write_bytes(bytes(data))
+    sha256, named = scan_library(path)
+    assert named == tuple(sorted(names))
+    assert named == tuple(sorted({m.group().decode() for m in _SO_NAME.finditer(bytes(data))} - {path.name}))
+    check = subprocess.run(["sha256sum", str(path)], capture_output=True, text=True, check=True)
+    assert check.stdout.split()[0] == sha256
+
+
+def test_a_large_library_is_read_in_pieces_not_whole(tmp_path, gcc):
+    """cuBLASLt is 717 MB: read whole for its names and its ELF headers, it took a build to 775 MiB. A real ELF
+    library padded to 512 MiB (sparse) is read in a child process, whose peak memory the kernel reports."""
+    lib = shared_library(tmp_path, "libpadded.so.1", gcc, strings=("libcuda.so.1",))
+    with lib.open("r+b") as handle:
+        handle.truncate(512 << 20)
+    child = (f"from pathlib import Path; from bundler.platforms.linux.gpu import _library; "
+             f"lib = _library(Path({str(lib)!r}), source='s', origin='o', version=None); "
+             f"print(' '.join(lib.named), {PEAK_MIB})")
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True).stdout.split()
+    assert "libcuda.so.1" in out[:-1]
+    assert int(out[-1]) < 200, f"peak RSS {out[-1]} MiB reading a 512 MiB library"
 
 
 def test_a_gpu_component_is_accepted_for_linux():

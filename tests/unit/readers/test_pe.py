@@ -5,10 +5,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+from fixtures.memory import PEAK_MIB
+from fixtures.wine import mingw_gcc  # noqa: F401  (fixture)
 
 from bundler.errors import BuildError, InputUnavailableError
 from bundler.hashing import file_sha256
@@ -171,3 +176,36 @@ def test_pe_facts_are_kept_for_later_builds_by_content_hash(capi: Path, tmp_path
     pe_module._PARSED.clear()
     assert inspect_pe(dll, store=tmp_path) == fresh  # a damaged entry is parsed again and rewritten
     assert json.loads(entry.read_text(encoding="utf-8"))["imports"] == list(fresh.imports)
+
+
+def test_a_large_signed_dll_is_scanned_and_hashed_a_window_at_a_time(mingw_gcc: str, tmp_path: Path) -> None:
+    """cuDNN 9's and cuBLASLt's DLLs are 500-700 MB: scanned for names and hashed for Authenticode through a map
+    that kept every page it touched, they took a build past 700 MiB. A real DLL padded to 160 MiB, a name cut by
+    the first window's end, signed by osslsigncode (not ours): read in a child process, the name is found, the
+    Authenticode digest is the one osslsigncode calculates, and the peak memory stays far below the file."""
+    source = tmp_path / "a.c"
+    source.write_text("int f(void) { return 0; }\n")
+    dll = tmp_path / "big.dll"
+    subprocess.run([mingw_gcc, "-shared", "-o", str(dll), str(source)], check=True, capture_output=True)
+    with dll.open("r+b") as handle:
+        handle.seek(pe_module.MAPPED_WINDOW - 6)
+        handle.write(b"\0cudnn_graph64_9.dll\0")
+        handle.truncate(160 << 20)
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "2", "-subj", "/CN=ort-bundler test signer"], check=True, capture_output=True)
+    signed = tmp_path / "signed.dll"
+    subprocess.run(["osslsigncode", "sign", "-certs", str(cert), "-key", str(key), "-h", "sha256", "-in", str(dll),
+                    "-out", str(signed)], check=True, capture_output=True)
+    verify = subprocess.run(["osslsigncode", "verify", "-in", str(signed)], capture_output=True, text=True).stdout
+    calculated = re.search(r"Calculated message digest\s*:\s*([0-9A-Fa-f]+)", verify)
+    assert calculated, verify[-500:]
+    child = ("from pathlib import Path; from bundler.readers.pe import inspect_pe; "
+             "from bundler.readers.signatures import authenticode_sha256; "
+             f"path = Path({str(signed)!r}); info = inspect_pe(path, label='signed.dll'); "
+             "print(' '.join(info.runtime_names), authenticode_sha256(path).hex(), "
+             f"{PEAK_MIB})")
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True).stdout.split()
+    assert "cudnn_graph64_9.dll" in out[:-2]
+    assert out[-2] == calculated.group(1).lower()
+    assert int(out[-1]) < 120, f"peak RSS {out[-1]} MiB reading a 160 MiB DLL"
