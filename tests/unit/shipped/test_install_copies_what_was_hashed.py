@@ -94,3 +94,30 @@ def test_a_file_swapped_while_the_install_is_built_is_never_installed(tmp_path: 
     recorded = {f.path: f.sha256 for f in receipt.files}
     assert recorded["app/entry.py"] == sha256(original) and receipt.bundle_sha256 == sha256(sums)
     assert engine.audit(target).ok and not seen[0].exists() and no_private_copy_left(target.parent)
+
+
+def test_placed_files_are_linked_from_the_private_copy_once_then_stand_alone(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """On Linux a file's first place is a hard link to its private copy, not a second copy (a GPU bundle's 1.5 GB
+    of libraries were written twice); a file placed twice (the shipped package, in installer/ and site-packages)
+    gets a copy the second time; once the private copy is gone, every installed file has one name."""
+    bundle = make_bundle(tmp_path / "bundle")
+    target = tmp_path / "apps" / "tiny"
+    build = engine.populate
+    during: dict[str, int] = {}
+
+    def build_then_look(plan: Any, source: Path, stage: Path, *args: Any, **kwargs: Any) -> Any:
+        known = build(plan, source, stage, *args, **kwargs)
+        during.update({rel: (stage / rel).stat().st_nlink for rel in ("app/entry.py", "installer/ort_bundle/__main__.py")})
+        site = next(stage.glob("venv/lib/python*/site-packages/ort_bundle/__main__.py"))
+        during["site"] = site.stat().st_nlink
+        return known
+
+    monkeypatch.setattr(engine, "populate", build_then_look)
+    assert install(bundle, target) == "installed"
+    assert during["app/entry.py"] == 2  # the stage's name and the private copy's
+    assert sorted([during["installer/ort_bundle/__main__.py"], during["site"]]) == [1, 2]  # one link, one copy
+    installed = [p for p in target.rglob("*") if p.is_file() and not p.is_symlink()]
+    assert installed and {p.stat().st_nlink for p in installed} == {1}
+    assert (target / "app" / "entry.py").read_bytes() == (bundle / ENTRY).read_bytes()
+    assert engine.audit(target).ok and no_private_copy_left(target.parent)

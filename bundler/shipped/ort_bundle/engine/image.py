@@ -33,19 +33,35 @@ IMAGE_FOLDER = "."
 
 def copy_entries(entries: Sequence[Tuple[str, str]], source_root: Path, dest_root: Path,
                  compared: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
-    """Copy the plan's (from, to) entries; returns {written path: sha256} for each source `compared` ({bundle
-    path: the sha256 it was compared with as it was copied into the private folder}) names, for the receipt."""
+    """Place the plan's (from, to) entries; returns {written path: sha256} for each source `compared` ({bundle
+    path: the sha256 it was compared with as it was copied into the private folder}) names, for the receipt.
+
+    `source_root` is the private copy, which goes when the install ends: on Linux and macOS a file's first target
+    is a hard link to it, not a second copy (the GPU libraries are 1.5 GB); a further target, or a file system
+    without links, gets a copy. Windows copies: a link would keep the private folder's security descriptor."""
     written = {}
     for source_rel, target_rel in entries:
         source = inside(source_root, source_rel, what=f"{PLAN_FILE} 'from'")
         target = inside(dest_root, target_rel, what=f"{PLAN_FILE} 'to'")
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
+        if WINDOWS or not _linked(source, target):
+            shutil.copyfile(source, target)
         if not WINDOWS:
             os.chmod(target, 0o755 if target_rel.endswith(".sh") else 0o644)
         if compared is not None and source_rel in compared:
             written[os.path.normpath(str(target))] = compared[source_rel]
     return written
+
+
+def _linked(source: Path, target: Path) -> bool:
+    """Whether `target` is now the only other name of `source`, a file of the private copy not placed before."""
+    try:
+        if os.stat(source).st_nlink != 1:
+            return False
+        os.link(source, target)
+    except OSError:
+        return False
+    return True
 
 
 def place_runtime(plan: InstallPlan, bundle: Path, stage: Path,
