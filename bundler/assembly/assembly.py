@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING
 from bundler.assembly.facts import Facts
 from bundler.errors import BuildError
 from bundler.manifest import Manifest
+from bundler.readers.member_scan import ArchiveFile
 from bundler.sources.cache import Cache
 from bundler.sources.lock import Lock
 from bundler.target_platform import TargetPlatform
-from bundler.writer.members import Member
+from bundler.writer.members import Member, Prepared
 
 if TYPE_CHECKING:
     from bundler.assembly.modelgate import ModelRecord
@@ -45,6 +46,19 @@ class Assembly:
     def add_file(self, path: str, source: Path, sha256: str, *, executable: bool = False) -> None:
         self._check_new(path)
         self.members[path] = Member(name=path, source=source, sha256=sha256, executable=executable)
+
+    def add_archive_file(self, path: str, file: ArchiveFile) -> None:
+        """A file of an input archive: a zip's member copied into the bundle as it is compressed there, a tar's
+        from where it was extracted."""
+        if file.extracted is not None:
+            self.add_file(path, file.extracted, file.sha256)
+            return
+        assert file.packed is not None
+        packed = file.packed
+        self._check_new(path)
+        self.members[path] = Member(name=path, sha256=file.sha256, packed=Prepared(
+            method=packed.method, crc=packed.crc, usize=packed.usize, csize=packed.csize, path=packed.archive,
+            offset=packed.offset, within=packed.name, packed_sha256=packed.packed_sha256))
 
     def add_bytes(self, path: str, data: bytes, *, executable: bool = False) -> None:
         self._check_new(path)

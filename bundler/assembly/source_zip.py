@@ -2,32 +2,22 @@
 
 A member of an official wheel goes into the rebuilt wheel as it is compressed there (`RawMember.copy_to`):
 deflating 35 MB of ORT binaries again costs seconds and gives nothing. A member that was not extracted is
-inflated once on its way through, for its RECORD hash, and held to what reading it checks (`_Inflating`).
+inflated once on its way through, for its RECORD hash, and held to what reading it checks (`readers.member_scan.Inflating`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import stat
-import struct
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from isal import isal_zlib
-
-from bundler.errors import BuildError
-from bundler.hashing import CHUNK
-from bundler.readers.archive_reader import translated_errors, unsafe
 from bundler.readers.archives import SafeArchive
 from bundler.readers.capi import CapiTree
-
-LOCAL_HEADER_SIZE = 30
-RAW_METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
-ENCRYPTED = 0x1
+from bundler.readers.member_scan import Inflating, compressed_pieces, copyable
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,64 +29,14 @@ class RawMember:
     label: str  # the source zip, as errors name it
 
     def copy_to(self, out: BinaryIO, *, inflate: bool = False) -> bytes | None:
-        """Copy the compressed bytes after the member's local header (whose name and extra lengths may differ
-        from the central directory's). With `inflate`, also inflate them on their way through and return the
-        sha256 of what came out: the member is read once, for the copy and for RECORD."""
-        self.source.seek(self.info.header_offset)
-        header = self.source.read(LOCAL_HEADER_SIZE)
-        name_length, extra_length = struct.unpack("<HH", header[26:30])
-        self.source.seek(self.info.header_offset + LOCAL_HEADER_SIZE + name_length + extra_length)
-        check = _Inflating(self.info, label=self.label) if inflate else None
-        remaining = self.info.compress_size
-        while remaining:
-            chunk = self.source.read(min(CHUNK, remaining))
-            if not chunk:
-                msg = f"{self.info.filename}: the source zip ends inside this member, expected {self.info.compress_size} bytes"
-                raise BuildError(msg)
+        """Copy the compressed bytes after the member's local header. With `inflate`, also inflate them on their way
+        through and return the sha256 of what came out: the member is read once, for the copy and for RECORD."""
+        check = Inflating(self.info, label=self.label) if inflate else None
+        for chunk in compressed_pieces(self.source, self.info, label=self.label):
             out.write(chunk)
             if check is not None:
                 check.feed(chunk)
-            remaining -= len(chunk)
         return check.sha256() if check is not None else None
-
-
-class _Inflating:
-    """A member's bytes inflated as they stream past, held to what reading the member checks
-    (`readers.zip_reader`): never more than the size its entry declares, the end of the deflate stream,
-    all of the declared size, and the CRC; a failure names the zip and the entry as extracting would."""
-
-    def __init__(self, info: zipfile.ZipInfo, *, label: str) -> None:
-        self._info, self._label = info, label
-        self._inflate = isal_zlib.decompressobj(-15) if info.compress_type == zipfile.ZIP_DEFLATED else None
-        self._left, self._crc, self._digest = info.file_size, 0, hashlib.sha256()
-
-    def feed(self, compressed: bytes) -> None:
-        with translated_errors(self._label, "zip", self._info.filename):
-            if self._inflate is None:
-                self._take(compressed)
-                return
-            while compressed and not self._inflate.eof:
-                self._take(self._inflate.decompress(compressed, CHUNK))  # at most CHUNK at once, whatever the ratio
-                compressed = self._inflate.unconsumed_tail
-
-    def sha256(self) -> bytes:
-        with translated_errors(self._label, "zip", self._info.filename):
-            if self._inflate is not None and not self._inflate.eof:
-                raise EOFError(f"the deflate stream of {self._info.filename!r} ends before its end marker")
-            if self._left:
-                raise unsafe(self._label, self._info.filename, f"ends after {self._info.file_size - self._left} "
-                             f"bytes but its header declares {self._info.file_size} (corrupt or truncated archive)")
-            if self._crc != self._info.CRC:
-                raise zipfile.BadZipFile(f"Bad CRC-32 for file {self._info.filename!r}")
-        return self._digest.digest()
-
-    def _take(self, piece: bytes) -> None:
-        if len(piece) > self._left:
-            raise unsafe(self._label, self._info.filename, f"expands beyond the {self._info.file_size} bytes its "
-                                                           "header declares (zip bomb or corrupt header)")
-        self._left -= len(piece)
-        self._crc = isal_zlib.crc32(piece, self._crc)
-        self._digest.update(piece)
 
 
 class RawSource:
@@ -133,7 +73,7 @@ class RawSource:
         if self._zip is None or self._file is None:
             return None
         info = self._zip.NameToInfo.get(self._prefix + name)
-        if (info is None or info.compress_type not in RAW_METHODS or info.flag_bits & ENCRYPTED
+        if (info is None or not copyable(info)
                 or (path is not None and info.file_size != path.stat().st_size)):
             return None
         return RawMember(info=info, source=self._file, label=self._label)

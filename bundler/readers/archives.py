@@ -14,6 +14,7 @@ import io
 import os
 import re
 import unicodedata
+import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -237,6 +238,11 @@ class SafeArchive:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def zip_info(self, name: str) -> zipfile.ZipInfo | None:
+        """The zip entry behind the checked name `name` (None in a tar): where its compressed bytes lie."""
+        handle = self._member(name).raw.handle
+        return handle if isinstance(handle, zipfile.ZipInfo) else None
 
     def names(self) -> list[str]:
         return [entry.name for entry in self.entries]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,22 +58,53 @@ class ElfInfo:
         return tuple(part for entry in entries for part in entry.split(":") if part)
 
 
+#: What the parser asks for next: (file offset, number of bytes). It gets them back clipped to the file's end.
+Request = tuple[int, int]
+#: The ELF reading as a series of byte-range requests, so the one parse reads a mapped file (`read_elf`) or a zip
+#: member streaming past (`bundler.readers.member_scan`), which serves in one pass the requests that come in order.
+Parser = Generator[Request, bytes, "ElfInfo"]
+
+#: A dynamic string ends within this many bytes (PATH_MAX): RUNPATH is the longest kind.
+MAX_STRING = 4096
+#: More dynamic entries than any binary has (a real one has under 100, 16 bytes each).
+MAX_DYNAMIC = 1 << 20
+
+
 def read_elf(path: Path, *, label: str) -> ElfInfo:
     """The machine and dynamic strings of a 64-bit little-endian ELF file; anything else is a clear error.
     The file is mapped, not read: only the pages of its headers and string table are touched, which keeps the
     memory of a build flat next to a 700 MB CUDA library."""
     try:
         with path.open("rb") as handle:
-            if handle.seek(0, 2) < _HEADER.size:
-                return _parsed(b"", label=label)
+            size = handle.seek(0, 2)
+            if size < _HEADER.size:
+                return run_parser(elf_parser(size, label=label), lambda offset, count: b"")
             with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                return _parsed(data, label=label)
+                return run_parser(elf_parser(size, label=label), lambda offset, count: data[offset:offset + count])
     except OSError as exc:
         msg = f"{label} cannot be read ({exc.strerror}); expected an ELF binary"
         raise InputUnavailableError(msg) from exc
 
 
-def _parsed(data: bytes | mmap.mmap, *, label: str) -> ElfInfo:
+def run_parser(parser: Parser, read: Callable[[int, int], bytes]) -> ElfInfo:
+    """Answer every request of `parser` with `read`; its result."""
+    try:
+        request = next(parser)
+        while True:
+            request = parser.send(read(*request))
+    except StopIteration as done:
+        result: ElfInfo = done.value
+        return result
+
+
+def elf_parser(size: int, *, label: str) -> Parser:
+    """Parse an ELF file of `size` bytes from the ranges it requests: the header, the program headers, the dynamic
+    section and the span of the string table its strings use, each clipped to the file."""
+    def ask(offset: int, count: int) -> Request:
+        offset = min(offset, size)
+        return offset, max(0, min(count, size - offset))
+
+    data = yield ask(0, _HEADER.size)
     if len(data) < _HEADER.size or data[:4] != ELF_MAGIC:
         msg = f"{label} is not an ELF binary; expected a Linux x86-64 executable or shared library"
         raise BuildError(msg)
@@ -81,38 +113,39 @@ def _parsed(data: bytes | mmap.mmap, *, label: str) -> ElfInfo:
         raise BuildError(msg)
     header = _HEADER.unpack_from(data)
     machine, phoff, phentsize, phnum = header[2], header[5], header[9], header[10]
-    segments = [_PROGRAM.unpack_from(data, phoff + i * phentsize) for i in range(phnum)
-                if phoff + (i + 1) * phentsize <= len(data)]
-    return ElfInfo(machine=machine, strings=_dynamic_strings(data, segments, label=label))
-
-
-def _dynamic_strings(data: bytes | mmap.mmap, segments: list[tuple[int, ...]], *, label: str) -> tuple[DynamicString, ...]:
+    table = yield ask(phoff, phnum * phentsize)
+    segments = [_PROGRAM.unpack_from(table, i * phentsize) for i in range(phnum)
+                if phentsize >= _PROGRAM.size and (i + 1) * phentsize <= len(table)]
     dynamic = next((s for s in segments if s[0] == PT_DYNAMIC), None)
     if dynamic is None:
-        return ()  # a static executable names no libraries
+        return ElfInfo(machine=machine, strings=())  # a static executable names no libraries
+    section = yield ask(dynamic[2], min(dynamic[5], MAX_DYNAMIC))
     entries: list[tuple[int, int]] = []
-    offset, end = dynamic[2], min(dynamic[2] + dynamic[5], len(data))
-    while offset + _DYNAMIC.size <= end:
-        tag, value = _DYNAMIC.unpack_from(data, offset)
+    for offset in range(0, len(section) - _DYNAMIC.size + 1, _DYNAMIC.size):
+        tag, value = _DYNAMIC.unpack_from(section, offset)
         if tag == DT_NULL:
             break
         entries.append((tag, value))
-        offset += _DYNAMIC.size
     strtab = next((value for tag, value in entries if tag == DT_STRTAB), None)
-    if strtab is None:
-        return ()
+    wanted = [(tag, value) for tag, value in entries if tag in _STRING_TAGS]
+    if strtab is None or not wanted:
+        return ElfInfo(machine=machine, strings=())
     base = _file_offset(strtab, segments, label=label)
+    first, last = min(v for _, v in wanted), max(v for _, v in wanted)
+    span_start = base + first
+    span = yield ask(span_start, last - first + MAX_STRING)
     found = []
-    for tag, value in entries:
-        if tag in _STRING_TAGS:
-            start = base + value
-            stop = data.find(b"\0", start)
-            if stop < 0:
-                msg = f"{label} has a dynamic string that runs past the end of the file (a corrupt ELF binary)"
-                raise BuildError(msg)
-            text = data[start:stop].decode("utf-8", "replace")
-            found.append(DynamicString(kind=_STRING_TAGS[tag], value=text, offset=start))
-    return tuple(found)
+    for tag, value in wanted:
+        start = value - first
+        stop = span.find(b"\0", start)
+        if stop < 0:
+            reached_end = span_start + len(span) >= size
+            msg = (f"{label} has a dynamic string that runs past the end of the file (a corrupt ELF binary)" if reached_end
+                   else f"{label} has a dynamic string longer than {MAX_STRING} bytes (a corrupt ELF binary)")
+            raise BuildError(msg)
+        text = span[start:stop].decode("utf-8", "replace")
+        found.append(DynamicString(kind=_STRING_TAGS[tag], value=text, offset=span_start + start))
+    return ElfInfo(machine=machine, strings=tuple(found))
 
 
 def _file_offset(address: int, segments: list[tuple[int, ...]], *, label: str) -> int:

@@ -28,7 +28,8 @@ TRIAL_BYTES = 256 * 1024
 
 @dataclass(frozen=True, kw_only=True)
 class Member:
-    """One file of the archive: from a file (whose sha256 the build knows) or from bytes.
+    """One file of the archive: from a file (whose sha256 the build knows), from bytes, or from compressed bytes
+    that already exist (`packed`: a member of an input archive, copied as it is compressed there).
 
     A file stored as it is may carry its CRC-32 instead of its sha256: the writer then checks the bytes it copies
     against that, and writes the member's header before its bytes without going back to it, which a zip laid into
@@ -37,13 +38,17 @@ class Member:
     name: str
     source: Path | None = None
     data: bytes | None = None
+    packed: Prepared | None = None
     sha256: str | None = None
     crc: int | None = None
     executable: bool = False
 
     def __post_init__(self) -> None:
-        if (self.source is None) == (self.data is None):
-            msg = f"zip member {self.name}: exactly one of source and data is needed"
+        if sum(x is not None for x in (self.source, self.data, self.packed)) != 1:
+            msg = f"zip member {self.name}: exactly one of source, data and packed is needed"
+            raise BuildError(msg)
+        if self.packed is not None and (self.sha256 is None or self.packed.path is None):
+            msg = f"zip member {self.name}: packed bytes need their file and the member's sha256"
             raise BuildError(msg)
         if self.source is not None and self.sha256 is None and self.crc is None:
             msg = f"zip member {self.name}: a file member needs its expected sha256 or CRC-32"
@@ -60,24 +65,32 @@ class Member:
 
     @property
     def size(self) -> int:
+        if self.packed is not None:
+            return self.packed.usize
         return len(self.data) if self.data is not None else self.source.stat().st_size  # type: ignore[union-attr]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Prepared:
-    """A member ready to be laid down: its compressed bytes live in `path` or `data`."""
+    """A member ready to be laid down: its compressed bytes live in `path` (at `offset`) or `data`. In the member
+    cache they are the whole file; in an input archive (`within`: the member there) they are one member's."""
 
     method: int
     crc: int
     usize: int
     csize: int
     path: Path | None = None
+    offset: int = 0
+    within: str | None = None
     data: bytes | None = None
     packed_sha256: str | None = None  # of the compressed bytes in `path`, checked while they are copied
 
 
 def choose_method(member: Member) -> int:
-    """Store what is already compressed; deflate the rest. Decided from content, so deterministic."""
+    """Store what is already compressed; deflate the rest. Decided from content, so deterministic. Packed bytes
+    keep the method they were compressed with."""
+    if member.packed is not None:
+        return member.packed.method
     if member.source is not None:
         return file_method(member.name, member.source)
     assert member.data is not None

@@ -199,14 +199,21 @@ class _Writer:
 
 
 def _copy_checked(prepared: Prepared, out: BinaryIO) -> None:
-    """Copy a cached compressed member, checking it on the way: a damaged entry must not reach a bundle."""
+    """Copy compressed bytes from the member cache or an input archive, checking them on the way: a damaged entry
+    must not reach a bundle."""
     assert prepared.path is not None
-    packed = hashlib.sha256()
+    packed, left = hashlib.sha256(), prepared.csize
     with prepared.path.open("rb") as src:
-        while chunk := src.read(CHUNK):
+        src.seek(prepared.offset)
+        while left and (chunk := src.read(min(CHUNK, left))):
             packed.update(chunk)
             out.write(chunk)
-    if packed.hexdigest() != prepared.packed_sha256:
+            left -= len(chunk)
+    if prepared.within is not None and (left or packed.hexdigest() != prepared.packed_sha256):
+        msg = (f"{prepared.path}: the compressed bytes of {prepared.within} changed after the build read them; the "
+               "input cache was changed while the build ran: run `ort-bundler fetch` and the build again")
+        raise HashMismatchError(msg)
+    if left or packed.hexdigest() != prepared.packed_sha256:
         prepared.path.unlink(missing_ok=True)
         msg = (f"{prepared.path}: this compressed member in the cache is damaged; it has been removed, "
                "run the build again")
@@ -346,7 +353,8 @@ def _lay(writer: _Writer, by_name: dict[str, Member | Produced], pool: ThreadPoo
     names = sorted(by_name)
     files = [member for name in names if isinstance(member := by_name[name], Member)]
     methods = dict(zip((m.name for m in files), pool.map(choose_method, files)))
-    futures = {m.name: pool.submit(_deflated, m, level, member_cache) for m in files if methods[m.name] == DEFLATED}
+    futures = {m.name: pool.submit(_deflated, m, level, member_cache) for m in files
+               if methods[m.name] == DEFLATED and m.packed is None}
     for name in sorted(set(names) | set(_directories(names))):
         if before_each:
             before_each()
@@ -428,7 +436,9 @@ def _publish(tmp_name: str, dest: Path) -> None:
 
 def _add_member(writer: _Writer, name: str, member: Member, futures: dict[str, Future[Prepared]]) -> None:
     mode = 0o100755 if member.executable else 0o100644
-    if name in futures:
+    if member.packed is not None:
+        writer.add_prepared(name, member.packed, mode)
+    elif name in futures:
         writer.add_prepared(name, futures[name].result(), mode)
     elif member.data is not None:
         writer.add_prepared(name, Prepared(method=STORED, crc=isal_zlib.crc32(member.data), usize=len(member.data),

@@ -12,9 +12,8 @@ what is already loaded) and no system CUDA is needed.
 
 from __future__ import annotations
 
-import hashlib
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
@@ -23,10 +22,10 @@ from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.facts import GpuFact, Published
 from bundler.assembly.load_order import dependency_order
 from bundler.errors import BuildError, UnsupportedError
-from bundler.hashing import CHUNK
 from bundler.manifest import Gpu, GpuSource, Manifest
 from bundler.readers.archives import SafeArchive, is_archive
-from bundler.readers.elf import ElfInfo, read_elf
+from bundler.readers.elf import ElfInfo
+from bundler.readers.member_scan import ArchiveFile, read_files
 
 PROVIDER = "libonnxruntime_providers_cuda.so"
 PROVIDER_SHARED = "libonnxruntime_providers_shared.so"
@@ -91,16 +90,20 @@ _MAJOR = {"cuda": re.compile(r"^libcudart\.so\.(\d+)$"), "cudnn": re.compile(r"^
 
 @dataclass(frozen=True, kw_only=True)
 class GpuLibrary:
-    """One shared library the Linux GPU component ships, extracted into the build's work folder."""
+    """One shared library the Linux GPU component ships, read where it lies in its source (never extracted from a
+    wheel: the bundle copies the wheel's compressed bytes)."""
 
     name: str  # the file name, which the loader matches against DT_NEEDED: checked equal to its soname
-    path: Path
-    sha256: str
+    file: ArchiveFile
     source: str
     origin: str
     version: str | None  # the source wheel's version (ELF files carry none the loader reads)
     needed: tuple[str, ...]
     named: tuple[str, ...]  # library names in its strings
+
+    @property
+    def sha256(self) -> str:
+        return self.file.sha256
 
     @property
     def install_path(self) -> str:
@@ -119,7 +122,7 @@ def add_gpu(assembly: Assembly, build: BuildInputs) -> None:
     record = gpu_record(gpu, libraries, provider_needed=provider[PROVIDER].values("needed"))
     for library in libraries:
         bundle_path = f"payload/{library.install_path}"
-        assembly.add_file(bundle_path, library.path, library.sha256)
+        assembly.add_archive_file(bundle_path, library.file)
         assembly.plan_copy(bundle_path, library.install_path)
     origins = {f"payload/{entry['file']}": entry for entry in record["files"]}
     preload = tuple(lib.install_path for lib in load_order(libraries))
@@ -147,8 +150,8 @@ def read_provider(manifest: Manifest, files: Mapping[str, Path], work: Path) -> 
                        f"Runtime for linux_x86_64: the onnxruntime-gpu manylinux wheel)")
                 raise BuildError(msg)
             found[wanted] = names[0]
-        archive.extract(work, members=list(found.values()))
-    return {name: read_elf(work.joinpath(*entry.split("/")), label=f"{label}!{entry}") for name, entry in found.items()}
+        read = read_files(archive, path, list(found.values()), label=label, work=work, parse_elf=True)
+    return {name: _elf(file) for name, file in zip(found, read)}
 
 
 def collect_libraries(sources: Sequence[GpuSource], files: Mapping[str, Path], work: Path) -> list[GpuLibrary]:
@@ -184,9 +187,16 @@ def source_libraries(source: GpuSource, path: Path, work: Path) -> list[GpuLibra
         if not_so:
             msg = f"{label}: include selects {', '.join(not_so[:5])}, expected only shared libraries (.so)"
             raise BuildError(msg)
-        archive.extract(work, members=chosen)
+        scans: dict[str, NameScan] = {}
+
+        def observe(name: str) -> Callable[[bytes], None]:
+            scans[name] = NameScan()
+            return scans[name].feed
+
+        files = read_files(archive, path, chosen, label=label, work=work, observe=observe, parse_elf=True)
     version = _wheel_version(path.name)
-    return [_library(work.joinpath(*n.split("/")), source=key, origin=f"{label}!{n}", version=version) for n in chosen]
+    return [_library(file, scans[file.name].found(), source=key, origin=f"{label}!{file.name}", version=version)
+            for file in files]
 
 
 def _wheel_version(file_name: str) -> str | None:
@@ -194,44 +204,51 @@ def _wheel_version(file_name: str) -> str | None:
     return parts[1] if file_name.endswith(".whl") and len(parts) >= 3 else None
 
 
-def _library(path: Path, *, source: str, origin: str, version: str | None) -> GpuLibrary:
-    info = read_elf(path, label=origin)
+def _elf(file: ArchiveFile) -> ElfInfo:
+    assert file.elf is not None, "read with parse_elf"
+    return file.elf
+
+
+def _library(file: ArchiveFile, named: set[str], *, source: str, origin: str, version: str | None) -> GpuLibrary:
+    name = PurePosixPath(file.name).name
+    info = _elf(file)
     soname = info.values("soname")
-    if soname and soname[0] != path.name:
-        msg = (f"{origin}: its soname is {soname[0]}, expected its file name {path.name} (the loader finds a "
+    if soname and soname[0] != name:
+        msg = (f"{origin}: its soname is {soname[0]}, expected its file name {name} (the loader finds a "
                f"library by the name in DT_NEEDED, which is the soname); select the file named after it")
         raise BuildError(msg)
-    sha256, named = scan_library(path)
-    return GpuLibrary(name=path.name, path=path, sha256=sha256, source=source, origin=origin,
-                      version=version, needed=info.values("needed"), named=named)
+    return GpuLibrary(name=name, file=file, source=source, origin=origin, version=version,
+                      needed=info.values("needed"), named=tuple(sorted(named - {name})))
 
 
-#: More than any library name is long: the bytes a read leaves at its end are scanned again with the next read,
+#: More than any library name is long: the bytes a piece leaves at its end are scanned again with the next piece,
 #: so a name cut there is found whole.
 _NAME_WINDOW = 4096
 
 
-def scan_library(path: Path) -> tuple[str, tuple[str, ...]]:
-    """The file's sha256 and the library file names in its bytes (sorted, its own excluded), in one read of
-    1 MiB pieces: cuBLASLt is 717 MB, and a build that held it whole peaked at 775 MiB."""
-    digest, names = hashlib.sha256(), set()
-    tail, resume = b"", 0
-    with path.open("rb") as handle:
-        while True:
-            chunk = handle.read(CHUNK)
-            digest.update(chunk)
-            data = tail + chunk
-            limit = len(data) - (min(len(data), _NAME_WINDOW) if chunk else 0)
-            end = 0
-            for match in _SO_NAME.finditer(data, resume):
-                if match.start() >= limit:
-                    break  # found again, whole, in the next piece
-                names.add(match.group().decode("ascii"))
-                end = match.end()
-            if not chunk:
-                break
-            tail, resume = data[limit:], max(0, end - limit)
-    return digest.hexdigest(), tuple(sorted(names - {path.name}))
+class NameScan:
+    """The library file names in a binary's bytes, fed piece by piece as they are read (cuBLASLt is 717 MB: a build
+    that held it whole peaked at 775 MiB)."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self._tail, self._resume = b"", 0
+
+    def feed(self, piece: bytes) -> None:
+        data = self._tail + piece
+        limit = len(data) - (min(len(data), _NAME_WINDOW) if piece else 0)
+        end = 0
+        for match in _SO_NAME.finditer(data, self._resume):
+            if match.start() >= limit:
+                break  # found again, whole, with the next piece
+            self.names.add(match.group().decode("ascii"))
+            end = match.end()
+        self._tail, self._resume = data[limit:], max(0, end - limit)
+
+    def found(self) -> set[str]:
+        """Every name, once the last piece is in (the bytes kept back are scanned now)."""
+        self.feed(b"")
+        return self.names
 
 
 # -- the checks -------------------------------------------------------------------------------------------

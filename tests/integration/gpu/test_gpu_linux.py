@@ -8,11 +8,15 @@ ORT_BUNDLER_BIG=1.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tomllib
+import zipfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,8 +30,10 @@ from bundler.assembly.assembly import Assembly
 from bundler.errors import BuildError
 from bundler.hashing import CHUNK
 from bundler.manifest import load, parse
-from bundler.platforms.linux.gpu import _SO_NAME, _library, add_gpu, closure_problems, scan_library, where_from
+from bundler.platforms.linux.gpu import _SO_NAME, NameScan, _library, add_gpu, closure_problems, where_from
+from bundler.readers.archives import SafeArchive
 from bundler.readers.elf import read_elf
+from bundler.readers.member_scan import read_files
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import cached_inputs
 
@@ -44,11 +50,16 @@ def gcc() -> str:
 
 
 def shared_library(folder: Path, name: str, gcc: str, *, needed: tuple[Path, ...] = (),
-                   strings: tuple[str, ...] = ()) -> Path:
-    """A real ELF shared library with soname `name`, DT_NEEDED on `needed` and `strings` in its data."""
+                   strings: tuple[str, ...] = (), padding: int = 0) -> Path:
+    """A real ELF shared library with soname `name`, DT_NEEDED on `needed`, `strings` in its data and `padding`
+    bytes of read-only data (between its string table and its dynamic section)."""
     source = folder / f"{name}.c"
-    source.write_text("".join(f'const char *s{i} = "{s}";\n' for i, s in enumerate(strings)) + "int f(void) {return 0;}\n",
-                      encoding="utf-8")
+    pad = ""
+    if padding:  # random bytes (zeros would look like a zip bomb in a wheel), laid in by the assembler
+        (folder / f"{name}.pad").write_bytes(os.urandom(padding))
+        pad = f'__asm__(".pushsection .rodata\\n.incbin \\"{folder / f"{name}.pad"}\\"\\n.popsection");\n'
+    source.write_text("".join(f'const char *s{i} = "{s}";\n' for i, s in enumerate(strings)) + pad
+                      + "int f(void) {return 0;}\n", encoding="utf-8")
     out = folder / name
     links = [f"-l:{lib.name}" for lib in needed]
     subprocess.run([gcc, "-shared", "-fPIC", "-o", str(out), str(source), f"-Wl,-soname,{name}", f"-L{folder}",
@@ -56,8 +67,28 @@ def shared_library(folder: Path, name: str, gcc: str, *, needed: tuple[Path, ...
     return out
 
 
+def in_wheel(path: Path, *, method: int = zipfile.ZIP_DEFLATED) -> tuple[Path, str]:
+    """`path` as the one member of a wheel beside it, under NVIDIA's layout."""
+    member = f"nvidia/x/lib/{path.name}"
+    wheel = path.parent / f"{path.name}.whl"
+    with zipfile.ZipFile(wheel, "w", method) as archive:
+        archive.write(path, member)
+    return wheel, member
+
+
+def read_member(wheel: Path, member: str, work: Path):
+    """The member read as a build reads it: (its ArchiveFile, the names found in its bytes)."""
+    scan = NameScan()
+    with SafeArchive.open(wheel, label=wheel.name) as archive:
+        [file] = read_files(archive, wheel, [member], label=wheel.name, work=work, observe=lambda _: scan.feed,
+                            parse_elf=True)
+    return file, scan.found()
+
+
 def library(path: Path):
-    return _library(path, source="gpu.sources[0]", origin=f"gpu.sources[0] (x.whl)!{path.name}", version="1")
+    wheel, member = in_wheel(path)
+    file, named = read_member(wheel, member, path.parent / "work")
+    return _library(file, named, source="gpu.sources[0]", origin=f"gpu.sources[0] (x.whl)!{member}", version="1")
 
 
 @pytest.fixture
@@ -111,35 +142,81 @@ def test_a_file_whose_soname_differs_is_refused(tmp_path, gcc):
     assert "its soname is libcudart.so.12, expected its file name libcudart.so" in str(caught.value)
 
 
-def test_names_cut_by_a_read_s_end_are_found_whole_as_a_whole_file_search_finds_them(tmp_path):
-    """The scan reads 1 MiB at a time: a name that a read cuts (at every offset around the first boundaries) is
-    found once, whole, and never as the piece either side of the cut; the digest is sha256sum's."""
+def test_names_cut_by_a_piece_s_end_are_found_whole_as_a_whole_file_search_finds_them(tmp_path):
+    """The scan sees 1 MiB pieces: a name that a piece's end cuts (at every offset around the first boundaries) is
+    found once, whole, and never as the piece either side of the cut. Read from a wheel, the names are the same and
+    the digest is sha256sum's of the file."""
     names = ["libcudnn_engines_precompiled.so.9", "libnvrtc-builtins.so.12.8", "libxlibz.so.1", "libcuda.so.1"]
     data = bytearray(os.urandom(3 * CHUNK + 5000).replace(b"lib", b"LIB"))
     for boundary in (CHUNK, 2 * CHUNK, 3 * CHUNK):
         for shift, name in enumerate(names):
             at = boundary - 3 - 9 * shift - 64 * shift  # cut 3, 12, 21, 30 bytes after its start
             data[at:at + len(name) + 2] = b"\0" + name.encode() + b"\0"
+    whole = {m.group().decode() for m in _SO_NAME.finditer(bytes(data))}
+    scan = NameScan()
+    for start in range(0, len(data), CHUNK):
+        scan.feed(bytes(data[start:start + CHUNK]))
+    assert scan.found() == set(names) == whole
     path = tmp_path / "libbig.so.1"
-    path.write_bytes(bytes(data))
-    sha256, named = scan_library(path)
-    assert named == tuple(sorted(names))
-    assert named == tuple(sorted({m.group().decode() for m in _SO_NAME.finditer(bytes(data))} - {path.name}))
+    path.write_bytes(b"\x7fELF\x02\x01" + bytes(58) + bytes(data))  # an ELF header naming no segments
+    wheel, member = in_wheel(path)
+    file, named = read_member(wheel, member, tmp_path / "work")
+    assert named == set(names)
     check = subprocess.run(["sha256sum", str(path)], capture_output=True, text=True, check=True)
-    assert check.stdout.split()[0] == sha256
+    assert check.stdout.split()[0] == file.sha256
+
+
+def test_a_library_s_elf_facts_from_its_wheel_are_those_of_the_file(tmp_path, gcc):
+    """The ELF parse served from the member as it streams past (gcc puts .dynstr before .dynamic, so the string
+    table is read by a second, shorter pass) gives what reading the mapped file gives; nothing is extracted."""
+    cudart = shared_library(tmp_path, "libcudart.so.12", gcc)
+    lib = shared_library(tmp_path, "libcudnn.so.9", gcc, needed=(cudart,), strings=("libcudnn_ops.so",),
+                         padding=3 * CHUNK)
+    listing = subprocess.run(["readelf", "-SW", str(lib)], capture_output=True, text=True, check=True).stdout
+    sections = {m.group(1): int(m.group(2), 16) for m in re.finditer(r"\]\s+(\.\S+)\s+\S+\s+\S+\s+([0-9a-f]+)", listing)}
+    assert sections[".dynstr"] < CHUNK < 3 * CHUNK < sections[".dynamic"]  # the strings pass before they are asked for
+    wheel, member = in_wheel(lib)
+    file, _ = read_member(wheel, member, tmp_path / "work")
+    assert file.elf == read_elf(lib, label="x") and file.elf.values("needed")[0] == "libcudart.so.12"
+    assert file.elf.values("soname") == ("libcudnn.so.9",)
+    assert file.extracted is None and not (tmp_path / "work").exists()
+    with zipfile.ZipFile(wheel) as archive:
+        info = archive.getinfo(member)
+    assert file.packed.csize == info.compress_size and file.packed.crc == info.CRC
+
+
+def test_a_library_from_a_tar_is_extracted_and_read_the_same(tmp_path, gcc):
+    """A tar (NVIDIA's redistributable archives) has no one member's compressed bytes to copy: it is extracted."""
+    lib = shared_library(tmp_path, "libcudart.so.12", gcc, strings=("libcuda.so.1",))
+    archive_path = tmp_path / "redist.tar.gz"
+    with tarfile.open(archive_path, "w:gz") as tar:
+        tar.add(lib, "redist/lib/libcudart.so.12")
+    scan = NameScan()
+    with SafeArchive.open(archive_path, label="redist.tar.gz") as archive:
+        [file] = read_files(archive, archive_path, ["redist/lib/libcudart.so.12"], label="redist.tar.gz",
+                            work=tmp_path / "work", observe=lambda _: scan.feed, parse_elf=True)
+    assert file.extracted is not None and file.extracted.read_bytes() == lib.read_bytes()
+    assert file.elf == read_elf(lib, label="x") and "libcuda.so.1" in scan.found()
+    assert file.sha256 == hashlib.sha256(lib.read_bytes()).hexdigest()
 
 
 def test_a_large_library_is_read_in_pieces_not_whole(tmp_path, gcc):
     """cuBLASLt is 717 MB: read whole for its names and its ELF headers, it took a build to 775 MiB. A real ELF
-    library padded to 512 MiB (sparse) is read in a child process, whose peak memory the kernel reports."""
+    library padded to 512 MiB, stored in a wheel (deflated, the zip-bomb check refuses that much padding), is read in
+    a child process, whose peak memory the kernel reports."""
     lib = shared_library(tmp_path, "libpadded.so.1", gcc, strings=("libcuda.so.1",))
     with lib.open("r+b") as handle:
         handle.truncate(512 << 20)
-    child = (f"from pathlib import Path; from bundler.platforms.linux.gpu import _library; "
-             f"lib = _library(Path({str(lib)!r}), source='s', origin='o', version=None); "
-             f"print(' '.join(lib.named), {PEAK_MIB})")
+    wheel, member = in_wheel(lib, method=zipfile.ZIP_STORED)
+    lib.unlink()
+    child = (f"from pathlib import Path; from bundler.platforms.linux.gpu import NameScan; "
+             f"from bundler.readers.archives import SafeArchive; from bundler.readers.member_scan import read_files; "
+             f"scan = NameScan(); wheel = Path({str(wheel)!r}); archive = SafeArchive.open(wheel, label='w'); "
+             f"[file] = read_files(archive, wheel, [{member!r}], label='w', work=wheel.parent / 'work', "
+             f"observe=lambda _: scan.feed, parse_elf=True); "
+             f"print(' '.join(scan.found()), file.elf.values('soname')[0], {PEAK_MIB})")
     out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True).stdout.split()
-    assert "libcuda.so.1" in out[:-1]
+    assert "libcuda.so.1" in out[:-2] and out[-2] == "libpadded.so.1"
     assert int(out[-1]) < 200, f"peak RSS {out[-1]} MiB reading a 512 MiB library"
 
 

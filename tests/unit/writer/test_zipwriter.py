@@ -218,3 +218,53 @@ def test_a_producer_that_writes_past_its_bound_is_refused_and_nothing_is_written
         write_zip([], tmp_path / "out" / "x.zip", epoch=0, member_cache=MemberCache(tmp_path / "mc"),
                   produced=[Produced(name="x.bin", produce=greedy, bound=1024)])
     assert not list((tmp_path / "out").iterdir())
+
+
+def packed_member(name: str, wheel: Path, member: str) -> Member:
+    """A wheel's member as the Linux GPU part adds it: read where it lies, its compressed bytes copied as they are."""
+    from bundler.assembly.assembly import Assembly
+    from bundler.readers.archives import SafeArchive
+    from bundler.readers.member_scan import read_files
+
+    with SafeArchive.open(wheel, label=wheel.name) as archive:
+        [file] = read_files(archive, wheel, [member], label=wheel.name, work=wheel.parent / "work")
+    assembly = Assembly()
+    assembly.add_archive_file(name, file)
+    return assembly.members[name]
+
+
+def test_a_wheel_s_member_is_copied_as_it_is_compressed_there(inputs: dict[str, Path], tmp_path: Path) -> None:
+    """The bytes unzip inflates are the file's, the compressed bytes are the wheel's own (no deflating again), and
+    nothing was extracted or put in the member cache on the way."""
+    wheel = tmp_path / "nvidia_x-1-py3-none-manylinux_2_27_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as archive:
+        archive.write(inputs["text.txt"], "nvidia/x/lib/libtext.so.1")
+        archive.write(inputs["random.bin"], "nvidia/x/lib/librandom.so.1", compress_type=zipfile.ZIP_STORED)
+    members = [packed_member(f"top/gpu/{n}", wheel, f"nvidia/x/lib/{n}") for n in ("libtext.so.1", "librandom.so.1")]
+    dest = tmp_path / "b.zip"
+    write_zip(members, dest, epoch=0, member_cache=MemberCache(tmp_path / "mc"))
+    assert subprocess.run(["unzip", "-tq", str(dest)], capture_output=True).returncode == 0
+    with zipfile.ZipFile(dest) as out, zipfile.ZipFile(wheel) as source:
+        for name, original in (("libtext.so.1", "text.txt"), ("librandom.so.1", "random.bin")):
+            assert out.read(f"top/gpu/{name}") == inputs[original].read_bytes()
+            made, given = out.getinfo(f"top/gpu/{name}"), source.getinfo(f"nvidia/x/lib/{name}")
+            assert (made.compress_type, made.compress_size, made.CRC) == (given.compress_type, given.compress_size,
+                                                                         given.CRC)
+    assert not (tmp_path / "mc").exists() and not (tmp_path / "work").exists()
+
+
+def test_a_wheel_changed_after_it_was_read_is_refused_kept_and_nothing_is_written(inputs: dict[str, Path],
+                                                                               tmp_path: Path) -> None:
+    wheel = tmp_path / "x.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.write(inputs["text.txt"], "lib/libtext.so.1")
+    member = packed_member("top/libtext.so.1", wheel, "lib/libtext.so.1")
+    data = bytearray(wheel.read_bytes())
+    data[100] ^= 0xFF  # inside the member's compressed bytes
+    wheel.write_bytes(bytes(data))
+    with pytest.raises(HashMismatchError) as caught:
+        write_zip([member], tmp_path / "b.zip", epoch=0, member_cache=MemberCache(tmp_path / "mc"))
+    assert str(caught.value) == (f"{wheel}: the compressed bytes of lib/libtext.so.1 changed after the build read "
+                                 "them; the input cache was changed while the build ran: run `ort-bundler fetch` and "
+                                 "the build again")
+    assert wheel.exists() and not (tmp_path / "b.zip").exists()
