@@ -15,7 +15,7 @@ import os
 import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +192,5 @@ def say_licence_notes(index: Sequence[Mapping[str, Any]]) -> None:
 
 
 def _rooted(stem: str, member: Member) -> Member:
-    return Member(name=f"{stem}/{member.name}", source=member.source, data=member.data, sha256=member.sha256,
-                  executable=member.executable)
+    return replace(member, name=f"{stem}/{member.name}")
 
