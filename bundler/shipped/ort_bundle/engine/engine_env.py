@@ -15,9 +15,10 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import warnings
 import zipfile
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import IO, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -125,6 +126,8 @@ def install_wheels(plan: InstallPlan, bundle: Path, stage_venv: Path, final_venv
             if scheme in ("purelib", "platlib") and path.endswith(".py"):
                 modules.append((target, os.path.join(final_site, os.path.relpath(target, site))))
                 self.sources.append(target)
+                if len(modules) >= Compiler.CHUNK:
+                    hand_over()
             return record
 
     destinations: List[Destination] = []
@@ -140,6 +143,13 @@ def install_wheels(plan: InstallPlan, bundle: Path, stage_venv: Path, final_venv
             installer.install(source, destination, {"INSTALLER": b"ort-bundler\n"})
 
     compiler = Compiler()
+    handing = threading.Lock()
+
+    def hand_over() -> None:
+        """The modules written so far to the compiler: sympy's thousand modules compile while numpy unpacks."""
+        with handing:
+            compiler.submit(_take(modules))
+
     notes: List[str] = []
     with warnings.catch_warnings(), ThreadPoolExecutor(max_workers=4) as pool:
         # What pypa installer warns about (a wheel's __pycache__ file it skips, as numpy's Windows wheel has) is
@@ -147,13 +157,15 @@ def install_wheels(plan: InstallPlan, bundle: Path, stage_venv: Path, final_venv
         warnings.simplefilter("always")
         warnings.showwarning = lambda message, *_: notes.append(str(message))
         progress = WheelProgress(bundle, venv.wheels, log)
-        for relative, future in [(w, pool.submit(install_one, w)) for w in venv.wheels]:
+        running = {pool.submit(install_one, w): w for w in venv.wheels}
+        for future in as_completed(running):
+            relative = running[future]
             try:
                 future.result()
             except Exception as exc:  # a broken wheel can fail in zipfile, installer or the file system
                 compiler.pool.shutdown()
                 raise EngineError("install", f"installing {relative} failed: {type(exc).__name__}: {exc}") from None
-            compiler.submit(_take(modules))
+            hand_over()
             progress.done(relative)
     for note in sorted(set(notes)):
         log(f"note (pypa installer, not an error): {note}")
@@ -234,7 +246,7 @@ def compile_site_files(plan: InstallPlan, stage_venv: Path, final_venv: Path) ->
 
 
 def _take(items: List[Tuple[str, str]]) -> List[Tuple[str, str]]:
-    """Everything in `items` so far, removed from it (the unpacking threads keep appending)."""
+    """Everything in `items` so far, removed from it (the unpacking threads keep appending; one taker at a time)."""
     taken = items[:len(items)]
     del items[:len(taken)]
     return taken
