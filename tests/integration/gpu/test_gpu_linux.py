@@ -30,12 +30,15 @@ from bundler.assembly.assembly import Assembly
 from bundler.errors import BuildError
 from bundler.hashing import CHUNK
 from bundler.manifest import load, parse
-from bundler.platforms.linux.gpu import _SO_NAME, NameScan, _library, add_gpu, closure_problems, where_from
+from bundler.operations.build import _rooted
+from bundler.platforms.linux.gpu import _SO_NAME, PROVIDER, NameScan, _library, add_gpu, closure_problems, where_from
 from bundler.readers.archives import SafeArchive
 from bundler.readers.elf import read_elf
 from bundler.readers.member_scan import read_files
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import cached_inputs
+from bundler.writer.members import MemberCache
+from bundler.writer.zipwriter import write_zip
 
 BIG = pytest.mark.skipif(os.environ.get("ORT_BUNDLER_BIG") != "1", reason="fetches ~2.3 GB; set ORT_BUNDLER_BIG=1")
 LINUX_CUDA12 = MANIFESTS / "gpu-linux-cuda12.toml"
@@ -285,6 +288,83 @@ def test_linux_cuda12_without_a_library_is_refused_naming_it(tmp_path, linux_fil
         add_gpu(Assembly(), part_inputs(manifest, files=files, work=tmp_path / "a"))
     for text in expected:
         assert text in str(caught.value)
+
+
+def stand_in_wheel(folder: Path, name: str, libraries: dict[str, Path]) -> Path:
+    """A wheel named `name` holding each library at its member path, deflated as NVIDIA's are."""
+    wheel = folder / name
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        for member, path in libraries.items():
+            archive.write(path, member)
+    return wheel
+
+
+@pytest.fixture
+def linux_stand_in_files(tmp_path, gcc) -> dict[str, Path]:
+    """manifests/gpu-linux-cuda12.toml's inputs as small real ELF libraries in wheels of the same layout: each one
+    with the soname, DT_NEEDED and names in its strings the real one has for the closure to be complete."""
+    libs = tmp_path / "libs"
+    libs.mkdir()
+
+    def lib(name: str, *, needed: tuple[Path, ...] = (), strings: tuple[str, ...] = (), padding: int = 0) -> Path:
+        return shared_library(libs, name, gcc, needed=needed, strings=strings, padding=padding)
+
+    cudart = lib("libcudart.so.12", strings=("libcuda.so.1",))
+    lt = lib("libcublasLt.so.12", needed=(cudart,), strings=("libnvrtc.so.12",), padding=3 * CHUNK)
+    cublas = lib("libcublas.so.12", needed=(lt, cudart))
+    cufft = lib("libcufft.so.11", strings=("libnvJitLink.so.12",))
+    curand = lib("libcurand.so.10")
+    nvrtc = lib("libnvrtc.so.12", strings=("libnvrtc-builtins.so.12.8",))
+    builtins = lib("libnvrtc-builtins.so.12.8")
+    jitlink = lib("libnvJitLink.so.12")
+    cudnn = lib("libcudnn.so.9", strings=("libcudnn_ops.so",))
+    ops = lib("libcudnn_ops.so.9", strings=("libz.so.1",))
+    provider = lib(PROVIDER, needed=(lt, cublas, curand, cufft, cudart, cudnn))
+    shared = lib("libonnxruntime_providers_shared.so")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    capi = "onnxruntime/capi"
+    sources = [("nvidia_cuda_runtime_cu12-12.8.90", "cuda_runtime", [cudart]),
+               ("nvidia_cublas_cu12-12.8.4.1", "cublas", [cublas, lt]),
+               ("nvidia_cufft_cu12-11.3.3.83", "cufft", [cufft]),
+               ("nvidia_curand_cu12-10.3.10.19", "curand", [curand]),
+               ("nvidia_cuda_nvrtc_cu12-12.8.93", "cuda_nvrtc", [nvrtc, builtins]),
+               ("nvidia_nvjitlink_cu12-12.8.93", "nvjitlink", [jitlink]),
+               ("nvidia_cudnn_cu12-9.10.2.21", "cudnn", [cudnn, ops])]
+    files = {f"gpu.sources[{i}]": stand_in_wheel(wheels, f"{name}-py3-none-manylinux_2_27_x86_64.whl",
+                                                  {f"nvidia/{folder}/lib/{p.name}": p for p in paths})
+             for i, (name, folder, paths) in enumerate(sources)}
+    files["ort.capi"] = stand_in_wheel(wheels, "onnxruntime_gpu-1.23.2-cp311-cp311-manylinux_2_27_x86_64.whl",
+                                       {f"{capi}/{PROVIDER}": provider, f"{capi}/{shared.name}": shared})
+    return files
+
+
+def test_the_linux_gpu_part_reads_the_wheels_in_place_and_the_zip_holds_their_bytes(tmp_path, linux_stand_in_files):
+    """The whole Linux GPU part on stand-in wheels (the real ones are 2.3 GB): nothing is extracted (the build wrote
+    every library out to read it, 3 GB for the real wheels), every library goes into the zip compressed as its wheel
+    has it, and unzip gives back the library's bytes with the sha256 the GPU record publishes."""
+    assembly = Assembly()
+    work = tmp_path / "work"
+    add_gpu(assembly, part_inputs(load(LINUX_CUDA12), files=linux_stand_in_files, work=work))
+    gpu = assembly.facts.gpu
+    assert gpu.record["dlls"] == [f"gpu/{n}" for n in sorted(
+        ("libcudart.so.12", "libcublasLt.so.12", "libcublas.so.12", "libcufft.so.11", "libcurand.so.10",
+         "libnvrtc.so.12", "libnvrtc-builtins.so.12.8", "libnvJitLink.so.12", "libcudnn.so.9", "libcudnn_ops.so.9"))]
+    assert list(gpu.preload).index("gpu/libcublasLt.so.12") < list(gpu.preload).index("gpu/libcublas.so.12")
+    assert not [p for p in work.rglob("*") if p.is_file()], "a library was written out to be read"
+    members = {name: member for name, member in assembly.members.items() if name.startswith("payload/gpu/")}
+    assert all(member.packed is not None and member.source is None for member in members.values())
+    dest = tmp_path / "bundle.zip"
+    write_zip([_rooted("b", member) for member in members.values()], dest, epoch=0,
+              member_cache=MemberCache(tmp_path / "mc"))
+    assert subprocess.run(["unzip", "-tq", str(dest)], capture_output=True).returncode == 0
+    published = {f"payload/{f['file']}": f["sha256"] for f in gpu.record["files"]}
+    with zipfile.ZipFile(dest) as archive:
+        for name in members:
+            data = archive.read(f"b/{name}")
+            assert data == (tmp_path / "libs" / name.rsplit("/", 1)[1]).read_bytes()
+            assert hashlib.sha256(data).hexdigest() == published[name] == members[name].sha256
+    assert not (tmp_path / "mc").exists()  # copied, never deflated again
 
 
 def test_the_install_plan_puts_the_gpu_folder_first():
