@@ -48,15 +48,15 @@ class Assembly:
         self.members[path] = Member(name=path, source=source, sha256=sha256, executable=executable)
 
     def add_archive_file(self, path: str, file: ArchiveFile) -> None:
-        """A file of an input archive: a zip's member copied into the bundle as it is compressed there, a tar's
-        from where it was extracted."""
-        if file.extracted is not None:
+        """A file of an input archive: a zip's member copied into the bundle as it is compressed there (with the
+        file it was written to, if any, for the parts that read it), a tar's from where it was extracted."""
+        packed = file.packed
+        if packed is None:
+            assert file.extracted is not None
             self.add_file(path, file.extracted, file.sha256)
             return
-        assert file.packed is not None
-        packed = file.packed
         self._check_new(path)
-        self.members[path] = Member(name=path, sha256=file.sha256, packed=Prepared(
+        self.members[path] = Member(name=path, sha256=file.sha256, source=file.extracted, packed=Prepared(
             method=packed.method, crc=packed.crc, usize=packed.usize, csize=packed.csize, path=packed.archive,
             offset=packed.offset, within=packed.name, packed_sha256=packed.packed_sha256))
 

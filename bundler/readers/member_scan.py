@@ -56,7 +56,8 @@ class ScannedMember:
 @dataclass(frozen=True, kw_only=True)
 class ArchiveFile:
     """A file of an input archive as a build ships it: a zip's member read where it lies (`packed`), or a tar's
-    extracted (`extracted`: a tar has no compressed bytes of one member to copy)."""
+    extracted (`extracted`: a tar has no compressed bytes of one member to copy). A zip's member is also written
+    out when its reader needs a file (`keep_files`: the PE readers); the bundle still copies its compressed bytes."""
 
     name: str  # in the archive
     sha256: str
@@ -67,22 +68,35 @@ class ArchiveFile:
 
 def read_files(archive: SafeArchive, path: Path, names: Sequence[str], *, label: str, work: Path,
                observe: Callable[[str], Callable[[bytes], object]] | None = None,
-               parse_elf: bool = False) -> list[ArchiveFile]:
+               parse_elf: bool = False, keep_files: bool = False) -> list[ArchiveFile]:
     """The files `names` of `archive` (opened from `path`), each read once: `observe(name)` sees its pieces and,
-    with `parse_elf`, its ELF facts are read on the way. A zip's files are not written anywhere."""
+    with `parse_elf`, its ELF facts are read on the way. A zip's files are written under `work` only with
+    `keep_files`, in the same pass (so the file holds exactly the bytes whose compressed form the bundle copies)."""
     infos = [archive.zip_info(name) for name in names]
     if all(info is not None for info in infos):
         return [_zip_file(path, name, info, label=label, on_piece=observe(name) if observe else None,
-                          parse_elf=parse_elf) for name, info in zip(names, infos) if info is not None]
+                          parse_elf=parse_elf, keep=work.joinpath(*name.split("/")) if keep_files else None)
+                for name, info in zip(names, infos) if info is not None]
     archive.extract(work, members=names)
     return [_extracted_file(work.joinpath(*name.split("/")), name, label=label,
                             on_piece=observe(name) if observe else None, parse_elf=parse_elf) for name in names]
 
 
 def _zip_file(path: Path, name: str, info: zipfile.ZipInfo, *, label: str,
-              on_piece: Callable[[bytes], object] | None, parse_elf: bool) -> ArchiveFile:
-    scanned = scan_member(path, info, label=label, on_piece=on_piece, parse_elf=parse_elf)
-    return ArchiveFile(name=name, sha256=scanned.sha256, elf=scanned.elf, packed=scanned.packed)
+              on_piece: Callable[[bytes], object] | None, parse_elf: bool, keep: Path | None) -> ArchiveFile:
+    if keep is None:
+        scanned = scan_member(path, info, label=label, on_piece=on_piece, parse_elf=parse_elf)
+        return ArchiveFile(name=name, sha256=scanned.sha256, elf=scanned.elf, packed=scanned.packed)
+    # `name` is one of the archive's checked names (a relative path, no '..'), under a folder this build made.
+    keep.parent.mkdir(parents=True, exist_ok=True)
+    with keep.open("xb") as out:
+        def write(piece: bytes) -> None:
+            out.write(piece)
+            if on_piece is not None:
+                on_piece(piece)
+
+        scanned = scan_member(path, info, label=label, on_piece=write, parse_elf=parse_elf)
+    return ArchiveFile(name=name, sha256=scanned.sha256, elf=scanned.elf, packed=scanned.packed, extracted=keep)
 
 
 def _extracted_file(file: Path, name: str, *, label: str, on_piece: Callable[[bytes], object] | None,

@@ -29,7 +29,8 @@ TRIAL_BYTES = 256 * 1024
 @dataclass(frozen=True, kw_only=True)
 class Member:
     """One file of the archive: from a file (whose sha256 the build knows), from bytes, or from compressed bytes
-    that already exist (`packed`: a member of an input archive, copied as it is compressed there).
+    that already exist (`packed`: a member of an input archive, copied as it is compressed there; its `source`, if
+    any, is a file with the same bytes for the parts that read it, never what the zip is written from).
 
     A file stored as it is may carry its CRC-32 instead of its sha256: the writer then checks the bytes it copies
     against that, and writes the member's header before its bytes without going back to it, which a zip laid into
@@ -44,7 +45,7 @@ class Member:
     executable: bool = False
 
     def __post_init__(self) -> None:
-        if sum(x is not None for x in (self.source, self.data, self.packed)) != 1:
+        if sum(x is not None for x in (self.source if self.packed is None else None, self.data, self.packed)) != 1:
             msg = f"zip member {self.name}: exactly one of source, data and packed is needed"
             raise BuildError(msg)
         if self.packed is not None and (self.sha256 is None or self.packed.path is None):

@@ -30,6 +30,7 @@ from bundler.readers.dllclosure import (
     cuda_majors,
     dll_closure,
 )
+from bundler.readers.member_scan import ArchiveFile, read_files
 from bundler.readers.pe import PeInfo, inspect_pe, is_pe
 
 PROVIDER = "onnxruntime_providers_cuda.dll"
@@ -79,14 +80,23 @@ WHERE_FROM = (
 
 @dataclass(frozen=True, kw_only=True)
 class GpuDll:
-    """One DLL the GPU component ships, extracted into the build's work folder."""
+    """One DLL the GPU component ships, written into the build's work folder for the PE readers; from a wheel or
+    zip, the bundle copies its compressed bytes as they are there (never deflated again)."""
 
     name: str  # the file name, as installed under gpu/
-    path: Path
-    sha256: str
+    file: ArchiveFile  # `extracted`: the file the PE readers read
     source: str  # the manifest key of its source, e.g. "gpu.sources[1]"
     origin: str  # the source and, for an archive, the member: "gpu.sources[1] (x.whl)!nvidia/cublas/bin/x.dll"
     info: PeInfo
+
+    @property
+    def path(self) -> Path:
+        assert self.file.extracted is not None, "read with keep_files"
+        return self.file.extracted
+
+    @property
+    def sha256(self) -> str:
+        return self.file.sha256
 
     @property
     def install_path(self) -> str:
@@ -105,7 +115,7 @@ def add_gpu_cuda(assembly: Assembly, build: BuildInputs) -> None:
     preload = [dll.install_path for dll in load_order(dlls)]
     for dll in dlls:
         bundle_path = f"payload/{dll.install_path}"
-        assembly.add_file(bundle_path, dll.path, dll.sha256)
+        assembly.add_archive_file(bundle_path, dll.file)
         assembly.plan_copy(bundle_path, dll.install_path)
     origins = {f"payload/{entry['file']}": entry for entry in record["files"]}
     assembly.facts.gpu = GpuFact(record=record, dlls=tuple(record["dlls"]), origins=origins, dll_dirs=(INSTALL_DIR,),
@@ -183,15 +193,15 @@ def source_dlls(source: GpuSource, path: Path, work: Path) -> list[GpuDll]:
     patterns = source.include or DEFAULT_INCLUDE
     if is_pe(path):
         matching(patterns, [path.name], label=label)
-        return [_dll(path, name=path.name, source=key, origin=label)]
+        loose = ArchiveFile(name=path.name, sha256=file_sha256(path), elf=None, extracted=path)
+        return [_dll(loose, name=path.name, source=key, origin=label)]
     if not is_archive(path):
         msg = f"{label}: found neither an archive nor a DLL, expected a wheel, zip, tar or .dll"
         raise BuildError(msg)
     with SafeArchive.open(path, label=label) as archive:
         names = matching(patterns, [e.name for e in archive.entries if not e.is_dir], label=label)
-        archive.extract(work, members=names)
-    return [_dll(work.joinpath(*name.split("/")), name=PurePosixPath(name).name, source=key,
-                 origin=f"{label}!{name}") for name in names]
+        files = read_files(archive, path, names, label=label, work=work, keep_files=True)
+    return [_dll(file, name=PurePosixPath(file.name).name, source=key, origin=f"{label}!{file.name}") for file in files]
 
 
 def matching(patterns: Sequence[str], names: Iterable[str], *, label: str) -> list[str]:
@@ -216,9 +226,9 @@ def _example(names: Sequence[str]) -> str:
     return repr(dlls[0]) if dlls else "'…/bin/name.dll' (the source holds no DLL at all)"
 
 
-def _dll(path: Path, *, name: str, source: str, origin: str) -> GpuDll:
-    return GpuDll(name=name, path=path, sha256=file_sha256(path), source=source, origin=origin,
-                  info=inspect_pe(path, label=origin))
+def _dll(file: ArchiveFile, *, name: str, source: str, origin: str) -> GpuDll:
+    assert file.extracted is not None, "read with keep_files"
+    return GpuDll(name=name, file=file, source=source, origin=origin, info=inspect_pe(file.extracted, label=origin))
 
 
 # -- the checks -------------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from bundler.platforms.windows.gpu_cuda import (
     gpu_record,
     load_order,
 )
+from bundler.readers.member_scan import ArchiveFile
 from bundler.readers.pe import PeInfo, inspect_pe
 from bundler.sources.cache import Cache
 from bundler.sources.fetch import cached_inputs
@@ -156,6 +157,9 @@ def test_complete_component_is_shipped_installed_and_recorded(tmp_path, ort_whee
         member = assembly.members[f"payload/gpu/{name}"]
         assert member.sha256 == file_sha256(dlls[name]) == file_sha256(member.source)
         assert not member.executable
+        # from the zip, its compressed bytes go into the bundle as they are (from the tgz and the loose DLL, the
+        # file is deflated as every file is)
+        assert (member.packed is not None) == name.startswith(("cudart", "cublas")), name
     assert sorted(assembly.copies, key=lambda c: c.target) == [
         Copy(source=f"payload/gpu/{n}", target=f"gpu/{n}") for n in names]
     record = assembly.facts.gpu.record
@@ -265,8 +269,8 @@ def pe_info(*, imports=(), runtime=(), version=None) -> PeInfo:
 
 
 def gpu_dll(name: str, **info) -> GpuDll:
-    return GpuDll(name=name, path=Path(name), sha256=NO_HASH, source="gpu.sources[0]", origin=f"x!{name}",
-                  info=pe_info(**info))
+    return GpuDll(name=name, file=ArchiveFile(name=name, sha256=NO_HASH, elf=None, extracted=Path(name)),
+                  source="gpu.sources[0]", origin=f"x!{name}", info=pe_info(**info))
 
 
 GPU = Gpu(cuda="11.8", cudnn="8.6", sources=())
