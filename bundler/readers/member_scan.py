@@ -73,7 +73,7 @@ def read_files(archive: SafeArchive, path: Path, names: Sequence[str], *, label:
     with `parse_elf`, its ELF facts are read on the way. A zip's files are written under `work` only with
     `keep_files`, in the same pass (so the file holds exactly the bytes whose compressed form the bundle copies)."""
     infos = [archive.zip_info(name) for name in names]
-    if all(info is not None for info in infos):
+    if all(info is not None and copyable(info) for info in infos):  # else (a tar, bzip2 or LZMA members) extract
         return [_zip_file(path, name, info, label=label, on_piece=observe(name) if observe else None,
                           parse_elf=parse_elf, keep=work.joinpath(*name.split("/")) if keep_files else None)
                 for name, info in zip(names, infos) if info is not None]

@@ -203,6 +203,16 @@ def test_a_library_from_a_tar_is_extracted_and_read_the_same(tmp_path, gcc):
     assert file.sha256 == hashlib.sha256(lib.read_bytes()).hexdigest()
 
 
+def test_a_library_compressed_another_way_in_a_zip_is_extracted_and_read_the_same(tmp_path, gcc):
+    """A bzip2 member (zip allows it; a wheel would not) cannot be copied into a deflate zip: it is extracted, as a
+    tar's is, rather than refused."""
+    lib = shared_library(tmp_path, "libcudart.so.12", gcc, strings=("libcuda.so.1",))
+    wheel, member = in_wheel(lib, method=zipfile.ZIP_BZIP2)
+    file, named = read_member(wheel, member, tmp_path / "work")
+    assert file.packed is None and file.extracted is not None and file.extracted.read_bytes() == lib.read_bytes()
+    assert file.elf == read_elf(lib, label="x") and "libcuda.so.1" in named
+
+
 def test_a_large_library_is_read_in_pieces_not_whole(tmp_path, gcc):
     """cuBLASLt is 717 MB: read whole for its names and its ELF headers, it took a build to 775 MiB. A real ELF
     library padded to 512 MiB, stored in a wheel (deflated, the zip-bomb check refuses that much padding), is read in
