@@ -127,7 +127,7 @@ def install_wheels(plan: InstallPlan, bundle: Path, stage_venv: Path, final_venv
                 modules.append((target, os.path.join(final_site, os.path.relpath(target, site))))
                 self.sources.append(target)
                 if len(modules) >= Compiler.CHUNK:
-                    hand_over()
+                    hand_over(whole_chunks=True)
             return record
 
     destinations: List[Destination] = []
@@ -145,10 +145,11 @@ def install_wheels(plan: InstallPlan, bundle: Path, stage_venv: Path, final_venv
     compiler = Compiler()
     handing = threading.Lock()
 
-    def hand_over() -> None:
-        """The modules written so far to the compiler: sympy's thousand modules compile while numpy unpacks."""
+    def hand_over(*, whole_chunks: bool = False) -> None:
+        """The modules written so far to the compiler: sympy's thousand modules compile while numpy unpacks. While
+        wheels unpack, whole chunks only: each chunk is a process, which costs a second under Wine."""
         with handing:
-            compiler.submit(_take(modules))
+            compiler.submit(_take(modules, multiple=Compiler.CHUNK if whole_chunks else 1))
 
     notes: List[str] = []
     with warnings.catch_warnings(), ThreadPoolExecutor(max_workers=4) as pool:
@@ -245,10 +246,12 @@ def compile_site_files(plan: InstallPlan, stage_venv: Path, final_venv: Path) ->
     return compiler.results()
 
 
-def _take(items: List[Tuple[str, str]]) -> List[Tuple[str, str]]:
-    """Everything in `items` so far, removed from it (the unpacking threads keep appending; one taker at a time)."""
-    taken = items[:len(items)]
-    del items[:len(taken)]
+def _take(items: List[Tuple[str, str]], *, multiple: int = 1) -> List[Tuple[str, str]]:
+    """The items so far, as many as a multiple of `multiple`, removed from `items` (the unpacking threads keep
+    appending; one taker at a time)."""
+    count = len(items) // multiple * multiple
+    taken = items[:count]
+    del items[:count]
     return taken
 
 
