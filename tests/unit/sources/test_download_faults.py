@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import random
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -150,7 +151,9 @@ def test_an_endless_body_without_a_length_stops_short_of_a_full_disk(server: Loc
 
 
 def fills_the_disk_after(first: int, disk: Path) -> Behaviour:
-    """An endless body whose disk another writer fills once `first` bytes are out: the download meets ENOSPC."""
+    """An endless body whose disk another writer fills once `first` bytes are out and the download has written some
+    of them: the download meets ENOSPC. (Filling it sooner raced the download's room check, which runs before its
+    first write and rightly refuses a disk that is already full, with another message.)"""
 
     def behaviour(handler: Handler, index: int) -> None:
         handler.send_response(200)
@@ -159,6 +162,10 @@ def fills_the_disk_after(first: int, disk: Path) -> Behaviour:
         handler.close_connection = True
         try:
             handler.write_body(b"\xab" * first)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not any(
+                    p.is_file() and p.stat().st_size for p in (disk / "cache").rglob("*") if "partial" in p.parts):
+                time.sleep(0.01)
             with contextlib.suppress(OSError), (disk / "someone-else.bin").open("wb", buffering=0) as other:
                 while True:
                     other.write(b"\0" * 65536)
