@@ -8,7 +8,6 @@ size of its zip (issue 37).
 from __future__ import annotations
 
 import hashlib
-import struct
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -22,9 +21,8 @@ from bundler.hashing import CHUNK
 from bundler.readers.archive_reader import translated_errors, unsafe
 from bundler.readers.archives import SafeArchive
 from bundler.readers.elf import ElfInfo, Parser, Request, elf_parser, read_elf
-from bundler.readers.zip_reader import LOCAL_HEADER_MAGIC
+from bundler.readers.zip_reader import seek_to_data
 
-LOCAL_HEADER = struct.Struct("<4s22xHH")
 RAW_METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
 ENCRYPTED = 0x1
 #: An ELF parse whose requests come out of file order starts the member again; each start serves at least one
@@ -119,11 +117,8 @@ def copyable(info: zipfile.ZipInfo) -> bool:
 def compressed_pieces(source: BinaryIO, info: zipfile.ZipInfo, *, label: str) -> Iterator[bytes]:
     """The member's compressed bytes, after its local header (whose name and extra lengths may differ from the
     central directory's), in pieces of at most CHUNK bytes."""
-    source.seek(info.header_offset)
-    magic, name_length, extra_length = LOCAL_HEADER.unpack(source.read(LOCAL_HEADER.size).ljust(LOCAL_HEADER.size, b"\0"))
-    if magic != LOCAL_HEADER_MAGIC:
+    if not seek_to_data(source, info):
         raise unsafe(label, info.filename, f"has no local header at offset {info.header_offset} (a corrupt zip)")
-    source.seek(info.header_offset + LOCAL_HEADER.size + name_length + extra_length)
     remaining = info.compress_size
     while remaining:
         chunk = source.read(min(CHUNK, remaining))

@@ -36,6 +36,18 @@ def _kind_from_mode(mode: int, *, is_dir: bool) -> str:
     return kinds.get(stat.S_IFMT(mode), "dir" if is_dir else "file")
 
 
+def seek_to_data(file: BinaryIO, info: zipfile.ZipInfo) -> bool:
+    """Put `file` at the member's first compressed byte, past its local header (whose name and extra lengths may
+    differ from the central directory's); False when no local header is there."""
+    file.seek(info.header_offset)
+    header = file.read(_LOCAL_HEADER_SIZE)
+    if len(header) < _LOCAL_HEADER_SIZE or header[:4] != LOCAL_HEADER_MAGIC:
+        return False
+    name_length, extra_length = struct.unpack("<HH", header[26:30])
+    file.seek(info.header_offset + _LOCAL_HEADER_SIZE + name_length + extra_length)
+    return True
+
+
 class _InflatedMember(io.RawIOBase):
     """A deflated zip member, inflated with ISA-L (the `isal` package) through a file handle of its own.
 
@@ -51,13 +63,9 @@ class _InflatedMember(io.RawIOBase):
         self._name, self._expected_crc = info.filename, info.CRC
         self._file = path.open("rb")
         try:
-            self._file.seek(info.header_offset)
-            header = self._file.read(_LOCAL_HEADER_SIZE)
-            if len(header) < _LOCAL_HEADER_SIZE or header[:4] != LOCAL_HEADER_MAGIC:
+            if not seek_to_data(self._file, info):
                 msg = f"Bad magic number for file header of {info.filename!r}"
                 raise zipfile.BadZipFile(msg)
-            name_length, extra_length = struct.unpack("<HH", header[26:30])
-            self._file.seek(info.header_offset + _LOCAL_HEADER_SIZE + name_length + extra_length)
         except BaseException:
             self._file.close()
             raise
