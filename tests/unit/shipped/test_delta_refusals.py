@@ -151,6 +151,22 @@ def test_a_damaged_or_truncated_delta_is_refused(pair, tmp_path, front) -> None:
 
 
 @FRONT_ENDS
+def test_a_delta_recording_another_result_is_refused_after_the_result_is_hashed(pair, tmp_path, front) -> None:
+    """The header and trailer are sound and OLD is right: only the result's own sha256 (taken on the hashing
+    thread beside the copy) can tell that the bytes written are not the release the delta names."""
+    old, new, delta = pair
+    other = "0" * 64
+
+    def record(head: dict) -> None:
+        head["new"]["sha256"] = other
+        head["new_sha256_line"] = f"{other}  {new.name}\n"
+
+    crafted = rewritten(delta, tmp_path / "other.delta", header=record)
+    refused(front(old, crafted, tmp_path / "out"), "damaged", tmp_path / "out",
+            f"sha256 {hashlib.sha256(new.read_bytes()).hexdigest()}", f"records {other}")
+
+
+@FRONT_ENDS
 def test_a_delta_naming_a_result_outside_the_folder_is_refused(pair, tmp_path, front) -> None:
     old, _, delta = pair
 
@@ -283,3 +299,31 @@ def test_the_result_reaches_the_disk_before_it_takes_its_name(pair, tmp_path) ->
     partial = [e.split(" ", 1)[1] for e in events if e.startswith("replace ") and e.endswith(".partial")]
     assert len(partial) == 1 and partial[0].startswith(f".{new.name}."), events
     assert events.index(f"fsync {partial[0]}") < events.index(f"replace {partial[0]}"), events
+
+
+def test_the_result_hash_names_a_piece_it_cannot_hash_and_never_blocks_the_writer() -> None:
+    from bundler.shipped.ort_bundle.delta_apply import DeltaError, ResultHash
+
+    result = ResultHash()
+    for piece in [b"x", object(), *[b"y"] * 20]:  # more pieces than the queue holds, after the failure
+        result.pieces.put(piece)  # type: ignore[arg-type]
+    result.pieces.put(None)
+    with pytest.raises(DeltaError, match="cannot hash the result") as caught:
+        result.hexdigest()
+    assert caught.value.kind == "unavailable"
+
+
+def test_the_result_is_synced_as_it_is_written_not_only_at_the_end(pair, tmp_path, monkeypatch) -> None:
+    """The disk writes while the hashes run: with a sync every byte, every op is followed by one, and the
+    final fsync still comes before the name (test_the_result_reaches_the_disk_before_it_takes_its_name)."""
+    from bundler.shipped.ort_bundle import delta_apply
+
+    if not hasattr(os, "fdatasync"):
+        pytest.skip("fdatasync is POSIX's")
+    old, new, delta = pair
+    synced: list[int] = []
+    monkeypatch.setattr(delta_apply, "SYNC_EVERY", 1)
+    monkeypatch.setattr(delta_apply.os, "fdatasync", lambda fd: synced.append(os.fstat(fd).st_size))
+    assert delta_apply.main([str(old), str(delta), "-o", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / new.name).read_bytes() == new.read_bytes()
+    assert len(synced) >= 3 and synced == sorted(synced) and synced[-1] == new.stat().st_size, synced
