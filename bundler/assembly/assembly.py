@@ -16,6 +16,7 @@ from bundler.assembly.facts import Facts
 from bundler.errors import BuildError
 from bundler.manifest import Manifest
 from bundler.readers.member_scan import ArchiveFile
+from bundler.readers.pe_source import PeSource
 from bundler.sources.cache import Cache
 from bundler.sources.lock import Lock
 from bundler.target_platform import TargetPlatform
@@ -41,7 +42,7 @@ class Assembly:
     facts: Facts = field(default_factory=Facts)
     copies: list[Copy] = field(default_factory=list)
     site_packages_files: list[Copy] = field(default_factory=list)
-    binaries: dict[str, dict[str, Path]] = field(default_factory=dict)  # member → its PE files (closure.payload_binaries)
+    binaries: dict[str, dict[str, PeSource]] = field(default_factory=dict)  # member → its PE files (payload_binaries)
 
     def add_file(self, path: str, source: Path, sha256: str, *, executable: bool = False) -> None:
         self._check_new(path)

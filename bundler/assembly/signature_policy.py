@@ -11,12 +11,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from bundler.assembly.assembly import Assembly, BuildInputs
-from bundler.assembly.binaries import payload_binaries
+from bundler.assembly.binaries import payload_binaries, readable_binary
 from bundler.errors import BuildError
-from bundler.hashing import file_sha256
 from bundler.manifest import AllowedTestSignature, Manifest
+from bundler.readers.pe_source import PeSource, source_sha256
 from bundler.readers.signatures import SignatureEvidence, authenticode_sha256, known_evidence, signature_evidence
-from bundler.writer.members import Member
 
 PE_SUFFIXES = (".dll", ".pyd", ".exe")
 
@@ -92,7 +91,7 @@ def signature_problem(evidence: SignatureEvidence, rule: SigningRule) -> str | N
 class PeFile:
     label: str  # the bundle path, or "wheel:<wheel>!<member>"
     bundle_path: str  # the member that holds it: the file itself or its wheel
-    file: Path  # where to read it on the build machine
+    file: PeSource  # where to read it on the build machine
 
 
 def check_signatures(assembly: Assembly, build: BuildInputs) -> None:
@@ -140,7 +139,7 @@ def allowing_entry(pe: PeFile, entries: Sequence[AllowedTestSignature]) -> int |
     named = [i for i, entry in enumerate(entries) if entry.file.lower() == name]
     if not named:
         return None
-    sha256 = file_sha256(pe.file)
+    sha256 = source_sha256(pe.file)
     return next((i for i in named if entries[i].sha256 == sha256), None)
 
 
@@ -157,7 +156,7 @@ def _signature_message(problems: list[str], rules: set[SigningRule], manifest: M
     """The problems, and the one switch that can relax each rule that failed."""
     hints = []
     if test_signed:
-        entries = ", ".join(f'{{ file = "{PurePosixPath(pe.label).name}", sha256 = "{file_sha256(pe.file)}" }}'
+        entries = ", ".join(f'{{ file = "{PurePosixPath(pe.label).name}", sha256 = "{source_sha256(pe.file)}" }}'
                             for pe in test_signed)
         hints.append(f"if these are the test-signed binaries of an official ONNX Runtime wheel (onnxruntime-gpu "
                      f"1.18.1's are), allow exactly these bytes under [ort] in {manifest.path.name}: "
@@ -198,15 +197,4 @@ def _pe_files(assembly: Assembly, *, work: Path, store: Path | None = None) -> I
         yield PeFile(label=name, bundle_path=bundle_path, file=file)
     for path in sorted(assembly.members):
         if path.lower().endswith(".exe"):
-            yield PeFile(label=path, bundle_path=path, file=_readable(assembly.members[path], work=work))
-
-
-def _readable(member: Member, *, work: Path) -> Path:
-    """A generated binary (bytes) is written out once so it can be read like any other."""
-    if member.source is not None:
-        return member.source
-    assert member.data is not None
-    target = work / "signatures" / "generated" / member.name
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(member.data)
-    return target
+            yield PeFile(label=path, bundle_path=path, file=readable_binary(assembly.members[path], work / "signatures" / "generated" / path))

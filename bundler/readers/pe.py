@@ -11,15 +11,15 @@ from __future__ import annotations
 import mmap
 import re
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pefile
 
-from bundler.derived import code_digest, content_sha256, read_entry, write_entry
-from bundler.errors import BuildError, InputUnavailableError
+from bundler.derived import code_digest, read_entry, write_entry
+from bundler.errors import BuildError
+from bundler.readers.pe_source import PackedPe, PeSource, pe_data, source_sha256
 
 MACHINE_NAMES = {0x8664: "x64", 0x014C: "x86", 0xAA64: "arm64"}
 
@@ -39,7 +39,7 @@ _MAX_NAME = 100
 X64_MACHINE = 0x8664  # IMAGE_FILE_MACHINE_AMD64
 _PARSED_MAX = 4096
 PE_FACTS = "pe-facts"
-_PARSED: dict[tuple[int, int, int, int], PeInfo] = {}  # see inspect_pe
+_PARSED: dict[tuple[object, ...], PeInfo] = {}  # see inspect_pe
 ELF_X86_64 = 62  # e_machine of an x86-64 ELF file
 
 
@@ -82,21 +82,22 @@ def is_pe(path: Path) -> bool:
         return False
 
 
-def inspect_pe(path: Path, *, label: str | None = None, store: Path | None = None) -> PeInfo:
-    """Read one PE file; `label` names it in errors (e.g. its path inside a wheel).
+def inspect_pe(source: PeSource, *, label: str | None = None, store: Path | None = None) -> PeInfo:
+    """Read one PE file, or a wheel's DLL where it lies (`PackedPe`); `label` names it in errors (e.g. its path
+    inside a wheel).
 
-    The file is memory-mapped, not read: a CUDA provider DLL is over 400 MB. Each file is parsed once per
+    A file is memory-mapped, not read: a CUDA provider DLL is over 400 MB. Each file is parsed once per
     process: the GPU part, the DLL closure, the app-local layout and the SBOM all ask about the same DLLs,
     and parsing a large one (and scanning it for DLL names) is the expensive part. The answer is kept by
-    the file's identity (device, inode, size, modification time), so a rewritten file is parsed again.
-    With a `store` (the cache's derived folder) the answer is also kept for later builds, by the file's
-    sha256 and the code of this module.
+    the file's identity (device, inode, size, modification time), so a rewritten file is parsed again, or by a
+    member's sha256. With a `store` (the cache's derived folder) the answer is also kept for later builds, by
+    the content's sha256 and the code of this module.
     """
-    name = label or str(path)
-    key = _identity(path)
+    name = label or str(source)
+    key = _identity(source)
     parsed = _PARSED.get(key) if key is not None else None
     if parsed is None:
-        parsed = _stored_or_parsed(path, name=name, store=store)
+        parsed = _stored_or_parsed(source, name=name, store=store)
         if key is not None:
             if len(_PARSED) >= _PARSED_MAX:
                 _PARSED.clear()
@@ -105,15 +106,15 @@ def inspect_pe(path: Path, *, label: str | None = None, store: Path | None = Non
     return replace(parsed, runtime_names=tuple(n for n in parsed.runtime_names if n.lower() != own))
 
 
-def _stored_or_parsed(path: Path, *, name: str, store: Path | None) -> PeInfo:
-    entry = store / PE_FACTS / code_digest(("bundler.readers.pe",))[:16] / f"{content_sha256(path)}.json" if store else None
+def _stored_or_parsed(source: PeSource, *, name: str, store: Path | None) -> PeInfo:
+    entry = store / PE_FACTS / code_digest(("bundler.readers.pe",))[:16] / f"{source_sha256(source)}.json" if store else None
     found = read_entry(entry) if entry is not None else None
     if isinstance(found, dict):
         try:
             return _from_json(found)
         except (TypeError, KeyError, ValueError):
             pass  # an entry of another shape: parse again
-    with mapped(path, name=name) as data:
+    with pe_data(source, name=name) as data:
         parsed = _inspect(data, name=name)
     if entry is not None:
         write_entry(entry, asdict(parsed))
@@ -127,33 +128,17 @@ def _from_json(data: dict[str, Any]) -> PeInfo:
                    delay_imports=tuple(info.delay_imports), runtime_names=tuple(info.runtime_names))
 
 
-def _identity(path: Path) -> tuple[int, int, int, int] | None:
+def _identity(source: PeSource) -> tuple[object, ...] | None:
+    if isinstance(source, PackedPe):
+        return ("sha256", source.sha256)
     try:
-        stat = path.stat()
+        stat = source.stat()
     except OSError:
-        return None  # `mapped` reports it
+        return None  # `pe_data` reports it
     return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
 
 
-@contextmanager
-def mapped(path: Path, *, name: str) -> Iterator[mmap.mmap]:
-    """A PE file memory-mapped read-only, with an empty or unreadable file reported as such."""
-    try:
-        handle = path.open("rb")
-    except OSError as exc:
-        msg = f"{name} cannot be read ({exc.strerror}); expected a readable DLL or PYD file."
-        raise InputUnavailableError(msg) from exc
-    with handle:
-        try:
-            data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-        except ValueError:
-            msg = f"{name} is empty; expected a Windows DLL, PYD or EXE."
-            raise BuildError(msg) from None
-        with data:
-            yield data
-
-
-def _inspect(data: mmap.mmap, *, name: str) -> PeInfo:
+def _inspect(data: mmap.mmap | bytes, *, name: str) -> PeInfo:
     try:
         pe = pefile.PE(data=data, fast_load=True)
         pe.parse_data_directories(directories=_DIRECTORIES, import_dllnames_only=True)  # names are all we use

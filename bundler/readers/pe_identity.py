@@ -22,7 +22,8 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from bundler.errors import BuildError
-from bundler.readers.pe import mapped, version_strings
+from bundler.readers.pe import version_strings
+from bundler.readers.pe_source import mapped
 from bundler.readers.signatures import authenticode_digest, embedded_chain, signature_evidence
 
 _RESOURCE = pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_RESOURCE"]

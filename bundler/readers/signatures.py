@@ -38,10 +38,11 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from bundler.derived import code_digest, content_sha256, read_entry, write_entry
+from bundler.derived import code_digest, read_entry, write_entry
 from bundler.errors import BuildError, BundleError
 from bundler.readers.certificates import has_usage, is_ca, verify_signature
-from bundler.readers.pe import mapped, released
+from bundler.readers.pe import released
+from bundler.readers.pe_source import PeSource, pe_data, source_sha256
 
 NOT_CHECKED = "certificate revocation and lifetimes (offline verification)"
 SIGNATURE_FACTS = "signature-facts"
@@ -71,7 +72,7 @@ class _Unverified(Exception):
     """One check failed; the message becomes the evidence's reason."""
 
 
-def signature_evidence(path: Path, *, label: str | None = None, store: Path | None = None,
+def signature_evidence(source: PeSource, *, label: str | None = None, store: Path | None = None,
                        ahead: Future[bytes | None] | None = None) -> SignatureEvidence:
     """Check the embedded Authenticode signature of one PE file, without network access.
 
@@ -80,12 +81,12 @@ def signature_evidence(path: Path, *, label: str | None = None, store: Path | No
     sha256 and the versions of this module and of the libraries that decide it. `ahead` is the file's
     SHA-256 Authenticode digest being computed on another thread (`authenticode_sha256`).
     """
-    name = label or str(path)
-    entry = _entry(path, store)
+    name = label or str(source)
+    entry = _entry(source, store)
     found = read_entry(entry) if entry is not None else None
     if isinstance(found, dict) and set(found) == {"signed", "verified", "signer", "reason"}:
         return SignatureEvidence(path=name, **found)
-    with mapped(path, name=name) as data:
+    with pe_data(source, name=name) as data:
         evidence = _evidence(data, name=name, ahead=ahead)
     if entry is not None:
         write_entry(entry, {"signed": evidence.signed, "verified": evidence.verified, "signer": evidence.signer,
@@ -93,18 +94,18 @@ def signature_evidence(path: Path, *, label: str | None = None, store: Path | No
     return evidence
 
 
-def known_evidence(path: Path, store: Path | None) -> bool:
-    """Whether the store already holds the evidence for this file's bytes."""
-    entry = _entry(path, store)
+def known_evidence(source: PeSource, store: Path | None) -> bool:
+    """Whether the store already holds the evidence for these bytes."""
+    entry = _entry(source, store)
     return entry is not None and entry.is_file()
 
 
-def authenticode_sha256(path: Path) -> bytes | None:
+def authenticode_sha256(source: PeSource) -> bytes | None:
     """The SHA-256 Authenticode digest of a signed PE file, None for an unsigned or unreadable one (which
     `signature_evidence` reports): hashing a DLL is most of checking its signature and lets go of the GIL,
     so it is computed on a thread of its own while the certificates of other files are checked."""
     try:
-        with mapped(path, name=str(path)) as data:
+        with pe_data(source, name=str(source)) as data:
             pe = pefile.PE(data=data, fast_load=True)
             return authenticode_digest(data, pe, algorithm="sha256") if _certificate_table(pe) else None
     except (BundleError, pefile.PEFormatError):
@@ -117,8 +118,8 @@ def _certificate_table(pe: pefile.PE) -> Any | None:
     return directory if directory.VirtualAddress and directory.Size else None
 
 
-def _entry(path: Path, store: Path | None) -> Path | None:
-    return store / SIGNATURE_FACTS / _evidence_code() / f"{content_sha256(path)}.json" if store else None
+def _entry(source: PeSource, store: Path | None) -> Path | None:
+    return store / SIGNATURE_FACTS / _evidence_code() / f"{source_sha256(source)}.json" if store else None
 
 
 @functools.cache
@@ -127,7 +128,7 @@ def _evidence_code() -> str:
     return hashlib.sha256(f"{code_digest(('bundler.readers.signatures',))} {versions}".encode()).hexdigest()[:16]
 
 
-def _evidence(data: mmap.mmap, *, name: str, ahead: Future[bytes | None] | None = None) -> SignatureEvidence:
+def _evidence(data: mmap.mmap | bytes, *, name: str, ahead: Future[bytes | None] | None = None) -> SignatureEvidence:
     try:
         pe = pefile.PE(data=data, fast_load=True)
     except pefile.PEFormatError as exc:
@@ -150,7 +151,7 @@ def _evidence(data: mmap.mmap, *, name: str, ahead: Future[bytes | None] | None 
     return SignatureEvidence(path=name, signed=True, verified=True, signer=signer, reason=None)
 
 
-def _signed_data(data: mmap.mmap, *, start: int, size: int) -> cms.SignedData:
+def _signed_data(data: mmap.mmap | bytes, *, start: int, size: int) -> cms.SignedData:
     """The PKCS#7 SignedData in the first WIN_CERTIFICATE entry of the certificate table."""
     header = data[start:start + 8].ljust(8, b"\0")
     length = int.from_bytes(header[0:4], "little")
@@ -186,7 +187,7 @@ def _signer_certificate(signed_data: cms.SignedData) -> x509.Certificate:
     raise _Unverified(msg)
 
 
-def _check_file_digest(data: mmap.mmap, pe: pefile.PE, signed_data: cms.SignedData, *,
+def _check_file_digest(data: mmap.mmap | bytes, pe: pefile.PE, signed_data: cms.SignedData, *,
                        ahead: Future[bytes | None] | None) -> None:
     indirect = signed_data["encap_content_info"]["content"]["message_digest"]
     algorithm = indirect["digest_algorithm"]["algorithm"].native
@@ -318,7 +319,7 @@ def _common_name(cert: x509.Certificate) -> str:
     return str(names[0].value) if names else cert.subject.rfc4514_string()
 
 
-def embedded_chain(data: mmap.mmap, pe: pefile.PE) -> tuple[x509.Certificate, ...]:
+def embedded_chain(data: mmap.mmap | bytes, pe: pefile.PE) -> tuple[x509.Certificate, ...]:
     """The signer's certificate and the issuers above it that the signature itself carries, leaf first; empty
     for an unsigned file or a signature that cannot be read. Nothing is verified here (`signature_evidence`
     does that): App Control and AppLocker rules name these certificates, and are written only for verified files."""

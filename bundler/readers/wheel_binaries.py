@@ -1,10 +1,12 @@
-"""The DLLs and PYDs inside a wheel, extracted once per wheel hash and kept for later builds.
+"""The DLLs and PYDs inside a wheel, known once per wheel hash by their content's sha256 and kept for later builds.
 
 The DLL closure, the signature policy and the app-local layout read the binaries of every wheel in the
-bundle. A wheel is pinned by its sha256, so what it holds never changes: its binaries are extracted into
-`derived/wheel-binaries/<wheel sha256>/` once, with an index of each file's sha256, and a rebuild reads
-them from there instead of inflating 60 MB again. Every file is hashed against the index before it is
-used; a damaged or half-written entry is extracted again, never trusted.
+bundle. A wheel is pinned by its sha256, so what it holds never changes: its binaries are read once, where they
+lie (`pe_source.inflate`), and `derived/wheel-binaries/<wheel sha256>/INDEX.json` records each one's sha256; the
+facts the readers derive are kept by that sha256 in their own stores, so a rebuild reads no binary at all. Only
+a member too large to hold in memory (a CUDA provider DLL) is written out, and hashed against the index
+before it is used; a damaged or half-written entry is made again, never trusted. The index is as much the cache
+owner's as the facts stores beside it (`Cache.checked`).
 """
 
 from __future__ import annotations
@@ -13,90 +15,117 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from bundler.derived import content_sha256
 from bundler.errors import BuildError
 from bundler.readers.archives import SafeArchive
+from bundler.readers.member_scan import copyable
+from bundler.readers.pe_source import IN_MEMORY_MAX, PackedPe, PeSource, inflate
 
 PE_SUFFIXES = (".dll", ".pyd")
-INDEX = "INDEX.json"  # {member name: sha256 of the extracted file}
+INDEX = "INDEX.json"  # {"members": {member name: sha256 of its content}, "extracted": [members written out]}
 FOLDER = "wheel-binaries"
 
 
-def wheel_binaries(name: str, wheel: Path, sha256: str, *, store: Path) -> dict[str, Path]:
-    """`<name>!<member>` → extracted file for every DLL/PYD member of the wheel whose hash is `sha256`."""
+@dataclass(frozen=True)
+class WheelIndex:
+    members: dict[str, str]  # member name -> sha256 of its content
+    extracted: frozenset[str]  # the members written out beside the index
+
+    def to_json(self) -> str:
+        return json.dumps({"members": self.members, "extracted": sorted(self.extracted)}, sort_keys=True)
+
+
+def wheel_binaries(name: str, wheel: Path, sha256: str, *, store: Path) -> dict[str, PeSource]:
+    """`<name>!<member>` -> where to read each DLL/PYD member of the wheel whose hash is `sha256`."""
     folder = store / FOLDER / sha256
     index = _checked_index(folder)
     if index is None:
-        index = _extract(name, wheel, folder)
-    return {f"{name}!{member}": folder / member for member in sorted(index)}
+        index = _read(name, wheel, folder)
+    return {f"{name}!{member}": folder / member if member in index.extracted else PackedPe(wheel, member, digest)
+            for member, digest in sorted(index.members.items())}
 
 
 def seed_wheel_binaries(sha256: str, files: Mapping[str, Path], *, store: Path) -> None:
-    """Record binaries already on disk as the extraction of the wheel `sha256` (member name → file with the
-    same bytes): the wheel built from a capi tree holds the tree's files, so they need not be inflated again.
-    Files are hard-linked where the file system allows, else copied."""
+    """Record the binaries of a wheel built from files on disk (member name -> file with the same bytes), so that
+    they need not be read in it again: their sha256 and, for those too large to hold in memory, the files,
+    hard-linked where the file system allows, else copied."""
     folder = store / FOLDER / sha256
     if _checked_index(folder) is not None:
         return
     wanted = {member: path for member, path in files.items() if member.lower().endswith(PE_SUFFIXES)}
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".seed-"))
-    try:
-        for member, path in sorted(wanted.items()):
+    large = {member for member, path in wanted.items() if path.stat().st_size > IN_MEMORY_MAX}
+
+    def fill(staging: Path) -> WheelIndex:
+        for member in sorted(large):
             target = staging / member
             target.parent.mkdir(parents=True, exist_ok=True)
             try:
-                os.link(path, target)
+                os.link(wanted[member], target)
             except OSError:
-                shutil.copyfile(path, target)
-        index = {member: content_sha256(staging / member) for member in wanted}
-        (staging / INDEX).write_text(json.dumps(index, sort_keys=True), encoding="utf-8")
-        shutil.rmtree(folder, ignore_errors=True)
-        try:
-            os.replace(staging, folder)
-        except OSError:
-            pass  # another build recorded the same wheel first
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+                shutil.copyfile(wanted[member], target)
+        return WheelIndex({member: content_sha256(path) for member, path in wanted.items()}, frozenset(large))
+
+    _publish(folder, fill)
 
 
-def _checked_index(folder: Path) -> dict[str, str] | None:
+def _checked_index(folder: Path) -> WheelIndex | None:
     try:
-        index: dict[str, str] = json.loads((folder / INDEX).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    for member, digest in index.items():
+        data = json.loads((folder / INDEX).read_text(encoding="utf-8"))
+        index = WheelIndex(dict(data["members"]), frozenset(data["extracted"]))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None  # absent, damaged, or an index of an earlier version (which held every file)
+    for member in index.extracted:
         path = folder / member
-        if not path.is_file() or content_sha256(path) != digest:
+        if member not in index.members or not path.is_file() or content_sha256(path) != index.members[member]:
             shutil.rmtree(folder, ignore_errors=True)
             return None
     return index
 
 
-def _extract(name: str, wheel: Path, folder: Path) -> dict[str, str]:
-    """Extract into a temporary folder beside the final one and rename it into place when complete."""
+def _read(name: str, wheel: Path, folder: Path) -> WheelIndex:
+    """Read the wheel's binaries where they lie; write out only those that cannot be held in memory."""
+
+    def fill(staging: Path) -> WheelIndex:
+        members, large = {}, []
+        with SafeArchive.open(wheel, label=name) as archive:
+            for entry in archive.entries:
+                if entry.is_dir or not entry.name.lower().endswith(PE_SUFFIXES):
+                    continue
+                info = archive.zip_info(entry.name)
+                if info is not None and copyable(info) and info.file_size <= IN_MEMORY_MAX:
+                    members[entry.name] = inflate(wheel, info)[0]
+                else:
+                    large.append(entry.name)
+            if large:
+                archive.extract(staging, members=large)
+        members.update({member: content_sha256(staging / member) for member in large})  # a rename keeps identity
+        return WheelIndex(members, frozenset(large))
+
+    index = _publish(folder, fill)
+    if index is None:
+        msg = f"{name}: cannot keep its binaries' index in {folder}; check the cache folder's space and permissions"
+        raise BuildError(msg)
+    return index
+
+
+def _publish(folder: Path, fill: Callable[[Path], WheelIndex]) -> WheelIndex | None:
+    """Fill a temporary folder beside the final one and rename it into place when complete; the index in place
+    (another build's, if it won the rename), once checked."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".extract-"))
     try:
-        with SafeArchive.open(wheel, label=name) as archive:
-            wanted = [e.name for e in archive.entries if not e.is_dir and e.name.lower().endswith(PE_SUFFIXES)]
-            if wanted:
-                archive.extract(staging, members=wanted)
-        index = {member: content_sha256(staging / member) for member in wanted}  # a rename keeps identity
-        (staging / INDEX).write_text(json.dumps(index, sort_keys=True), encoding="utf-8")
+        index = fill(staging)
+        (staging / INDEX).write_text(index.to_json(), encoding="utf-8")
         shutil.rmtree(folder, ignore_errors=True)
         try:
             os.replace(staging, folder)
             return index
         except OSError:
-            pass  # another build extracted the same wheel first: use its entry, once checked
+            pass  # another build recorded the same wheel first: use its entry, once checked
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    found = _checked_index(folder)
-    if found is None:
-        msg = f"{name}: cannot keep its extracted binaries in {folder}; check the cache folder's space and permissions"
-        raise BuildError(msg)
-    return found
+    return _checked_index(folder)

@@ -14,8 +14,11 @@ from pathlib import PurePosixPath
 
 from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.binaries import payload_binaries
-from bundler.errors import BuildError
+from bundler.errors import BuildError, HashMismatchError
 from bundler.hashing import file_sha256
+from bundler.readers.archives import SafeArchive
+from bundler.readers.member_scan import read_files
+from bundler.readers.pe_source import PackedPe
 
 #: What ORT itself needs beside a program; with [gpu] the CUDA provider joins them.
 ORT_RUNTIME = ("onnxruntime.dll", "onnxruntime_providers_shared.dll")
@@ -52,13 +55,28 @@ def add_app_local_runtime(assembly: Assembly, build: BuildInputs) -> None:
 
 
 def _from_wheel(assembly: Assembly, build: BuildInputs, wheel: str, wanted: set[str]) -> dict[str, str]:
-    """The ORT DLLs of the wheel, shipped once as their own members (a wheel member cannot be copied by name)."""
+    """The ORT DLLs of the wheel, shipped once as their own members (a wheel member cannot be copied by name):
+    a DLL read where it lies in the wheel is copied into the bundle compressed as it is there."""
     found: dict[str, str] = {}
-    for label, path in payload_binaries(assembly, build.work, store=build.cache.work_dir("derived")).items():
+    packed: dict[str, tuple[PackedPe, str]] = {}
+    for label, source in payload_binaries(assembly, build.work, store=build.cache.work_dir("derived")).items():
         container, _, member = label.partition("!")
         name = PurePosixPath(member).name
         if container == wheel and name.lower() in wanted:
             bundle_path = f"payload/app-runtime/{name}"
-            assembly.add_file(bundle_path, path, file_sha256(path))
+            if isinstance(source, PackedPe):
+                packed[source.name] = (source, bundle_path)
+            else:
+                assembly.add_file(bundle_path, source, file_sha256(source))
             found[name] = bundle_path
+    if packed:
+        archive_path = next(iter(packed.values()))[0].archive
+        with SafeArchive.open(archive_path, label=wheel) as archive:
+            files = read_files(archive, archive_path, sorted(packed), label=wheel, work=build.work / "app-runtime")
+        for file in files:
+            source, bundle_path = packed[file.name]
+            if file.sha256 != source.sha256:
+                msg = f"{wheel}!{file.name}: its bytes have sha256 {file.sha256}, expected {source.sha256}"
+                raise HashMismatchError(msg)
+            assembly.add_archive_file(bundle_path, file)
     return found

@@ -15,10 +15,14 @@ import pytest
 from fixtures.memory import PEAK_MIB
 from fixtures.wine import mingw_gcc  # noqa: F401  (fixture)
 
-from bundler.errors import BuildError, InputUnavailableError
+from bundler.errors import BuildError, HashMismatchError, InputUnavailableError
 from bundler.hashing import file_sha256
 from bundler.readers import pe as pe_module
+from bundler.readers import pe_source
+from bundler.readers import wheel_binaries as wheel_binaries_module
 from bundler.readers.pe import PeInfo, inspect_pe, is_pe, runtime_dll_names
+from bundler.readers.pe_source import PackedPe
+from bundler.readers.signatures import signature_evidence
 from bundler.readers.wheel_binaries import wheel_binaries
 
 
@@ -143,11 +147,33 @@ def test_a_file_is_parsed_once_and_again_only_when_it_changes(capi: Path, tmp_pa
 
 
 @pytest.mark.integration
-def test_wheel_binaries_are_extracted_once_per_wheel_hash_and_checked_before_use(ort_win_wheel: Path,
-                                                                                 tmp_path: Path) -> None:
+def test_wheel_binaries_are_read_where_they_lie_once_per_wheel_hash(ort_win_wheel: Path, capi: Path,
+                                                                    tmp_path: Path) -> None:
+    """A first build writes no copy of a wheel's DLLs (issue 37): their sha256 is indexed, their facts come from
+    the member's bytes in memory and equal the facts of the extracted file, and a later build opens no wheel."""
+    sha, label = file_sha256(ort_win_wheel), "payload/wheels/ort.whl!onnxruntime/capi/onnxruntime.dll"
+    first = wheel_binaries("payload/wheels/ort.whl", ort_win_wheel, sha, store=tmp_path)
+    dll = first[label]
+    assert isinstance(dll, PackedPe) and dll.sha256 == file_sha256(capi / "onnxruntime.dll")
+    assert [p.name for p in (tmp_path / "wheel-binaries" / sha).iterdir()] == ["INDEX.json"], "nothing written out"
+    pe_module._PARSED.clear()
+    assert inspect_pe(dll, label=label) == inspect_pe(capi / "onnxruntime.dll", label=label)
+    assert signature_evidence(dll, label=label) == signature_evidence(capi / "onnxruntime.dll", label=label)
+    again = wheel_binaries("payload/wheels/ort.whl", tmp_path / "absent.whl", sha, store=tmp_path)
+    assert {k: v.sha256 for k, v in again.items() if isinstance(v, PackedPe)} == {
+        k: v.sha256 for k, v in first.items() if isinstance(v, PackedPe)}, "answered from the index alone"
+    (tmp_path / "wheel-binaries" / sha / "INDEX.json").write_text("{ damaged", encoding="utf-8")
+    assert wheel_binaries("payload/wheels/ort.whl", ort_win_wheel, sha, store=tmp_path) == first
+
+
+@pytest.mark.integration
+def test_a_wheel_binary_too_large_to_hold_is_written_out_once_and_checked_before_use(
+        ort_win_wheel: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wheel_binaries_module, "IN_MEMORY_MAX", 1 << 20)  # onnxruntime.dll is 15 MB
     sha = file_sha256(ort_win_wheel)
     first = wheel_binaries("payload/wheels/ort.whl", ort_win_wheel, sha, store=tmp_path)
     dll = first["payload/wheels/ort.whl!onnxruntime/capi/onnxruntime.dll"]
+    assert isinstance(dll, Path)
     with zipfile.ZipFile(ort_win_wheel) as archive:
         assert dll.read_bytes() == archive.read("onnxruntime/capi/onnxruntime.dll")
     inode = dll.stat().st_ino
@@ -160,6 +186,15 @@ def test_wheel_binaries_are_extracted_once_per_wheel_hash_and_checked_before_use
     assert repaired == first
     with zipfile.ZipFile(ort_win_wheel) as archive:
         assert file_sha256(dll) == hashlib.sha256(archive.read("onnxruntime/capi/onnxruntime.dll")).hexdigest()
+
+
+@pytest.mark.integration
+def test_a_wheel_binary_whose_bytes_changed_since_they_were_indexed_is_refused(ort_win_wheel: Path) -> None:
+    member = "onnxruntime/capi/onnxruntime_providers_shared.dll"
+    pe_source._INFLATED.clear()
+    changed = PackedPe(ort_win_wheel, member, "0" * 64)  # the index recorded other bytes than the wheel now holds
+    with pytest.raises(HashMismatchError, match=f"expected {'0' * 64}"):
+        inspect_pe(changed, label=f"ort.whl!{member}")
 
 
 @pytest.mark.integration
