@@ -1,4 +1,4 @@
-"""The payload's PE files (every DLL and PYD, loose or inside a wheel), extracted once per build and remembered.
+"""The payload's PE files (every DLL and PYD, loose or inside a wheel), found once per build and remembered.
 
 Two parts read them: the signature policy (`signature_policy.py`), which every target runs, and Windows' DLL
 closure check (`bundler/platforms/windows/closure.py`); so they are the assembly's, below both.
@@ -22,7 +22,7 @@ def payload_binaries(assembly: Assembly, work: Path, *, store: Path | None = Non
     """Every DLL/PYD of the bundle (label → where to read it); each wheel is opened and read only once.
 
     Labels are bundle paths, or `<wheel bundle path>!<member>` for a binary inside a wheel. What was
-    extracted is remembered per member on the assembly, so later checks (signatures) reuse it, and a
+    found is remembered per member on the assembly, so later checks (signatures) reuse it, and a
     member added after an earlier call is still found. With a `store` (the cache's derived folder) a
     wheel's binaries are read where they lie, once per wheel hash (`wheel_binaries`).
     """

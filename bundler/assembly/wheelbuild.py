@@ -31,7 +31,6 @@ from bundler.derived import Derived, DerivedCache, code_digest, content_sha256, 
 from bundler.errors import BuildError
 from bundler.hashing import CHUNK, file_sha256
 from bundler.readers.capi import PACKAGE, CapiTree, _files, _version, read_capi
-from bundler.readers.wheel_binaries import seed_wheel_binaries
 from bundler.target_platform import TargetPlatform
 
 GENERATOR = "ort-bundler"
@@ -127,11 +126,7 @@ def capi_wheel(source: Path, *, source_sha256: str, target: TargetPlatform, targ
                         source_label=f"{source.name} sha256:{source_sha256}")
     if cache is None:
         return Derived(path=built, sha256=file_sha256(built))
-    stored = cache.store(WHEEL_KIND, key, built)
-    # The DLL closure and the signature check read the wheel's binaries: they are the tree's files.
-    seed_wheel_binaries(stored.sha256, {name: path for name, path in _package_files(tree) if path is not None},
-                        store=cache.root)
-    return stored
+    return cache.store(WHEEL_KIND, key, built)
 
 
 # --- writing the wheel -----------------------------------------------------------------------------

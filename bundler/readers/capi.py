@@ -46,13 +46,14 @@ SEARCH_DEPTH = 4
 
 
 PACKAGE = "onnxruntime"
-# What of a zip source is written to disk: what is read as a file. The Windows binaries (the tag, the DLL closure
-# and the signature check read them), a Linux extension module (the tag: its name, and that it is x86-64 ELF), a
+# What of a zip source is written to disk: what is read as a file. A Windows extension module (the tag: its
+# imports; the DLLs stay in the zip, and the DLL closure and the signature check read them where they lie in the
+# built wheel, `readers/pe_source.py`), a Linux extension module (the tag: its name, and that it is x86-64 ELF), a
 # dist-info, the modules that state the name and version. The rest of the package goes into the wheel from the zip,
 # compressed as it is there and hashed from its stream: creating three hundred small files was a third of the time
 # it takes to read an official wheel, and writing out onnxruntime-gpu's Linux providers (460 MB, read by nothing)
 # a tenth of what the Linux GPU build wrote.
-ON_DISK = re.compile(r"(\.(pyd|dll|dylib)|\.(cpython-3\d+-x86_64-linux-gnu|abi3)\.so|\.dist-info/[^/]+(/[^/]+)*"
+ON_DISK = re.compile(r"(\.(pyd|dylib)|\.(cpython-3\d+-x86_64-linux-gnu|abi3)\.so|\.dist-info/[^/]+(/[^/]+)*"
                      r"|(^|/)onnxruntime/(__init__|capi/build_and_package_info|capi/version_info)\.py)$", re.IGNORECASE)
 LINUX_ABI3_RE = re.compile(r"\.abi3\.so$")
 

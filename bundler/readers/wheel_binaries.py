@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,29 +47,6 @@ def wheel_binaries(name: str, wheel: Path, sha256: str, *, store: Path) -> dict[
         index = _read(name, wheel, folder)
     return {f"{name}!{member}": folder / member if member in index.extracted else PackedPe(wheel, member, digest)
             for member, digest in sorted(index.members.items())}
-
-
-def seed_wheel_binaries(sha256: str, files: Mapping[str, Path], *, store: Path) -> None:
-    """Record the binaries of a wheel built from files on disk (member name -> file with the same bytes), so that
-    they need not be read in it again: their sha256 and, for those too large to hold in memory, the files,
-    hard-linked where the file system allows, else copied."""
-    folder = store / FOLDER / sha256
-    if _checked_index(folder) is not None:
-        return
-    wanted = {member: path for member, path in files.items() if member.lower().endswith(PE_SUFFIXES)}
-    large = {member for member, path in wanted.items() if path.stat().st_size > IN_MEMORY_MAX}
-
-    def fill(staging: Path) -> WheelIndex:
-        for member in sorted(large):
-            target = staging / member
-            target.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.link(wanted[member], target)
-            except OSError:
-                shutil.copyfile(wanted[member], target)
-        return WheelIndex({member: content_sha256(path) for member, path in wanted.items()}, frozenset(large))
-
-    _publish(folder, fill)
 
 
 def _checked_index(folder: Path) -> WheelIndex | None:

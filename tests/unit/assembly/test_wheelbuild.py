@@ -36,7 +36,6 @@ from bundler.assembly.wheelbuild import (
 from bundler.derived import Derived, DerivedCache
 from bundler.errors import BuildError, UnsafeArchiveError
 from bundler.hashing import file_sha256
-from bundler.readers import wheel_binaries as wheel_binaries_module
 from bundler.readers.capi import CapiTree, derive_tag, read_capi
 from bundler.readers.pe_source import PackedPe
 from bundler.readers.wheel_binaries import wheel_binaries
@@ -621,28 +620,22 @@ def test_a_zip_source_lends_its_compressed_members_unchanged(tmp_path: Path, hos
 
 
 @pytest.mark.integration
-def test_a_built_wheels_binary_too_large_to_hold_is_linked_from_the_tree(ort_win_wheel: Path, tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(wheel_binaries_module, "IN_MEMORY_MAX", 1 << 20)  # onnxruntime.dll is 15 MB
+def test_the_dlls_of_a_windows_capi_wheel_stay_in_its_zip_and_are_read_in_the_built_wheel(ort_win_wheel: Path,
+                                                                                         tmp_path: Path) -> None:
+    """Only the extension module is written out (its imports give the tag); the DLLs go into the built wheel
+    compressed as the source holds them, and the DLL closure reads them there, writing nothing (issue 37)."""
     cache = DerivedCache(tmp_path / "derived")
     built = rebuilt(ort_win_wheel, "win_amd64", tmp_path / "w", cache=cache)
+    capi = tmp_path / "w" / "capi" / f"{ort_win_wheel.name}.capi" / "onnxruntime" / "capi"
+    assert sorted(p.name for p in capi.iterdir() if p.suffix in {".dll", ".pyd"}) == ["onnxruntime_pybind11_state.pyd"]
     found = wheel_binaries("payload/wheels/ort.whl", built.path, built.sha256, store=cache.root)
-    tree_dll = tmp_path / "w" / "capi" / f"{ort_win_wheel.name}.capi" / "onnxruntime" / "capi" / "onnxruntime.dll"
-    dll = found["payload/wheels/ort.whl!onnxruntime/capi/onnxruntime.dll"]
-    assert isinstance(dll, Path) and dll.stat().st_ino == tree_dll.stat().st_ino  # a hard link to the tree's file
-
-
-@pytest.mark.integration
-def test_the_built_wheels_binaries_are_recorded_from_the_tree_not_inflated_again(ort_win_wheel: Path,
-                                                                                 tmp_path: Path) -> None:
-    cache = DerivedCache(tmp_path / "derived")
-    built = rebuilt(ort_win_wheel, "win_amd64", tmp_path / "w", cache=cache)
-    index = tmp_path / "derived" / "wheel-binaries" / built.sha256 / "INDEX.json"
-    assert index.is_file(), "the capi build records the wheel's DLLs and PYDs for the DLL closure"
-    found = wheel_binaries("payload/wheels/ort.whl", tmp_path / "absent.whl", built.sha256, store=cache.root)
-    assert found, "answered from the index the build recorded, without opening the wheel"
-    assert [p.name for p in index.parent.iterdir()] == ["INDEX.json"], "nothing copied: each DLL is read in the wheel"
-    with zipfile.ZipFile(built.path) as archive:
-        for label, source in found.items():
-            assert isinstance(source, PackedPe), label
-            assert source.sha256 == hashlib.sha256(archive.read(label.split("!", 1)[1])).hexdigest(), label
+    assert "payload/wheels/ort.whl!onnxruntime/capi/onnxruntime.dll" in found
+    index = cache.root / "wheel-binaries" / built.sha256
+    assert [p.name for p in index.iterdir()] == ["INDEX.json"], "nothing written out: each DLL is read in the wheel"
+    with zipfile.ZipFile(built.path) as archive, zipfile.ZipFile(ort_win_wheel) as source:
+        for label, pe in found.items():
+            member = label.split("!", 1)[1]
+            assert isinstance(pe, PackedPe), label
+            assert pe.sha256 == hashlib.sha256(archive.read(member)).hexdigest(), label
+            if member.endswith(".dll"):  # copied as compressed in the source, not deflated again
+                assert archive.getinfo(member).compress_size == source.getinfo(member).compress_size, label
