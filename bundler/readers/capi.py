@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from email.message import Message
 from email.parser import Parser
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from packaging.tags import Tag, parse_tag
 from packaging.utils import (
@@ -22,7 +22,9 @@ from packaging.version import InvalidVersion, Version
 from bundler.errors import BuildError, InputUnavailableError
 from bundler.names import distribution_name, read_utf8, version_text
 from bundler.readers.archives import SafeArchive
+from bundler.readers.member_scan import copyable
 from bundler.readers.pe import X64_MACHINE, inspect_pe, is_x86_64_elf
+from bundler.readers.pe_source import PackedPe, PeSource, inflate
 from bundler.target_platform import TargetPlatform
 
 WIN_PYTHON_DLL_RE = re.compile(r"^python3(\d+)\.dll$", re.IGNORECASE)
@@ -46,14 +48,15 @@ SEARCH_DEPTH = 4
 
 
 PACKAGE = "onnxruntime"
-# What of a zip source is written to disk: what is read as a file. A Windows extension module (the tag: its
-# imports; the DLLs stay in the zip, and the DLL closure and the signature check read them where they lie in the
-# built wheel, `readers/pe_source.py`), a Linux extension module (the tag: its name, and that it is x86-64 ELF), a
+# What of a zip source is written to disk: what is read as a file. Not the Windows binaries: the tag is read from
+# the `.pyd`'s imports where it lies in the zip, and the DLL closure and the signature check read them in the built
+# wheel (`readers/pe_source.py`); only a `.pyd` compressed with a method a wheel may not hold is written out. A
+# Linux extension module (the tag: its name, and that it is x86-64 ELF), a
 # dist-info, the modules that state the name and version. The rest of the package goes into the wheel from the zip,
 # compressed as it is there and hashed from its stream: creating three hundred small files was a third of the time
 # it takes to read an official wheel, and writing out onnxruntime-gpu's Linux providers (460 MB, read by nothing)
 # a tenth of what the Linux GPU build wrote.
-ON_DISK = re.compile(r"(\.(pyd|dylib)|\.(cpython-3\d+-x86_64-linux-gnu|abi3)\.so|\.dist-info/[^/]+(/[^/]+)*"
+ON_DISK = re.compile(r"(\.dylib|\.(cpython-3\d+-x86_64-linux-gnu|abi3)\.so|\.dist-info/[^/]+(/[^/]+)*"
                      r"|(^|/)onnxruntime/(__init__|capi/build_and_package_info|capi/version_info)\.py)$", re.IGNORECASE)
 LINUX_ABI3_RE = re.compile(r"\.abi3\.so$")
 
@@ -80,7 +83,7 @@ class CapiTree:
 class _Extension:
     """One extension module and the Python it was built for."""
 
-    path: Path
+    name: str  # its file name
     python: str  # "cp311"; for a stable-ABI module the Python is not knowable from the binary: ""
     abi: str  # "cp311" or "abi3"
 
@@ -91,6 +94,8 @@ def read_capi(source: Path, *, work_dir: Path, target: TargetPlatform, label: st
     root = _package_root(base, label=label)
     archive = source if source.is_file() and zipfile.is_zipfile(source) else None
     prefix = f"{root.relative_to(base).as_posix()}/" if root != base else ""
+    pyds = [name for name in left if name.startswith(f"{prefix}{PACKAGE}/") and name.lower().endswith(".pyd")]
+    packed = _read_in_place(source, pyds, label=label) if archive and target.binary_format == "pe" else ()
     dist_info = _dist_info(root, label=label)
     metadata = _parse_headers(read_utf8(dist_info / "METADATA", label=label)) if dist_info else None
     source_tags = _wheel_file_tags(dist_info) if dist_info else ()
@@ -100,7 +105,7 @@ def read_capi(source: Path, *, work_dir: Path, target: TargetPlatform, label: st
         version=_tree_version(root, metadata, label=label),
         requires=tuple(metadata.get_all("Requires-Dist") or ()) if metadata else (),
         dist_info=dist_info,
-        tag=derive_tag(root, target=target, source_tags=source_tags, label=label),
+        tag=derive_tag(root, target=target, source_tags=source_tags, label=label, packed=packed),
         archive=archive,
         archive_root=root.relative_to(base).as_posix() if archive and root != base else "",
         in_archive=tuple(sorted(name.removeprefix(prefix) for name in left if name.startswith(f"{prefix}{PACKAGE}/"))),
@@ -108,7 +113,8 @@ def read_capi(source: Path, *, work_dir: Path, target: TargetPlatform, label: st
     )
 
 
-def derive_tag(tree_root: Path, *, target: TargetPlatform, source_tags: Sequence[str] = (), label: str | None = None) -> str:
+def derive_tag(tree_root: Path, *, target: TargetPlatform, source_tags: Sequence[str] = (), label: str | None = None,
+               packed: Sequence[PackedPe] = ()) -> str:
     """The wheel tag the binaries call for.
 
     A `.pyd` names its Python in its import table (`python311.dll` → cp311); a Linux extension names it
@@ -119,10 +125,15 @@ def derive_tag(tree_root: Path, *, target: TargetPlatform, source_tags: Sequence
     serve. On Linux the platform part is the manylinux tag(s) the source wheel carried (the binaries'
     glibc needs were audited for those) and otherwise plain `linux_x86_64`. Never `py3-none`. Messages name
     the package as `label` says (the manifest's key) when given, never the folder a source was unpacked into.
+    `packed` are the `.pyd` files left in the source zip, read where they lie.
     """
     package = tree_root / PACKAGE
     where = f"{label}: its {PACKAGE} package" if label else str(package)
-    extensions = _EXTENSIONS[target.binary_format](package)
+    if target.binary_format == "pe":
+        extensions = [*(_pyd_extension(path, name=str(path)) for path in _files(package) if path.suffix.lower() == ".pyd"),
+                      *(_pyd_extension(pe, name=f"{label}!{pe.name}") for pe in packed)]
+    else:
+        extensions = _linux_extensions(package)
     if not extensions:
         msg = (f"{where}: found no Python extension module for {target.tag} (a .pyd importing pythonXY.dll "
                f"or a *.cpython-3XY-x86_64-linux-gnu.so), expected one; without it the wheel could only be "
@@ -161,12 +172,31 @@ def _materialize(source: Path, *, work_dir: Path, label: str) -> tuple[Path, lis
             archive.extract(dest)
             return dest, []
         files = [entry.name for entry in archive.entries if not entry.is_dir and not _skipped(entry.name)]
-        archive.extract(dest, members=[entry.name for entry in archive.entries
-                                       if entry.is_dir or ON_DISK.search(entry.name)])
-    left = [name for name in files if not ON_DISK.search(name)]
+        written = {entry.name for entry in archive.entries if entry.is_dir or _on_disk(archive, entry.name)}
+        archive.extract(dest, members=sorted(written))
+    left = [name for name in files if name not in written]
     for name in left:  # their folders, so the tree is found as it would be fully extracted (names checked)
         dest.joinpath(*name.split("/")[:-1]).mkdir(parents=True, exist_ok=True)
     return dest, left
+
+
+def _on_disk(archive: SafeArchive, name: str) -> bool:
+    """Read as a file (`ON_DISK`), or a `.pyd` that cannot be read where it lies (bzip2, LZMA: not a wheel's)."""
+    if ON_DISK.search(name):
+        return True
+    info = archive.zip_info(name)
+    return name.lower().endswith(".pyd") and (info is None or not copyable(info))
+
+
+def _read_in_place(source: Path, names: Sequence[str], *, label: str) -> tuple[PackedPe, ...]:
+    """The `.pyd` files left in the zip, each read once where it lies (and kept for the next reader)."""
+    found = []
+    with SafeArchive.open(source, label=label) as archive:
+        for name in names:
+            info = archive.zip_info(name)
+            assert info is not None  # left in a zip because it could be read there (`_on_disk`)
+            found.append(PackedPe(source, name, inflate(source, info)[0]))
+    return tuple(found)
 
 
 def _skipped(name: str) -> bool:
@@ -287,26 +317,23 @@ def _files(folder: Path) -> list[Path]:
     return sorted(found, key=lambda p: p.relative_to(folder).as_posix())
 
 
-def _win_extensions(package: Path) -> list[_Extension]:
-    return [_pyd_extension(path) for path in _files(package) if path.suffix.lower() == ".pyd"]
-
-
-def _pyd_extension(path: Path) -> _Extension:
-    info = inspect_pe(path)
+def _pyd_extension(source: PeSource, *, name: str) -> _Extension:
+    info = inspect_pe(source, label=name)
     machine, imports = info.machine, info.imports
     if machine != X64_MACHINE:
-        msg = f"{path}: found PE machine {machine:#06x}, expected {X64_MACHINE:#06x} (x64) for win_amd64"
+        msg = f"{name}: found PE machine {machine:#06x}, expected {X64_MACHINE:#06x} (x64) for win_amd64"
         raise BuildError(msg)
     versions = sorted({m.group(1) for dll in imports if (m := WIN_PYTHON_DLL_RE.match(dll))})
+    file = PurePosixPath(name).name
     if len(versions) > 1:
         pythons = ", ".join(f"python3{v}.dll" for v in versions)
-        msg = f"{path}: found imports of several Pythons ({pythons}), expected exactly one"
+        msg = f"{name}: found imports of several Pythons ({pythons}), expected exactly one"
         raise BuildError(msg)
     if versions:
-        return _Extension(path=path, python=f"cp3{versions[0]}", abi=f"cp3{versions[0]}")
+        return _Extension(name=file, python=f"cp3{versions[0]}", abi=f"cp3{versions[0]}")
     if any(dll.lower() == "python3.dll" for dll in imports):
-        return _Extension(path=path, python="", abi="abi3")
-    msg = f"{path}: found no import of pythonXY.dll or python3.dll, expected a Python extension module"
+        return _Extension(name=file, python="", abi="abi3")
+    msg = f"{name}: found no import of pythonXY.dll or python3.dll, expected a Python extension module"
     raise BuildError(msg)
 
 
@@ -314,16 +341,13 @@ def _linux_extensions(package: Path) -> list[_Extension]:
     found: list[_Extension] = []
     for path in _files(package):
         if match := LINUX_EXTENSION_RE.search(path.name):
-            found.append(_Extension(path=path, python=f"cp3{match.group(1)}", abi=f"cp3{match.group(1)}"))
+            found.append(_Extension(name=path.name, python=f"cp3{match.group(1)}", abi=f"cp3{match.group(1)}"))
         elif LINUX_ABI3_RE.search(path.name):
-            found.append(_Extension(path=path, python="", abi="abi3"))
-    for extension in found:
-        _check_elf_x86_64(extension.path)
+            found.append(_Extension(name=path.name, python="", abi="abi3"))
+        else:
+            continue
+        _check_elf_x86_64(path)
     return found
-
-
-#: The extension modules of a package, by the binary format of the target: `.pyd` or `.so`.
-_EXTENSIONS = {"pe": _win_extensions, "elf": _linux_extensions}
 
 
 def _check_elf_x86_64(path: Path) -> None:
@@ -337,7 +361,7 @@ def _python_and_abi(extensions: Sequence[_Extension], *, source_tags: frozenset[
     """One Python for all modules; version-specific modules pin it, stable-ABI ones merely accept it."""
     specific = sorted({e.python for e in extensions if e.abi != "abi3"})
     if len(specific) > 1:
-        listed = "; ".join(f"{e.path.name} is {e.python}" for e in extensions if e.abi != "abi3")
+        listed = "; ".join(f"{e.name} is {e.python}" for e in extensions if e.abi != "abi3")
         msg = f"{where}: the extension modules disagree about the Python version ({listed}), expected one"
         raise BuildError(msg)
     if specific:
@@ -345,7 +369,7 @@ def _python_and_abi(extensions: Sequence[_Extension], *, source_tags: frozenset[
     declared = sorted((t.interpreter for t in source_tags if t.abi == "abi3" and t.interpreter.startswith("cp3")),
                       key=lambda interpreter: int(interpreter[3:]))
     if not declared:
-        names = ", ".join(e.path.name for e in extensions)
+        names = ", ".join(e.name for e in extensions)
         msg = (f"{where}: found only stable-ABI extension modules ({names}) and no cp3X-abi3 tag in a source "
                f"dist-info, expected one: the oldest Python such a module supports cannot be read from the "
                f"binary; use the wheel it came from as the capi source")

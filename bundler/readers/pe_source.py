@@ -59,10 +59,8 @@ def pe_data(source: PeSource, *, name: str) -> Iterator[mmap.mmap | bytes]:
     content = _INFLATED.get(source.sha256)
     if content is None:
         with SafeArchive.open(source.archive, label=str(source.archive)) as archive:
-            info = archive.zip_info(source.name)
-        if info is None:
-            msg = f"{name}: {source.archive} holds no zip member {source.name}; expected the wheel the build read"
-            raise InputUnavailableError(msg)
+            info = archive.zip_info(source.name)  # a member it lacks is named there
+        assert info is not None  # a PackedPe is made of a zip's member only
         sha256, content = inflate(source.archive, info)
         if sha256 != source.sha256:
             msg = (f"{name}: its bytes have sha256 {sha256}, expected {source.sha256} (the archive changed while "

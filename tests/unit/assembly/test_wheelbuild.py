@@ -36,6 +36,7 @@ from bundler.assembly.wheelbuild import (
 from bundler.derived import Derived, DerivedCache
 from bundler.errors import BuildError, UnsafeArchiveError
 from bundler.hashing import file_sha256
+from bundler.readers.archives import SafeArchive
 from bundler.readers.capi import CapiTree, derive_tag, read_capi
 from bundler.readers.pe_source import PackedPe
 from bundler.readers.wheel_binaries import wheel_binaries
@@ -622,12 +623,14 @@ def test_a_zip_source_lends_its_compressed_members_unchanged(tmp_path: Path, hos
 @pytest.mark.integration
 def test_the_dlls_of_a_windows_capi_wheel_stay_in_its_zip_and_are_read_in_the_built_wheel(ort_win_wheel: Path,
                                                                                          tmp_path: Path) -> None:
-    """Only the extension module is written out (its imports give the tag); the DLLs go into the built wheel
-    compressed as the source holds them, and the DLL closure reads them there, writing nothing (issue 37)."""
+    """No binary is written out: the tag comes from the extension module's imports read where it lies, the DLLs
+    and the module go into the built wheel compressed as the source holds them, and the DLL closure reads them
+    there (issue 37)."""
     cache = DerivedCache(tmp_path / "derived")
     built = rebuilt(ort_win_wheel, "win_amd64", tmp_path / "w", cache=cache)
     capi = tmp_path / "w" / "capi" / f"{ort_win_wheel.name}.capi" / "onnxruntime" / "capi"
-    assert sorted(p.name for p in capi.iterdir() if p.suffix in {".dll", ".pyd"}) == ["onnxruntime_pybind11_state.pyd"]
+    assert built.path.name.endswith("-cp311-cp311-win_amd64.whl")
+    assert not [p.name for p in capi.iterdir() if p.suffix in {".dll", ".pyd"}]
     found = wheel_binaries("payload/wheels/ort.whl", built.path, built.sha256, store=cache.root)
     assert "payload/wheels/ort.whl!onnxruntime/capi/onnxruntime.dll" in found
     index = cache.root / "wheel-binaries" / built.sha256
@@ -637,5 +640,19 @@ def test_the_dlls_of_a_windows_capi_wheel_stay_in_its_zip_and_are_read_in_the_bu
             member = label.split("!", 1)[1]
             assert isinstance(pe, PackedPe), label
             assert pe.sha256 == hashlib.sha256(archive.read(member)).hexdigest(), label
-            if member.endswith(".dll"):  # copied as compressed in the source, not deflated again
-                assert archive.getinfo(member).compress_size == source.getinfo(member).compress_size, label
+            # copied as compressed in the source, not deflated again
+            assert archive.getinfo(member).compress_size == source.getinfo(member).compress_size, label
+
+
+def test_only_a_pyd_that_cannot_be_read_where_it_lies_is_written_out(tmp_path: Path) -> None:
+    """A deflated or stored `.pyd` is read in the zip for the tag; a bzip2 one (no wheel holds one, but a zip
+    may) is extracted, as every Windows binary used to be."""
+    from bundler.readers.capi import _on_disk
+
+    source = tmp_path / "capi.zip"
+    with zipfile.ZipFile(source, "w") as archive:
+        for name, method in {"deflated.pyd": zipfile.ZIP_DEFLATED, "stored.pyd": zipfile.ZIP_STORED,
+                             "bzip2.pyd": zipfile.ZIP_BZIP2, "lib.dll": zipfile.ZIP_DEFLATED}.items():
+            archive.writestr(f"onnxruntime/capi/{name}", b"MZ" + bytes(100), compress_type=method)
+    with SafeArchive.open(source, label="ort.capi") as archive:
+        assert [n for n in archive.names() if _on_disk(archive, n)] == ["onnxruntime/capi/bzip2.pyd"]

@@ -195,6 +195,8 @@ def test_a_wheel_binary_whose_bytes_changed_since_they_were_indexed_is_refused(o
     changed = PackedPe(ort_win_wheel, member, "0" * 64)  # the index recorded other bytes than the wheel now holds
     with pytest.raises(HashMismatchError, match=f"expected {'0' * 64}"):
         inspect_pe(changed, label=f"ort.whl!{member}")
+    with pytest.raises(InputUnavailableError, match="has no entry 'onnxruntime/capi/gone.dll'"):
+        inspect_pe(PackedPe(ort_win_wheel, "onnxruntime/capi/gone.dll", "1" * 64), label="ort.whl!gone.dll")
 
 
 @pytest.mark.integration
