@@ -266,3 +266,31 @@ def test_progress_and_warnings_go_to_stdout_and_only_the_error_to_stderr(capsys:
     assert "verifying the bundle" in out and "warning: RuntimeWarning: Skip installing x/__pycache__/y.pyc" in out
     [line] = err.splitlines()
     assert line.endswith(" ERROR: installing payload/wheels/x.whl failed; nothing was changed")
+
+
+SECOND_INSTALL = """
+import shutil, sys
+from pathlib import Path
+from bundler.shipped.ort_bundle.engine.engine_env import _import_installer
+first, second = Path(sys.argv[1]), Path(sys.argv[2])
+assert Path(_import_installer(first).__file__).is_relative_to(first)
+first.unlink()  # the first install's staging folder is gone
+module = _import_installer(second)
+import installer.scripts
+assert Path(module.__file__).is_relative_to(second) and Path(installer.scripts.__file__).is_relative_to(second)
+print("from the second wheel")
+"""
+
+
+def test_a_second_install_in_one_process_imports_installer_from_its_own_wheel(tmp_path: Path) -> None:
+    """The first install's installer, imported from a staging folder since deleted, failed the second install
+    when it read a script launcher from its wheel (a Windows install of a wheel with console scripts)."""
+    from fixtures.wheels import pip_download
+
+    wheel = pip_download("installer==1.1.0", "any")
+    copies = [tmp_path / name / wheel.name for name in ("first", "second")]
+    for copy in copies:
+        copy.parent.mkdir()
+        copy.write_bytes(wheel.read_bytes())
+    proc = subprocess.run([sys.executable, "-c", SECOND_INSTALL, *map(str, copies)], capture_output=True, text=True)
+    assert proc.returncode == 0 and "from the second wheel" in proc.stdout, proc.stderr

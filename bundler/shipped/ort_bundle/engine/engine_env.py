@@ -49,7 +49,10 @@ def relocate_venv(stage_venv: Path, final_venv: Path, scripts: str) -> None:
 
 
 def _import_installer(wheel: Path):  # type: ignore[no-untyped-def]
-    """pypa's installer, imported from the bundle's own (already hash-checked) wheel."""
+    """pypa's installer, imported from the bundle's own (already hash-checked) wheel: never one imported before in
+    this process (from another bundle's staging folder, since deleted, which its launchers are read from lazily)."""
+    for name in [name for name in sys.modules if name == "installer" or name.startswith("installer.")]:
+        del sys.modules[name]
     sys.path.insert(0, str(wheel))
     import installer
     import installer.destinations
