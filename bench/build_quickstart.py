@@ -22,8 +22,8 @@ The commands run as on a user's machine, where Python keeps compiled bytecode: P
 Memory the machine has never used is not what is measured. On a fresh virtual machine (this project's CI
 and work machines are Firecracker VMs) the first touch of a page of guest memory costs the host a fault:
 writing 3 GiB into /dev/shm took 6.9 s the first time and 1.0 s once those pages had been used and freed.
-A first build writes about 140 MiB of new files (the kept zip, the rebuilt wheel, the wheels' extracted
-binaries) and the zip baseline 33 MiB, so on such a machine the build paid 0.3-0.5 s more than its work,
+A first build wrote about 140 MiB of new files (the kept zip, the rebuilt wheel, the wheels' extracted
+binaries; 80 MiB since those binaries are read where they lie) and the zip baseline 33 MiB, so on such a machine the build paid 0.3-0.5 s more than its work,
 all of it system time (1.3-1.5 s against 1.0 s), and less and less as the machine's memory got used. So
 before each timed command the script writes to, then frees, 1 GiB (`pretouch`), and removes each attempt's
 folders once its figures are taken: every command then allocates pages the machine has used before, as
