@@ -95,7 +95,7 @@ def read_capi(source: Path, *, work_dir: Path, target: TargetPlatform, label: st
     archive = source if source.is_file() and zipfile.is_zipfile(source) else None
     prefix = f"{root.relative_to(base).as_posix()}/" if root != base else ""
     pyds = [name for name in left if name.startswith(f"{prefix}{PACKAGE}/") and name.lower().endswith(".pyd")]
-    packed = _read_in_place(source, pyds, label=label) if archive and target.binary_format == "pe" else ()
+    packed = _read_in_place(source, pyds, label=label) if archive else ()
     dist_info = _dist_info(root, label=label)
     metadata = _parse_headers(read_utf8(dist_info / "METADATA", label=label)) if dist_info else None
     source_tags = _wheel_file_tags(dist_info) if dist_info else ()
@@ -129,11 +129,7 @@ def derive_tag(tree_root: Path, *, target: TargetPlatform, source_tags: Sequence
     """
     package = tree_root / PACKAGE
     where = f"{label}: its {PACKAGE} package" if label else str(package)
-    if target.binary_format == "pe":
-        extensions = [*(_pyd_extension(path, name=str(path)) for path in _files(package) if path.suffix.lower() == ".pyd"),
-                      *(_pyd_extension(pe, name=f"{label}!{pe.name}") for pe in packed)]
-    else:
-        extensions = _linux_extensions(package)
+    extensions = _EXTENSIONS[target.binary_format](package, packed, label)
     if not extensions:
         msg = (f"{where}: found no Python extension module for {target.tag} (a .pyd importing pythonXY.dll "
                f"or a *.cpython-3XY-x86_64-linux-gnu.so), expected one; without it the wheel could only be "
@@ -317,6 +313,11 @@ def _files(folder: Path) -> list[Path]:
     return sorted(found, key=lambda p: p.relative_to(folder).as_posix())
 
 
+def _win_extensions(package: Path, packed: Sequence[PackedPe], label: str | None) -> list[_Extension]:
+    return [*(_pyd_extension(path, name=str(path)) for path in _files(package) if path.suffix.lower() == ".pyd"),
+            *(_pyd_extension(pe, name=f"{label}!{pe.name}") for pe in packed)]
+
+
 def _pyd_extension(source: PeSource, *, name: str) -> _Extension:
     info = inspect_pe(source, label=name)
     machine, imports = info.machine, info.imports
@@ -337,7 +338,8 @@ def _pyd_extension(source: PeSource, *, name: str) -> _Extension:
     raise BuildError(msg)
 
 
-def _linux_extensions(package: Path) -> list[_Extension]:
+def _linux_extensions(package: Path, packed: Sequence[PackedPe], label: str | None) -> list[_Extension]:
+    """`packed` is always empty here: a Linux extension module is read as a file (`ON_DISK`)."""
     found: list[_Extension] = []
     for path in _files(package):
         if match := LINUX_EXTENSION_RE.search(path.name):
@@ -348,6 +350,10 @@ def _linux_extensions(package: Path) -> list[_Extension]:
             continue
         _check_elf_x86_64(path)
     return found
+
+
+#: The extension modules of a package, by the binary format of the target: `.pyd` or `.so`.
+_EXTENSIONS = {"pe": _win_extensions, "elf": _linux_extensions}
 
 
 def _check_elf_x86_64(path: Path) -> None:
