@@ -299,6 +299,14 @@ def _wait_for_partial(path: Path, *, stable: bool, timeout: float = 20) -> None:
     raise AssertionError(msg)
 
 
+#: Starts the rest of its argv as a terminal's foreground process gets ctrl-c: SIGINT neither ignored nor blocked.
+#: A child inherits both from whoever starts it (a shell's `&` or nohup ignores SIGINT, and Python then keeps it
+#: ignored, rightly), so the test cannot take them from its worker: in a full run, one worker's child once let
+#: SIGINT pass unanswered until its download ended.
+AS_FROM_A_TERMINAL = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                      "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); os.execv(sys.executable, sys.argv[1:])")
+
+
 @pytest.mark.parametrize("body", ["stalled", "flowing"])
 def test_ctrl_c_stops_at_once_and_keeps_the_partial(server: LocalHTTPServer, tmp_path: Path, body: str) -> None:
     data = payload(2_000_000, 70)
@@ -307,16 +315,15 @@ def test_ctrl_c_stops_at_once_and_keeps_the_partial(server: LocalHTTPServer, tmp
     manifest = write_manifest(tmp_path, archive=(url, sha256(data)))
     cache = Cache(tmp_path / "cache")
     partial = cache.root / "partial" / f"{sha256(data)}.part"
-    proc = subprocess.Popen(cli("fetch", manifest, "--cache", cache.root, "-q"), cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        _wait_for_partial(partial, stable=body == "stalled")
-        proc.send_signal(signal.SIGINT)
-        interrupted = time.monotonic()
-        _, stderr = proc.communicate(timeout=15)
-    finally:
-        proc.kill()
-        proc.wait()
+    command = [sys.executable, "-c", AS_FROM_A_TERMINAL, *cli("fetch", manifest, "--cache", cache.root, "-q")]
+    with subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            _wait_for_partial(partial, stable=body == "stalled")
+            proc.send_signal(signal.SIGINT)
+            interrupted = time.monotonic()
+            _, stderr = proc.communicate(timeout=15)
+        finally:
+            proc.kill()
     assert time.monotonic() - interrupted < 3  # not after the read timeout, nor after the download finished
     assert proc.returncode == 130, stderr
     assert "interrupted" in stderr and "Traceback" not in stderr
