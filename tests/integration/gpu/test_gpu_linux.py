@@ -2,8 +2,8 @@
 
 The fast tests build small real ELF shared libraries with gcc (stand-ins for NVIDIA's: a library with the soname and
 DT_NEEDED entries, and strings naming what the real one dlopens, as measured on the wheels) and run the closure on
-them. The big tests fetch manifests/gpu-linux-cuda12.toml's inputs (about 2.3 GB) and run only with
-ORT_BUNDLER_BIG=1.
+them. The last tests fetch manifests/gpu-linux-cuda12.toml's inputs (about 2.3 GB, checking the free space
+first), on every run.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fixtures.cli import MANIFESTS, run_cli
+from fixtures.cli import MANIFESTS
 from fixtures.memory import PEAK_MIB
 from fixtures.parts import part_inputs
-from fixtures.wheels import cache_root
+from fixtures.wheels import fetched_inputs
 
 from bundler.assembly.assembly import Assembly
 from bundler.errors import BuildError
@@ -35,12 +35,9 @@ from bundler.platforms.linux.gpu import _SO_NAME, PROVIDER, NameScan, _library, 
 from bundler.readers.archives import SafeArchive
 from bundler.readers.elf import read_elf
 from bundler.readers.member_scan import read_files
-from bundler.sources.cache import Cache
-from bundler.sources.fetch import cached_inputs
 from bundler.writer.members import MemberCache
 from bundler.writer.zipwriter import write_zip
 
-BIG = pytest.mark.skipif(os.environ.get("ORT_BUNDLER_BIG") != "1", reason="fetches ~2.3 GB; set ORT_BUNDLER_BIG=1")
 LINUX_CUDA12 = MANIFESTS / "gpu-linux-cuda12.toml"
 
 
@@ -244,9 +241,7 @@ def test_a_gpu_component_is_accepted_for_linux():
 
 @pytest.fixture(scope="module")
 def linux_files() -> dict[str, Path]:
-    cache = cache_root() / "bundler-cache"
-    run_cli("fetch", "-q", "--cache", str(cache), str(LINUX_CUDA12))
-    return cached_inputs(load(LINUX_CUDA12).inputs(), Cache(cache))
+    return fetched_inputs(LINUX_CUDA12, needs_gib=3.0)
 
 
 EXPECTED = ("libcublas.so.12", "libcublasLt.so.12", "libcudart.so.12", "libcudnn.so.9", "libcudnn_adv.so.9",
@@ -256,7 +251,6 @@ EXPECTED = ("libcublas.so.12", "libcublasLt.so.12", "libcudart.so.12", "libcudnn
 
 
 @pytest.mark.integration
-@BIG
 def test_linux_cuda12_closure_is_complete_from_nvidias_wheels(tmp_path, linux_files):
     assembly = Assembly()
     add_gpu(assembly, part_inputs(load(LINUX_CUDA12), files=linux_files, work=tmp_path / "a"))
@@ -284,7 +278,6 @@ def without_source(manifest, files, needle: str):
 
 
 @pytest.mark.integration
-@BIG
 @pytest.mark.parametrize(("needle", "expected"), [
     ("nvidia-curand", ["onnxruntime/capi/libonnxruntime_providers_cuda.so needs libcurand.so.10 (DT_NEEDED), which "
                        "the bundle does not provide.",

@@ -1,13 +1,12 @@
 """The CUDA 12 / cuDNN 9 route on win_amd64: onnxruntime-gpu 1.23.2 with NVIDIA's *-cu12 wheels, closure-checked.
 
 The fast test uses a tiny mingw DLL that names nvJitLink_120_0.dll in its strings, as cuFFT 11.3 does (it loads
-it by name for JIT-linked callbacks). The big tests fetch manifests/gpu-win-cuda12.toml's inputs (about 1.7 GB)
-and run only with ORT_BUNDLER_BIG=1.
+it by name for JIT-linked callbacks). The real-wheel tests fetch manifests/gpu-win-cuda12.toml's inputs (about
+1.7 GB, checking the free space first), on every run.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 from fixtures.cli import MANIFESTS, run_cli
 from fixtures.parts import part_inputs
-from fixtures.wheels import cache_root
+from fixtures.wheels import fetched_inputs
 from fixtures.wine import mingw_gcc  # noqa: F401  (fixture)
 from integration.gpu.test_gpu import complete_sources, dlls, ort_wheel, run_gpu  # noqa: F401  (fixtures)
 
@@ -23,10 +22,7 @@ from bundler.assembly.assembly import Assembly
 from bundler.errors import BuildError
 from bundler.manifest import load
 from bundler.platforms.windows.gpu import add_gpu
-from bundler.sources.cache import Cache
-from bundler.sources.fetch import cached_inputs
 
-BIG = pytest.mark.skipif(os.environ.get("ORT_BUNDLER_BIG") != "1", reason="fetches ~1.7 GB; set ORT_BUNDLER_BIG=1")
 CUDA12 = MANIFESTS / "gpu-win-cuda12.toml"
 
 
@@ -49,13 +45,10 @@ def test_a_library_loading_nvjitlink_by_name_needs_it(tmp_path, ort_wheel, compl
 
 @pytest.fixture(scope="module")
 def cuda12_files() -> dict[str, Path]:
-    cache = cache_root() / "bundler-cache"
-    run_cli("fetch", "-q", "--cache", str(cache), str(CUDA12))
-    return cached_inputs(load(CUDA12).inputs(), Cache(cache))
+    return fetched_inputs(CUDA12, needs_gib=2.5)
 
 
 @pytest.mark.integration
-@BIG
 def test_cuda12_closure_is_complete_from_nvidias_wheels(tmp_path, cuda12_files):
     assembly = Assembly()
     add_gpu(assembly, part_inputs(load(CUDA12), files=cuda12_files, work=tmp_path / "a"))
@@ -72,7 +65,6 @@ def test_cuda12_closure_is_complete_from_nvidias_wheels(tmp_path, cuda12_files):
 
 
 @pytest.mark.integration
-@BIG
 def test_cuda12_without_nvjitlink_is_refused_naming_cufft(tmp_path, cuda12_files):
     manifest = load(CUDA12)
     index = next(i for i, s in enumerate(manifest.gpu.sources) if "nvjitlink" in s.source.location)

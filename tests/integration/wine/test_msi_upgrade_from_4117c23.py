@@ -3,8 +3,8 @@ namespace) is upgraded by one today's code builds from a manifest without the ke
 product installed, the new one, with the detection value its self-check wrote.
 
 It builds the old MSI with 4117c23's own code, checked out from this repository's history into a temporary
-worktree, so it needs that history and about six minutes: it runs with ORT_BUNDLER_BIG=1, as the other long
-runs do. Run by hand on 2026-12-06: exit 0 for both installs, one Add/Remove Programs entry (1.0.1)."""
+worktree, so it needs that history and about six minutes: it runs with ORT_BUNDLER_BIG=1, as the
+DirectML strict install does. Run by hand on 2026-12-06: exit 0 for both installs, one Add/Remove Programs entry (1.0.1)."""
 
 from __future__ import annotations
 
