@@ -417,8 +417,9 @@ def test_cudnn_895_links_zlib_in_and_loads_no_zlibwapi(tmp_path, quickstart_file
 def test_cuda118_quickstart_builds_from_a_fresh_clone(tmp_path, quickstart_files):
     cache = cache_root() / "bundler-cache"
     out = tmp_path / "out"
-    proc = run_cli("build", "-q", "--cache", str(cache), "-o", str(out), str(QUICKSTART), check=False)
+    proc = run_cli("build", "--json", "--no-reuse", "--cache", str(cache), "-o", str(out), str(QUICKSTART), check=False)
     assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["reused"] is False  # assembled on every run, never a kept zip published
     (bundle,) = out.glob("*.zip")
     root = bundle.name.removesuffix(".zip")
     with zipfile.ZipFile(bundle) as archive:
