@@ -8,7 +8,8 @@ self-check exits 3 naming the missing device, and with --allow-cpu-fallback it w
 CPU and passes. The loaded-libraries check names the DirectML.dll the process mapped: the wheel's, preloaded by
 the start-up hook from the install, even with a decoy DirectML.dll in System32 (a STAND-IN for Windows 10's
 older inbox copy). The strict install itself (exit 14, the self-check's exit 3 named) costs a second install and
-runs with ORT_BUNDLER_BIG=1.
+runs with ORT_BUNDLER_BIG=1. The same install, its record changed to expect CUDA (a STAND-IN for a CUDA bundle),
+shows the CUDA check's driver probe naming nvcuda.dll, which Wine lacks, with the same exit 3.
 Wine's limits, named: numpy 2 aborts under Wine 8 (the manifest pins numpy<2); the VC++ runtime key is a STAND-IN
 (Wine has no VC_redist), as in test_windows_install.py.
 """
@@ -147,3 +148,27 @@ def test_with_cpu_fallback_allowed_it_warns_which_provider_ran_and_passes(window
     assert checks["directml"]["status"] == "warn"
     assert "the models run on CPUExecutionProvider, which --allow-cpu-fallback allows" in checks["directml"]["message"]
     assert checks["model:tiny-mlp"]["status"] == "pass"
+
+
+def test_a_cuda_record_without_the_nvidia_driver_exits_3_naming_nvcuda_dll(windows: Wine, installed: Path) -> None:
+    """The CUDA check's driver probe on Windows, run by the installed self-check on the real CPython under Wine, which
+    has no nvcuda.dll. A STAND-IN for a CUDA bundle: this DirectML install with its record changed to expect CUDA (a
+    CUDA bundle under Wine would need a 1.5 GB build of its own, with numpy<2 for Wine 8). The record's change is
+    also what the receipt audit must name."""
+    record = installed / "bundle.json"
+    original = record.read_bytes()
+    bundle = json.loads(original)
+    bundle["expected_providers"] = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    bundle["gpu"] = {**bundle["gpu"], "cuda": "11.8", "cudnn": "8", "min_driver": "452.39"}
+    record.write_text(json.dumps(bundle), encoding="utf-8")
+    try:
+        result = windows.cmd(installed / "run.cmd", "--self-check", "--json", timeout=TIMEOUT)
+    finally:
+        record.write_bytes(original)
+    assert result.returncode == EXIT_NO_GPU_DRIVER, result.stdout[-3000:] + result.stderr[-3000:]
+    checks = report(result)
+    cuda = checks["cuda"]
+    assert cuda["status"] == "fail" and cuda["details"]["missing_driver"] == "nvcuda.dll"
+    assert cuda["message"].startswith("CUDA is expected but unavailable (the installed onnxruntime offers only ")
+    assert "no NVIDIA driver: nvcuda.dll cannot be loaded" in cuda["message"] and "452.39" in cuda["fix"]
+    assert checks["files"]["status"] == "fail" and "bundle.json" in checks["files"]["message"]
