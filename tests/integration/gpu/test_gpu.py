@@ -437,9 +437,9 @@ def test_cuda118_quickstart_builds_from_a_fresh_clone(tmp_path, quickstart_files
 
 def forget_kept_bundle(cache: Path, sidecar: Path) -> None:
     """Delete the copy of a 1.5 GB zip the build kept for reuse, found by its sha256: CI's disk holds the GPU
-    tier's inputs, not every bundle it builds. Another worker's kept bundles are left alone."""
+    tier's inputs, not every bundle it builds. Another worker's kept bundles are left alone; a cache that could not
+    take the copy (a full disk: keeping is best effort) has none to delete."""
     sha256 = sidecar.read_text(encoding="ascii").split()[0]
-    kept = [record.parent for record in (cache / STORE).glob(f"*/*/{RECORD}")
-            if record.read_text(encoding="ascii").split("  ")[0] == sha256]
-    assert len(kept) == 1, kept
-    shutil.rmtree(kept[0])
+    for record in (cache / STORE).glob(f"*/*/{RECORD}"):
+        if record.read_text(encoding="ascii").split("  ")[0] == sha256:
+            shutil.rmtree(record.parent)
