@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -175,17 +174,6 @@ def machine_bundle(bundler_cache: Path, tmp_path_factory: pytest.TempPathFactory
     return built_bundle(runtime_manifest(work, "quickstart-win.toml", None), bundler_cache, work)
 
 
-def cmd(wine: Wine, script: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`Wine.cmd` with the output through pipes: under Wine 8 the real CPython cannot open its console streams on
-    a file ("init_sys_streams ... Invalid handle", docs/facts.md §9), and the prefix's services were started at boot,
-    so none holds these pipes open."""
-    with tempfile.TemporaryDirectory() as folder:
-        caller = Path(folder) / "caller.cmd"
-        caller.write_bytes(b"@echo off\r\n" + " ".join([f'"{wine.to_windows(script)}"', *args]).encode("ascii") + b"\r\n")
-        return subprocess.run([wine.exe, "cmd", "/c", wine.to_windows(caller)], env={**wine.env, **(env or {})},
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)
-
-
 def listing(folder: Path) -> set[str]:
     return {p.relative_to(folder).as_posix() for p in folder.rglob("*")}
 
@@ -208,7 +196,7 @@ def test_try_in_sandbox_writes_a_wsb_beside_a_runtime_bundle_under_a_spaced_path
         wine: Wine, runtime_bundle: Path, tmp_path: Path) -> None:
     bundle = fresh_copy(runtime_bundle, tmp_path)
     before = listing(bundle)
-    result = cmd(wine, bundle / "try-in-sandbox.cmd", "--write-only")
+    result = wine.cmd(bundle / "try-in-sandbox.cmd", "--write-only")
     assert result.returncode == 0, result.stdout + result.stderr
     assert listing(bundle) == before  # nothing inside the bundle: the install refuses unlisted files
     folder = bundle.with_name(bundle.name + "-sandbox")
@@ -232,10 +220,10 @@ def test_try_in_sandbox_writes_a_wsb_beside_a_runtime_bundle_under_a_spaced_path
     assert any("VC_redist" in line for line in steps) == (vc_redist is not None)
     assert any("run.cmd\"\" < nul > \"%R%\\entry-point.txt\"" in line for line in steps)  # the entry point, once
     assert not any("python-install" in line for line in steps if not line.startswith("if exist"))
-    again = cmd(wine, bundle / "try-in-sandbox.cmd", "--write-only")  # a second run replaces the files, same bytes
+    again = wine.cmd(bundle / "try-in-sandbox.cmd", "--write-only")  # a second run replaces the files, same bytes
     assert again.returncode == 0 and (folder / "quickstart-win.wsb").read_bytes() == wsb.read_bytes()
     assert sorted(p.name for p in folder.iterdir()) == ["quickstart-win.wsb", "results", "steps"]
-    started = cmd(wine, bundle / "try-in-sandbox.cmd")  # Wine has no WindowsSandbox.exe: said, with the way to enable it
+    started = wine.cmd(bundle / "try-in-sandbox.cmd")  # Wine has no WindowsSandbox.exe: said, with the way to enable it
     assert started.returncode == 9, started.stdout + started.stderr
     assert sandbox.ENABLE_COMMAND in started.stderr and f"wrote {wine.to_windows(wsb)}" in started.stderr
     assert (folder / "quickstart-win.wsb").read_bytes() == wsb.read_bytes()
@@ -250,7 +238,7 @@ def test_a_gpu_bundle_enables_vgpu_and_says_cuda_depends_on_the_host_driver(
     record = json.loads((bundle / "bundle.json").read_text())
     record["gpu"] = {"cuda": "11.8", "cudnn": "8.9"}
     (bundle / "bundle.json").write_text(json.dumps(record))
-    result = cmd(wine, bundle / "try-in-sandbox.cmd", "--write-only")
+    result = wine.cmd(bundle / "try-in-sandbox.cmd", "--write-only")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "whether CUDA works inside the sandbox depends on that driver" in result.stdout
     root = read_wsb(bundle.with_name(bundle.name + "-sandbox") / "quickstart-win.wsb")
@@ -270,7 +258,7 @@ def test_refused_paths_and_bad_arguments_write_nothing(wine: Wine, runtime_bundl
              (["--memory", "12"], 2, "--memory 12 is out of range"),
              (["--bogus"], 2, "unrecognized arguments: --bogus")]
     for argv, code, message in cases:
-        result = cmd(wine, bundle / "try-in-sandbox.cmd", *argv, "--write-only")
+        result = wine.cmd(bundle / "try-in-sandbox.cmd", *argv, "--write-only")
         assert result.returncode == code, (argv, result.stdout + result.stderr)
         assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert listing(tmp_path) == parent_before
@@ -280,7 +268,7 @@ def test_refused_paths_and_bad_arguments_write_nothing(wine: Wine, runtime_bundl
     deep = tmp_path / ("d" * (260 - longest - short))
     shutil.copytree(runtime_bundle, deep / bundle.name)
     assert len(wine.to_windows(deep / bundle.name)) + 1 + longest == 260
-    result = cmd(wine, deep / bundle.name / "try-in-sandbox.cmd", "--write-only")
+    result = wine.cmd(deep / bundle.name / "try-in-sandbox.cmd", "--write-only")
     assert result.returncode == 7 and "is too long: 260 characters" in result.stderr, result.stdout + result.stderr
     assert sorted(p.name for p in deep.iterdir()) == [bundle.name]
 
@@ -293,10 +281,10 @@ def test_a_machine_python_bundle_writes_with_python_on_path_and_needs_the_prereq
     installer.parent.mkdir()
     installer.write_bytes(b"MZ")  # only its name and place matter here: the sandbox runs it
     path = {"WINEPATH": wine.to_windows(windows_python.full)}  # Wine's PATH is the registry's; WINEPATH goes first
-    missing = cmd(wine, bundle / "try-in-sandbox.cmd", "--write-only", env=path)
+    missing = wine.cmd(bundle / "try-in-sandbox.cmd", "--write-only", env=path)
     assert missing.returncode == 2 and "pass --prereq python-3.11.N-amd64.exe" in missing.stderr
     assert not bundle.with_name(bundle.name + "-sandbox").exists()
-    result = cmd(wine, bundle / "try-in-sandbox.cmd", "--write-only", "--prereq", f'"{wine.to_windows(installer)}"', env=path)
+    result = wine.cmd(bundle / "try-in-sandbox.cmd", "--write-only", "--prereq", f'"{wine.to_windows(installer)}"', env=path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"writing the .wsb with {wine.to_windows(windows_python.full / 'python.exe')}" in result.stdout  # says which
     folder = bundle.with_name(bundle.name + "-sandbox")
@@ -305,5 +293,5 @@ def test_a_machine_python_bundle_writes_with_python_on_path_and_needs_the_prereq
     steps = (folder / "steps" / "try-bundle.cmd").read_bytes().decode("ascii")
     assert ('start "" /wait "C:\\ort-sandbox\\input-1\\python-3.11.9-amd64.exe" /quiet InstallAllUsers=1 PrependPath=1'
             in steps)
-    none = cmd(wine, bundle / "try-in-sandbox.cmd", "--write-only")  # Wine's own PATH has no Python
+    none = wine.cmd(bundle / "try-in-sandbox.cmd", "--write-only")  # Wine's own PATH has no Python
     assert none.returncode == 12 and "no Python 3.8 or newer found" in none.stderr
