@@ -13,7 +13,10 @@ A record in the cache cannot vouch for a zip beside it: whoever can replace the 
 that only the cache's owner can read (`bundles/reuse.key`, 32 random bytes, mode 0600, owned by the user
 who builds, never followed through a link). A record without a valid HMAC, or a secret that is not this
 user's alone, means the bundle is assembled again. The published zip is a copy, never a hard link to the
-kept one, so nothing done to the cache later changes what was published.
+kept one, so nothing done to the cache later changes what was published. The copies are made by the kernel
+(`copy_file_range`): on a file system that shares blocks (btrfs, XFS with reflink, as RHEL and Fedora make them)
+that is a clone, a separate file that writes nothing until one side changes (issue 37's bytes written); elsewhere
+it is a copy that never passes through Python.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import zlib
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
+from typing import BinaryIO
 
 from bundler import __version__
 from bundler.atomic import write_atomic
@@ -109,13 +113,14 @@ def reuse(cache: Cache, key: str, dest: Path, sidecar: Path) -> str | None:
         return None
     fd, tmp = locked_temp(dest.parent, prefix=f".{dest.name}.")
     try:
-        # Copied into the locked temporary file (a dead build's temporaries are cleaned, a live one's not)
-        # and hashed in the same pass: the kept zip is read once.
-        with os.fdopen(fd, "wb") as out, kept.open("rb") as source:
+        # Copied into the locked temporary file (a dead build's temporaries are cleaned, a live one's not), then
+        # the copy is hashed: what is checked is what will be published, whatever happens to the kept one.
+        with os.fdopen(fd, "w+b") as out, kept.open("rb") as source:
+            kernel_copy(source, out)
+            out.seek(0)
             digest = hashlib.sha256()
-            while chunk := source.read(CHUNK):
+            while chunk := out.read(CHUNK):
                 digest.update(chunk)
-                out.write(chunk)
             if digest.hexdigest() != sha256:  # altered since it was kept: never published, assembled again
                 with contextlib.suppress(OSError):
                     kept.unlink()
@@ -143,8 +148,9 @@ def reuse(cache: Cache, key: str, dest: Path, sidecar: Path) -> str | None:
 
 def keep(cache: Cache, key: str, zip_path: Path, sha256: str) -> None:
     """Keep a copy of a finished zip under its key, with a record only this cache's owner can make; a cache
-    that cannot take it only costs the next rebuild its speed. A copy, not a hard link: the published zip
-    and the kept one must not be one file, or a change to the cache would change what was published."""
+    that cannot take it only costs the next rebuild its speed. A copy (a clone where the file system shares
+    blocks), not a hard link: the published zip and the kept one must not be one file, or a change to the cache
+    would change what was published."""
     folder = cache.root / STORE / key[:2] / key
     with contextlib.suppress(OSError):
         secret = _secret(cache, create=True)
@@ -153,11 +159,30 @@ def keep(cache: Cache, key: str, zip_path: Path, sha256: str) -> None:
         make_folders(folder)
         tmp = folder / f".{zip_path.name}.{os.getpid()}.tmp"
         tmp.unlink(missing_ok=True)
-        shutil.copyfile(zip_path, tmp)
+        with zip_path.open("rb") as source, tmp.open("xb") as out:
+            kernel_copy(source, out)
         os.chmod(tmp, 0o644)  # made under the user's umask: writable by the user alone, as the cache requires
         os.replace(tmp, folder / zip_path.name)
         record = f"{sha256}  {zip_path.name}  {_mac(secret, key, sha256, zip_path.name)}\n"
         write_atomic(folder / RECORD, record.encode("ascii"))
+
+
+def kernel_copy(source: BinaryIO, out: BinaryIO) -> None:
+    """All of `source` (from its start) to `out`, by `copy_file_range` where the system has it: a clone on btrfs
+    or XFS, an in-kernel copy elsewhere. A file system or a pair of them that cannot do it (another mount on an
+    older kernel, a network share) gets a plain copy."""
+    size = os.fstat(source.fileno()).st_size
+    done = 0
+    if hasattr(os, "copy_file_range"):
+        with contextlib.suppress(OSError):  # EXDEV, EINVAL, ENOSYS, EOPNOTSUPP: copied below from where it stopped
+            while done < size:
+                step = os.copy_file_range(source.fileno(), out.fileno(), size - done, done, done)
+                if step == 0:
+                    break
+                done += step
+    source.seek(done)
+    out.seek(done)
+    shutil.copyfileobj(source, out, CHUNK)
 
 
 def _mac(secret: bytes, key: str, sha256: str, name: str) -> str:
