@@ -106,8 +106,17 @@ def inspect_pe(source: PeSource, *, label: str | None = None, store: Path | None
     return replace(parsed, runtime_names=tuple(n for n in parsed.runtime_names if n.lower() != own))
 
 
+def known_pe_facts(source: PeSource, store: Path) -> bool:
+    """Whether the store already holds the facts of these bytes (a later `inspect_pe` then reads none of them)."""
+    return _facts_entry(source, store).is_file()
+
+
+def _facts_entry(source: PeSource, store: Path) -> Path:
+    return store / PE_FACTS / code_digest(("bundler.readers.pe",))[:16] / f"{source_sha256(source)}.json"
+
+
 def _stored_or_parsed(source: PeSource, *, name: str, store: Path | None) -> PeInfo:
-    entry = store / PE_FACTS / code_digest(("bundler.readers.pe",))[:16] / f"{source_sha256(source)}.json" if store else None
+    entry = _facts_entry(source, store) if store else None
     found = read_entry(entry) if entry is not None else None
     if isinstance(found, dict):
         try:

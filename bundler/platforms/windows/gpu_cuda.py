@@ -19,8 +19,8 @@ from pathlib import Path, PurePosixPath
 from bundler.assembly.assembly import Assembly, BuildInputs
 from bundler.assembly.facts import GpuFact, Published
 from bundler.assembly.load_order import dependency_order
+from bundler.derived import content_sha256
 from bundler.errors import BuildError, UnsupportedError
-from bundler.hashing import file_sha256
 from bundler.manifest import Gpu, GpuSource, Input, Manifest
 from bundler.platforms.windows.gpu_strings import unexplained_names
 from bundler.readers.archives import SafeArchive, is_archive
@@ -30,8 +30,9 @@ from bundler.readers.dllclosure import (
     cuda_majors,
     dll_closure,
 )
-from bundler.readers.member_scan import ArchiveFile, read_files
+from bundler.readers.member_scan import ArchiveFile
 from bundler.readers.pe import PeInfo, inspect_pe, is_pe
+from bundler.readers.pe_members import read_pe_members
 
 PROVIDER = "onnxruntime_providers_cuda.dll"
 PROVIDER_SHARED = "onnxruntime_providers_shared.dll"
@@ -80,19 +81,14 @@ WHERE_FROM = (
 
 @dataclass(frozen=True, kw_only=True)
 class GpuDll:
-    """One DLL the GPU component ships, written into the build's work folder for the PE readers; from a wheel or
-    zip, the bundle copies its compressed bytes as they are there (never deflated again)."""
+    """One DLL the GPU component ships; from a wheel or zip, the bundle copies its compressed bytes as they are
+    there (never deflated again), and its facts are kept by its sha256 for later builds (`read_pe_members`)."""
 
     name: str  # the file name, as installed under gpu/
-    file: ArchiveFile  # `extracted`: the file the PE readers read
+    file: ArchiveFile
     source: str  # the manifest key of its source, e.g. "gpu.sources[1]"
     origin: str  # the source and, for an archive, the member: "gpu.sources[1] (x.whl)!nvidia/cublas/bin/x.dll"
     info: PeInfo
-
-    @property
-    def path(self) -> Path:
-        assert self.file.extracted is not None, "read with keep_files"
-        return self.file.extracted
 
     @property
     def sha256(self) -> str:
@@ -108,8 +104,9 @@ def add_gpu_cuda(assembly: Assembly, build: BuildInputs) -> None:
     manifest, files, work = build.manifest, build.files, build.work
     gpu = manifest.gpu
     assert gpu is not None  # bundler/platforms/windows/gpu.py add_gpu chose this route for a [gpu] table
-    provider = read_provider(manifest, files, work / "gpu-provider")
-    dlls = collect_dlls(gpu.sources, files, work / "gpu")
+    store = build.cache.work_dir("derived")
+    provider = read_provider(manifest, files, work / "gpu-provider", store=store)
+    dlls = collect_dlls(gpu.sources, files, work / "gpu", store=store)
     check_gpu(provider, dlls, gpu=gpu, ort_version=manifest.ort.version, target_python=manifest.bundle.python)
     record = gpu_record(gpu, dlls, provider_imports=provider_info(provider).imports)
     preload = [dll.install_path for dll in load_order(dlls)]
@@ -125,7 +122,8 @@ def add_gpu_cuda(assembly: Assembly, build: BuildInputs) -> None:
 # -- the provider ---------------------------------------------------------------------------------------
 
 
-def read_provider(manifest: Manifest, files: Mapping[str, Path], work: Path) -> dict[str, PeInfo]:
+def read_provider(manifest: Manifest, files: Mapping[str, Path], work: Path, *,
+                  store: Path | None = None) -> dict[str, PeInfo]:
     """The CUDA provider (and the shared-provider DLL it imports) from the ORT wheel, capi zip or archive.
 
     Keys are the paths inside the source (`onnxruntime/capi/<name>` in a wheel), so messages say which file.
@@ -142,10 +140,9 @@ def read_provider(manifest: Manifest, files: Mapping[str, Path], work: Path) -> 
             msg = (f"{label}: found no {PROVIDER}, expected the GPU build of ONNX Runtime for [gpu] "
                    f"(the onnxruntime-gpu wheel or the onnxruntime-win-x64-gpu archive)")
             raise BuildError(msg)
-        wanted = {name: entry for name, entry in found.items() if entry is not None}
-        archive.extract(work, members=wanted.values())
-    return {entry: inspect_pe(work.joinpath(*entry.split("/")), label=f"{label}!{entry}")
-            for _, entry in sorted(wanted.items())}
+        wanted = [entry for _, entry in sorted(found.items()) if entry is not None]
+        read = read_pe_members(archive, path, wanted, label=label, work=work, store=store, shipped=False)
+    return {member.file.name: member.info for member in read}
 
 
 def provider_info(provider: Mapping[str, PeInfo]) -> PeInfo:
@@ -172,11 +169,12 @@ def _unique_entry(archive: SafeArchive, file_name: str, *, label: str) -> str | 
 # -- the GPU DLLs -----------------------------------------------------------------------------------------
 
 
-def collect_dlls(sources: Sequence[GpuSource], files: Mapping[str, Path], work: Path) -> list[GpuDll]:
+def collect_dlls(sources: Sequence[GpuSource], files: Mapping[str, Path], work: Path, *,
+                 store: Path | None = None) -> list[GpuDll]:
     """Every selected DLL of every source, sorted by name; a name shipped twice is an error."""
     dlls: dict[str, GpuDll] = {}
     for index, source in enumerate(sources):
-        for dll in source_dlls(source, files[source.source.key], work / str(index)):
+        for dll in source_dlls(source, files[source.source.key], work / str(index), store=store):
             other = dlls.get(dll.name.lower())
             if other is not None:
                 msg = (f"{other.origin} and {dll.origin} both provide {dll.name}, expected each DLL from exactly "
@@ -186,22 +184,24 @@ def collect_dlls(sources: Sequence[GpuSource], files: Mapping[str, Path], work: 
     return sorted(dlls.values(), key=lambda d: d.name.lower())
 
 
-def source_dlls(source: GpuSource, path: Path, work: Path) -> list[GpuDll]:
+def source_dlls(source: GpuSource, path: Path, work: Path, *, store: Path | None = None) -> list[GpuDll]:
     """The DLLs one [[gpu.sources]] entry selects: members of an archive, or the single DLL it names."""
     key = source.source.key
     label = f"{key} ({path.name})"
     patterns = source.include or DEFAULT_INCLUDE
     if is_pe(path):
         matching(patterns, [path.name], label=label)
-        loose = ArchiveFile(name=path.name, sha256=file_sha256(path), elf=None, extracted=path)
-        return [_dll(loose, name=path.name, source=key, origin=label)]
+        loose = ArchiveFile(name=path.name, sha256=content_sha256(path), elf=None, extracted=path)
+        info = inspect_pe(path, label=label, store=store)
+        return [GpuDll(name=path.name, file=loose, source=key, origin=label, info=info)]
     if not is_archive(path):
         msg = f"{label}: found neither an archive nor a DLL, expected a wheel, zip, tar or .dll"
         raise BuildError(msg)
     with SafeArchive.open(path, label=label) as archive:
         names = matching(patterns, [e.name for e in archive.entries if not e.is_dir], label=label)
-        files = read_files(archive, path, names, label=label, work=work, keep_files=True)
-    return [_dll(file, name=PurePosixPath(file.name).name, source=key, origin=f"{label}!{file.name}") for file in files]
+        read = read_pe_members(archive, path, names, label=label, work=work, store=store, shipped=True)
+    return [GpuDll(name=PurePosixPath(member.file.name).name, file=member.file, source=key,
+                   origin=f"{label}!{member.file.name}", info=member.info) for member in read]
 
 
 def matching(patterns: Sequence[str], names: Iterable[str], *, label: str) -> list[str]:
@@ -224,11 +224,6 @@ def matching(patterns: Sequence[str], names: Iterable[str], *, label: str) -> li
 def _example(names: Sequence[str]) -> str:
     dlls = [n for n in names if n.lower().endswith(".dll")]
     return repr(dlls[0]) if dlls else "'…/bin/name.dll' (the source holds no DLL at all)"
-
-
-def _dll(file: ArchiveFile, *, name: str, source: str, origin: str) -> GpuDll:
-    assert file.extracted is not None, "read with keep_files"
-    return GpuDll(name=name, file=file, source=source, origin=origin, info=inspect_pe(file.extracted, label=origin))
 
 
 # -- the checks -------------------------------------------------------------------------------------------
