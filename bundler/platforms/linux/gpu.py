@@ -24,8 +24,9 @@ from bundler.assembly.load_order import dependency_order
 from bundler.errors import BuildError, UnsupportedError
 from bundler.manifest import Gpu, GpuSource, Manifest
 from bundler.readers.archives import SafeArchive, is_archive
-from bundler.readers.elf import ElfInfo
+from bundler.readers.elf import DynamicString, ElfInfo
 from bundler.readers.member_scan import ArchiveFile, read_files
+from bundler.readers.scan_store import Scanned, keep_scans, stored_scans
 
 PROVIDER = "libonnxruntime_providers_cuda.so"
 PROVIDER_SHARED = "libonnxruntime_providers_shared.so"
@@ -116,8 +117,9 @@ def add_gpu(assembly: Assembly, build: BuildInputs) -> None:
     if gpu is None:
         assembly.facts.gpu = None
         return
-    provider = read_provider(manifest, build.files, build.work / "gpu-provider")
-    libraries = collect_libraries(gpu.sources, build.files, build.work / "gpu")
+    store = build.cache.work_dir("derived")
+    provider = read_provider(manifest, build.files, build.work / "gpu-provider", store=store)
+    libraries = collect_libraries(gpu.sources, build.files, build.work / "gpu", store=store)
     check_gpu_linux(provider, libraries, gpu=gpu, ort_version=manifest.ort.version)
     record = gpu_record(gpu, libraries, provider_needed=provider[PROVIDER].values("needed"))
     for library in libraries:
@@ -130,7 +132,8 @@ def add_gpu(assembly: Assembly, build: BuildInputs) -> None:
                                  preload=preload)
 
 
-def read_provider(manifest: Manifest, files: Mapping[str, Path], work: Path) -> dict[str, ElfInfo]:
+def read_provider(manifest: Manifest, files: Mapping[str, Path], work: Path, *,
+                  store: Path | None = None) -> dict[str, ElfInfo]:
     """The CUDA provider and the shared-provider library from the ORT wheel's capi/, keyed by file name."""
     source = manifest.ort.python_source or manifest.ort.archive
     if source is None:
@@ -150,15 +153,16 @@ def read_provider(manifest: Manifest, files: Mapping[str, Path], work: Path) -> 
                        f"Runtime for linux_x86_64: the onnxruntime-gpu manylinux wheel)")
                 raise BuildError(msg)
             found[wanted] = names[0]
-        read = read_files(archive, path, list(found.values()), label=label, work=work, parse_elf=True)
-    return {name: _elf(file) for name, file in zip(found, read)}
+        read = read_libraries(archive, path, list(found.values()), label=label, work=work, store=store, names=False)
+    return {name: library.elf for name, library in zip(found, read)}
 
 
-def collect_libraries(sources: Sequence[GpuSource], files: Mapping[str, Path], work: Path) -> list[GpuLibrary]:
+def collect_libraries(sources: Sequence[GpuSource], files: Mapping[str, Path], work: Path, *,
+                      store: Path | None = None) -> list[GpuLibrary]:
     """Every selected shared library of every source, sorted by name; a name shipped twice is an error."""
     found: dict[str, GpuLibrary] = {}
     for index, source in enumerate(sources):
-        for library in source_libraries(source, files[source.source.key], work / str(index)):
+        for library in source_libraries(source, files[source.source.key], work / str(index), store=store):
             other = found.get(library.name)
             if other is not None:
                 msg = (f"{other.origin} and {library.origin} both provide {library.name}, expected each library "
@@ -168,7 +172,7 @@ def collect_libraries(sources: Sequence[GpuSource], files: Mapping[str, Path], w
     return sorted(found.values(), key=lambda lib: lib.name)
 
 
-def source_libraries(source: GpuSource, path: Path, work: Path) -> list[GpuLibrary]:
+def source_libraries(source: GpuSource, path: Path, work: Path, *, store: Path | None = None) -> list[GpuLibrary]:
     key = source.source.key
     label = f"{key} ({path.name})"
     if not is_archive(path):
@@ -187,16 +191,58 @@ def source_libraries(source: GpuSource, path: Path, work: Path) -> list[GpuLibra
         if not_so:
             msg = f"{label}: include selects {', '.join(not_so[:5])}, expected only shared libraries (.so)"
             raise BuildError(msg)
-        scans: dict[str, NameScan] = {}
-
-        def observe(name: str) -> Callable[[bytes], None]:
-            scans[name] = NameScan()
-            return scans[name].feed
-
-        files = read_files(archive, path, chosen, label=label, work=work, observe=observe, parse_elf=True)
+        read = read_libraries(archive, path, chosen, label=label, work=work, store=store, names=True)
     version = _wheel_version(path.name)
-    return [_library(file, scans[file.name].found(), source=key, origin=f"{label}!{file.name}", version=version)
-            for file in files]
+    return [_library(library, source=key, origin=f"{label}!{library.file.name}", version=version) for library in read]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadLibrary:
+    file: ArchiveFile
+    elf: ElfInfo
+    named: frozenset[str] | None  # the library names in its bytes, when asked for
+
+
+#: What the kept scans' facts were made by (the ELF parse, the name scan here).
+_MODULES = ("bundler.readers.elf", "bundler.platforms.linux.gpu")
+
+
+def read_libraries(archive: SafeArchive, path: Path, members: Sequence[str], *, label: str, work: Path,
+                   store: Path | None, names: bool) -> list[ReadLibrary]:
+    """The ELF facts (and with `names` the library names in the bytes) of `members`, in order: each read once where
+    it lies, or not at all when a build before kept them for this archive's hash (`scan_store`)."""
+    known = {}
+    for member, scan in stored_scans(store, path, members, modules=_MODULES).items():
+        try:
+            library = ReadLibrary(file=scan.file, elf=_elf_from_json(scan.facts["elf"]),
+                                  named=None if scan.facts["named"] is None else frozenset(scan.facts["named"]))
+        except (KeyError, TypeError, ValueError):
+            continue  # an entry of another shape: read again
+        if library.named is not None or not names:
+            known[member] = library
+    scans: dict[str, NameScan] = {}
+
+    def observe(name: str) -> Callable[[bytes], None]:
+        scans[name] = NameScan()
+        return scans[name].feed
+
+    files = read_files(archive, path, [m for m in members if m not in known], label=label, work=work,
+                       observe=observe if names else None, parse_elf=True)
+    read = {file.name: ReadLibrary(file=file, elf=_elf(file),
+                                   named=frozenset(scans[file.name].found()) if names else None) for file in files}
+    keep_scans(store, path, {member: Scanned(file=library.file, facts={
+        "elf": {"machine": library.elf.machine, "strings": [[s.kind, s.value, s.offset] for s in library.elf.strings]},
+        "named": None if library.named is None else sorted(library.named)}) for member, library in read.items()},
+        modules=_MODULES)
+    return [known.get(member) or read[member] for member in members]
+
+
+def _elf_from_json(data: dict[str, object]) -> ElfInfo:
+    strings = data["strings"]
+    if not isinstance(strings, list):
+        raise TypeError("strings")
+    return ElfInfo(machine=int(str(data["machine"])), strings=tuple(
+        DynamicString(kind=str(kind), value=str(value), offset=int(offset)) for kind, value, offset in strings))
 
 
 def _wheel_version(file_name: str) -> str | None:
@@ -209,9 +255,9 @@ def _elf(file: ArchiveFile) -> ElfInfo:
     return file.elf
 
 
-def _library(file: ArchiveFile, named: set[str], *, source: str, origin: str, version: str | None) -> GpuLibrary:
+def _library(library: ReadLibrary, *, source: str, origin: str, version: str | None) -> GpuLibrary:
+    file, info, named = library.file, library.elf, library.named or frozenset()
     name = PurePosixPath(file.name).name
-    info = _elf(file)
     soname = info.values("soname")
     if soname and soname[0] != name:
         msg = (f"{origin}: its soname is {soname[0]}, expected its file name {name} (the loader finds a "

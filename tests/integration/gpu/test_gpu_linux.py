@@ -27,14 +27,24 @@ from fixtures.parts import part_inputs
 from fixtures.wheels import fetched_inputs
 
 from bundler.assembly.assembly import Assembly
-from bundler.errors import BuildError
+from bundler.errors import BuildError, HashMismatchError, UnsafeArchiveError
 from bundler.hashing import CHUNK
 from bundler.manifest import load, parse
 from bundler.operations.build import _rooted
-from bundler.platforms.linux.gpu import _SO_NAME, PROVIDER, NameScan, _library, add_gpu, closure_problems, where_from
+from bundler.platforms.linux.gpu import (
+    _SO_NAME,
+    PROVIDER,
+    NameScan,
+    ReadLibrary,
+    _library,
+    add_gpu,
+    closure_problems,
+    where_from,
+)
 from bundler.readers.archives import SafeArchive
 from bundler.readers.elf import read_elf
 from bundler.readers.member_scan import read_files
+from bundler.sources.cache import Cache
 from bundler.writer.members import MemberCache
 from bundler.writer.zipwriter import write_zip
 
@@ -88,7 +98,8 @@ def read_member(wheel: Path, member: str, work: Path):
 def library(path: Path):
     wheel, member = in_wheel(path)
     file, named = read_member(wheel, member, path.parent / "work")
-    return _library(file, named, source="gpu.sources[0]", origin=f"gpu.sources[0] (x.whl)!{member}", version="1")
+    read = ReadLibrary(file=file, elf=file.elf, named=frozenset(named))
+    return _library(read, source="gpu.sources[0]", origin=f"gpu.sources[0] (x.whl)!{member}", version="1")
 
 
 @pytest.fixture
@@ -238,6 +249,38 @@ def test_a_gpu_component_is_accepted_for_linux():
 
 
 # ---- the real wheels ------------------------------------------------------------------------------------------
+
+def test_a_later_build_of_the_same_wheels_reads_none_of_their_libraries(tmp_path, linux_stand_in_files):
+    """What reading the libraries found is kept by each wheel's sha256 in the cache (bundler/readers/scan_store.py).
+    Proof that a later build reads no library: after the first, each library's compressed bytes in its wheel are
+    overwritten with others of the same length, and the part still gives the same record and members without
+    reading them; writing the zip, which copies those bytes, names the change."""
+    inputs = tmp_path / "inputs"  # as the input cache lays files out: a folder named by the sha256
+    files = {}
+    for key, wheel in linux_stand_in_files.items():
+        folder = inputs / hashlib.sha256(wheel.read_bytes()).hexdigest()
+        folder.mkdir(parents=True)
+        files[key] = shutil.move(wheel, folder / wheel.name)
+    cache = Cache(tmp_path / "cache")
+    first = Assembly()
+    add_gpu(first, part_inputs(load(LINUX_CUDA12), files=files, work=tmp_path / "one", cache=cache))
+    for wheel in files.values():
+        with zipfile.ZipFile(wheel) as archive:
+            spans = [(info.header_offset, info.compress_size, info.filename) for info in archive.infolist()]
+        with open(wheel, "r+b") as raw:
+            for offset, size, name in spans:
+                raw.seek(offset + 30 + len(name.encode()))  # past the local header (no extra field: zipfile wrote it)
+                raw.write(bytes(size))
+    again = Assembly()
+    add_gpu(again, part_inputs(load(LINUX_CUDA12), files=files, work=tmp_path / "two", cache=cache))
+    assert again.facts.gpu == first.facts.gpu and again.members == first.members
+    member = again.members["payload/gpu/libcudart.so.12"]
+    with pytest.raises(HashMismatchError, match="changed after the build read them"):
+        write_zip([_rooted("b", member)], tmp_path / "bundle.zip", epoch=0, member_cache=MemberCache(tmp_path / "mc"))
+    with pytest.raises(UnsafeArchiveError, match="corrupt zip compressed data"):  # read again without the kept scans
+        add_gpu(Assembly(), part_inputs(load(LINUX_CUDA12), files=files, work=tmp_path / "three",
+                                        cache=Cache(tmp_path / "other-cache")))
+
 
 @pytest.fixture(scope="module")
 def linux_files() -> dict[str, Path]:

@@ -13,7 +13,8 @@ import pytest
 from bundler.hashing import file_sha256
 from bundler.readers.archives import SafeArchive
 from bundler.readers.pe import inspect_pe
-from bundler.readers.pe_members import FOLDER, read_pe_members
+from bundler.readers.pe_members import read_pe_members
+from bundler.readers.scan_store import FOLDER
 from bundler.readers.signatures import signature_evidence
 
 DLLS = ("onnxruntime/capi/onnxruntime.dll", "onnxruntime/capi/onnxruntime_providers_shared.dll")
