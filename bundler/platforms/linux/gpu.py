@@ -230,11 +230,15 @@ def read_libraries(archive: SafeArchive, path: Path, members: Sequence[str], *, 
                        observe=observe if names else None, parse_elf=True)
     read = {file.name: ReadLibrary(file=file, elf=_elf(file),
                                    named=frozenset(scans[file.name].found()) if names else None) for file in files}
-    keep_scans(store, path, {member: Scanned(file=library.file, facts={
-        "elf": {"machine": library.elf.machine, "strings": [[s.kind, s.value, s.offset] for s in library.elf.strings]},
-        "named": None if library.named is None else sorted(library.named)}) for member, library in read.items()},
-        modules=_MODULES)
+    kept = {member: Scanned(file=library.file, facts=_facts_json(library)) for member, library in read.items()}
+    keep_scans(store, path, kept, modules=_MODULES)
     return [known.get(member) or read[member] for member in members]
+
+
+def _facts_json(library: ReadLibrary) -> dict[str, object]:
+    strings = [[s.kind, s.value, s.offset] for s in library.elf.strings]
+    return {"elf": {"machine": library.elf.machine, "strings": strings},
+            "named": None if library.named is None else sorted(library.named)}
 
 
 def _elf_from_json(data: dict[str, object]) -> ElfInfo:
