@@ -20,6 +20,7 @@ import pefile
 from bundler.derived import code_digest, read_entry, write_entry
 from bundler.errors import BuildError
 from bundler.readers.pe_source import PackedPe, PeSource, pe_data, source_sha256
+from bundler.readers.pe_sparse import NotKept, SparseImage
 
 MACHINE_NAMES = {0x8664: "x64", 0x014C: "x86", 0xAA64: "arm64"}
 
@@ -147,7 +148,15 @@ def _identity(source: PeSource) -> tuple[object, ...] | None:
     return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
 
 
-def _inspect(data: mmap.mmap | bytes, *, name: str) -> PeInfo:
+def keep_streamed_facts(source: PackedPe, data: SparseImage, names: NameScan, *, label: str, store: Path) -> None:
+    """Keep the facts of a DLL read as it streamed past (`pe_stream`), as `inspect_pe` would have kept them; a later
+    `inspect_pe` of `source` reads none of its bytes. Raises `NotKept` when the parse needs bytes not kept."""
+    parsed = _inspect(data, name=label, names=names)
+    write_entry(_facts_entry(source, store), asdict(parsed))
+
+
+def _inspect(data: mmap.mmap | bytes | SparseImage, *, name: str, names: NameScan | None = None) -> PeInfo:
+    """`names`: the file's strings already searched as it streamed past (its bytes are not all at hand)."""
     try:
         pe = pefile.PE(data=data, fast_load=True)
         pe.parse_data_directories(directories=_DIRECTORIES, import_dllnames_only=True)  # names are all we use
@@ -169,7 +178,8 @@ def _inspect(data: mmap.mmap | bytes, *, name: str) -> PeInfo:
         product_version=strings.get("ProductVersion"),
         imports=imports,
         delay_imports=delay_imports,
-        runtime_names=runtime_dll_names(data, exclude={n.lower() for n in (*imports, *delay_imports, *own_names)}),
+        runtime_names=(names or _whole_scan(data)).names(exclude={n.lower() for n in (*imports, *delay_imports,
+                                                                                      *own_names)}),
         has_signature=security.VirtualAddress > 0 and security.Size > 0,
     )
 
@@ -181,23 +191,59 @@ def runtime_dll_names(data: bytes | mmap.mmap, *, exclude: set[str]) -> tuple[st
     lower-case names to leave out. Order: first occurrence, ASCII before UTF-16, one spelling each.
     The file is searched a window at a time, each let go of behind the search (`released`).
     """
-    found: dict[str, str] = {}
-    names: dict[int, list[str]] = {1: [], 2: []}  # by character width
-    resume = 0
+    return _whole_scan(data).names(exclude=exclude)
+
+
+def _whole_scan(data: bytes | mmap.mmap | SparseImage) -> NameScan:
+    if isinstance(data, SparseImage):
+        raise NotKept("the whole file, to search its strings")
+    scan = NameScan()
     for start, end in released(data, 0, len(data)):
-        # A suffix that starts in this window is matched here, whole: the search may look past its end.
-        for match in _SUFFIX.finditer(data, max(start, resume), min(len(data), end + 64)):
-            if match.start() >= end:
+        scan.feed(data[start:end])
+    return scan
+
+
+class NameScan:
+    """The search `runtime_dll_names` makes, fed the file's bytes in order, a piece at a time: a DLL streaming
+    past in its wheel is searched without being written out or held whole (issue 37). A suffix is decided once
+    the bytes after it (its lookahead) have arrived; the name before it is read back from a kept tail."""
+
+    _TAIL = _MAX_NAME * 2 + 16  # a name read back (two bytes a character in UTF-16) and a suffix's own bytes
+    _AHEAD = 9  # the longest suffix (UTF-16 ".dll", 8 bytes) and the byte its lookahead reads
+
+    def __init__(self) -> None:
+        self._tail = b""
+        self._base = 0  # the file offset of the tail's first byte
+        self._next = 0  # where the search goes on: the end of the last match, or the first undecided byte
+        self._found: dict[int, list[str]] = {1: [], 2: []}  # by character width
+
+    def feed(self, piece: bytes) -> None:
+        buffer = self._tail + piece
+        self._search(buffer, len(buffer) - self._AHEAD)
+        keep = max(0, min(len(buffer), self._next - self._base - self._TAIL))
+        self._tail, self._base = buffer[keep:], self._base + keep
+
+    def names(self, *, exclude: set[str]) -> tuple[str, ...]:
+        """The names found, once the last piece is fed (the file's end decides the suffixes left undecided)."""
+        self._search(self._tail, len(self._tail))
+        self._tail = b""
+        found: dict[str, str] = {}
+        for candidate in [*self._found[1], *self._found[2]]:
+            key = candidate.lower()
+            if key not in exclude and key not in found:
+                found[key] = candidate
+        return tuple(found.values())
+
+    def _search(self, buffer: bytes, stop: int) -> None:
+        """Read the suffixes that start before `stop` (in `buffer`); the rest wait for more bytes."""
+        for match in _SUFFIX.finditer(buffer, max(0, self._next - self._base)):
+            if match.start() >= stop:
                 break
             width = 2 if match.group()[1] == 0 else 1
-            if name := _name_before(data, match, width=width):
-                names[width].append(name)
-            resume = match.end()
-    for candidate in [*names[1], *names[2]]:
-        key = candidate.lower()
-        if key not in exclude and key not in found:
-            found[key] = candidate
-    return tuple(found.values())
+            if name := _name_before(buffer, match, width=width):
+                self._found[width].append(name)
+            self._next = self._base + match.end()
+        self._next = max(self._next, self._base + stop)
 
 
 #: How much of a mapped file a scan or a hash holds at once.

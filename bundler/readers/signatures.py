@@ -42,7 +42,8 @@ from bundler.derived import code_digest, read_entry, write_entry
 from bundler.errors import BuildError, BundleError
 from bundler.readers.certificates import has_usage, is_ca, verify_signature
 from bundler.readers.pe import released
-from bundler.readers.pe_source import PeSource, pe_data, source_sha256
+from bundler.readers.pe_source import PackedPe, PeSource, pe_data, source_sha256
+from bundler.readers.pe_sparse import NotKept, SparseImage
 
 NOT_CHECKED = "certificate revocation and lifetimes (offline verification)"
 SIGNATURE_FACTS = "signature-facts"
@@ -89,9 +90,25 @@ def signature_evidence(source: PeSource, *, label: str | None = None, store: Pat
     with pe_data(source, name=name) as data:
         evidence = _evidence(data, name=name, ahead=ahead)
     if entry is not None:
-        write_entry(entry, {"signed": evidence.signed, "verified": evidence.verified, "signer": evidence.signer,
-                            "reason": evidence.reason})
+        _keep(entry, evidence)
     return evidence
+
+
+def keep_streamed_evidence(source: PackedPe, data: SparseImage, digest: bytes | None, *, label: str,
+                           store: Path) -> None:
+    """Keep the evidence of a DLL read as it streamed past (`pe_stream`; `digest`: its SHA-256 Authenticode digest,
+    computed on the way), as `signature_evidence` would have kept it; a later `signature_evidence` of `source` reads
+    none of its bytes. Raises `NotKept` when the check needs bytes not kept (a digest other than SHA-256)."""
+    ahead: Future[bytes | None] = Future()
+    ahead.set_result(digest)
+    entry = _entry(source, store)
+    assert entry is not None
+    _keep(entry, _evidence(data, name=label, ahead=ahead))
+
+
+def _keep(entry: Path, evidence: SignatureEvidence) -> None:
+    write_entry(entry, {"signed": evidence.signed, "verified": evidence.verified, "signer": evidence.signer,
+                        "reason": evidence.reason})
 
 
 def known_evidence(source: PeSource, store: Path | None) -> bool:
@@ -128,7 +145,7 @@ def _evidence_code() -> str:
     return hashlib.sha256(f"{code_digest(('bundler.readers.signatures',))} {versions}".encode()).hexdigest()[:16]
 
 
-def _evidence(data: mmap.mmap | bytes, *, name: str, ahead: Future[bytes | None] | None = None) -> SignatureEvidence:
+def _evidence(data: mmap.mmap | bytes | SparseImage, *, name: str, ahead: Future[bytes | None] | None = None) -> SignatureEvidence:
     try:
         pe = pefile.PE(data=data, fast_load=True)
     except pefile.PEFormatError as exc:
@@ -151,7 +168,7 @@ def _evidence(data: mmap.mmap | bytes, *, name: str, ahead: Future[bytes | None]
     return SignatureEvidence(path=name, signed=True, verified=True, signer=signer, reason=None)
 
 
-def _signed_data(data: mmap.mmap | bytes, *, start: int, size: int) -> cms.SignedData:
+def _signed_data(data: mmap.mmap | bytes | SparseImage, *, start: int, size: int) -> cms.SignedData:
     """The PKCS#7 SignedData in the first WIN_CERTIFICATE entry of the certificate table."""
     header = data[start:start + 8].ljust(8, b"\0")
     length = int.from_bytes(header[0:4], "little")
@@ -187,7 +204,7 @@ def _signer_certificate(signed_data: cms.SignedData) -> x509.Certificate:
     raise _Unverified(msg)
 
 
-def _check_file_digest(data: mmap.mmap | bytes, pe: pefile.PE, signed_data: cms.SignedData, *,
+def _check_file_digest(data: mmap.mmap | bytes | SparseImage, pe: pefile.PE, signed_data: cms.SignedData, *,
                        ahead: Future[bytes | None] | None) -> None:
     indirect = signed_data["encap_content_info"]["content"]["message_digest"]
     algorithm = indirect["digest_algorithm"]["algorithm"].native
@@ -195,7 +212,11 @@ def _check_file_digest(data: mmap.mmap | bytes, pe: pefile.PE, signed_data: cms.
         msg = f"the signature uses the unsupported digest algorithm {algorithm}"
         raise _Unverified(msg)
     computed = ahead.result() if ahead is not None and algorithm == "sha256" else None
-    if (computed or authenticode_digest(data, pe, algorithm=algorithm)) != indirect["digest"].native:
+    if computed is None:
+        if isinstance(data, SparseImage):
+            raise NotKept(f"the whole file, for its {algorithm} Authenticode digest")
+        computed = authenticode_digest(data, pe, algorithm=algorithm)
+    if computed != indirect["digest"].native:
         msg = "the file's Authenticode digest does not match the signed digest: the file was modified after signing"
         raise _Unverified(msg)
 
@@ -206,22 +227,31 @@ def authenticode_digest(data: mmap.mmap | bytes, pe: pefile.PE, *, algorithm: st
     AppLocker, the file zero-padded to a multiple of 8 bytes (what signing tools pad it to before they append
     the signature; osslsigncode pads too, LIEF does not: winsiderss/systeminformer#3073, hfiref0x/AuthHashCalc#6)."""
     directory = pe.OPTIONAL_HEADER.DATA_DIRECTORY[_SECURITY]
+    digest = hashlib.new(algorithm)
+    view = memoryview(data)
+    for start, end in hashed_ranges(pe, len(data)):
+        for window, stop in released(data, start, end):
+            digest.update(view[window:stop])
+    view.release()
+    if padded:
+        digest.update(bytes(-(directory.VirtualAddress or len(data)) % 8))
+    return digest.digest()
+
+
+def hashed_ranges(pe: pefile.PE, size: int) -> list[tuple[int, int]]:
+    """The [start, end) ranges of a file of `size` bytes that its Authenticode digest covers, in order."""
+    directory = pe.OPTIONAL_HEADER.DATA_DIRECTORY[_SECURITY]
     skips = sorted([
         (pe.OPTIONAL_HEADER.get_field_absolute_offset("CheckSum"), 4),
         (directory.get_file_offset(), 8),
         (directory.VirtualAddress, directory.Size),
     ])
-    digest = hashlib.new(algorithm)
-    view = memoryview(data)
-    position = 0
-    for start, length in [*skips, (len(data), 0)]:
-        for window, stop in released(data, position, start):
-            digest.update(view[window:stop])
+    ranges, position = [], 0
+    for start, length in [*skips, (size, 0)]:
+        if start > position:
+            ranges.append((position, start))
         position = start + length
-    view.release()
-    if padded:
-        digest.update(bytes(-(directory.VirtualAddress or len(data)) % 8))
-    return digest.digest()
+    return ranges
 
 
 def _check_signer(signed_data: cms.SignedData, signer_cert: x509.Certificate) -> None:
