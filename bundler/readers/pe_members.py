@@ -7,19 +7,19 @@ that hashes it, as a first build does: a 700 MB cuDNN DLL is parsed from a mappe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from bundler.derived import known_sha256
 from bundler.readers.archives import SafeArchive
-from bundler.readers.member_scan import ArchiveFile, read_files
-from bundler.readers.pe import PeInfo, inspect_pe, keep_streamed_facts, known_pe_facts
+from bundler.readers.member_scan import ArchiveFile, copyable, read_files
+from bundler.readers.pe import PeInfo, inspect_pe, known_pe_facts
 from bundler.readers.pe_source import PackedPe
-from bundler.readers.pe_sparse import NotKept
-from bundler.readers.pe_stream import PeStream
+from bundler.readers.pe_stream import PeStream, keep_streamed
 from bundler.readers.scan_store import Scanned, keep_scans, stored_scans
-from bundler.readers.signatures import keep_streamed_evidence, known_evidence
+from bundler.readers.signatures import known_evidence
 
 _MODULES = ("bundler.readers.pe_members",)
 
@@ -36,22 +36,14 @@ def read_pe_members(archive: SafeArchive, path: Path, names: Sequence[str], *, l
     them, so the signature policy reads them too and their evidence must be kept as well before they go unread."""
     known = {name: scan.file for name, scan in stored_scans(store, path, names, modules=_MODULES).items()
              if store is not None and _all_known(PackedPe(path, name, scan.file.sha256), store, shipped=shipped)}
-    streams: dict[str, PeStream] = {}
-
-    def observe(name: str) -> Callable[[bytes], object]:
-        info = archive.zip_info(name)
-        stream = streams[name] = PeStream(info.file_size if info is not None else 0)
-        return stream.feed
-
     unknown = [n for n in names if n not in known]
-    read = {file.name: file for file in read_files(archive, path, unknown, label=label, work=work,
-                                                    observe=observe if store is not None else None)}
-    again = [name for name, file in read.items() if file.extracted is None and (
-        store is None or not _streamed(streams[name], PackedPe(path, name, file.sha256), label=f"{label}!{name}",
-                                       store=store, shipped=shipped))]
-    if again:  # a layout the stream did not keep enough of: written out and read whole, as before
-        read.update({file.name: file for file in read_files(archive, path, again, label=label, work=work,
-                                                             keep_files=True)})
+    infos = [archive.zip_info(name) for name in unknown]
+    if store is None or not all(info is not None and copyable(info) for info in infos):  # a tar is extracted
+        read = {file.name: file for file in read_files(archive, path, unknown, label=label, work=work,
+                                                        keep_files=True)}
+    else:  # one at a time: what a stream keeps (up to tens of MB of sections) is let go of before the next
+        read = {info.filename: _read_one(archive, path, info, label=label, work=work, store=store, shipped=shipped)
+                for info in infos if info is not None}
     for file in read.values():
         if file.extracted is not None:  # hashed as it was written: the PE reader does not read it again to key it
             known_sha256(file.extracted, file.sha256)
@@ -64,19 +56,17 @@ def read_pe_members(archive: SafeArchive, path: Path, names: Sequence[str], *, l
     return members
 
 
-def _streamed(stream: PeStream, source: PackedPe, *, label: str, store: Path, shipped: bool) -> bool:
-    """Keep the facts (and, for a shipped DLL, the signature evidence) read from `stream`; False when it did not keep
-    what they need, and the DLL must be read whole."""
-    image = stream.image()
-    if image is None:
-        return False
-    try:
-        keep_streamed_facts(source, image, stream.names, label=label, store=store)
-        if shipped:
-            keep_streamed_evidence(source, image, stream.authenticode_sha256(), label=label, store=store)
-    except NotKept:
-        return False
-    return True
+def _read_one(archive: SafeArchive, path: Path, info: zipfile.ZipInfo, *, label: str, work: Path, store: Path,
+              shipped: bool) -> ArchiveFile:
+    """One member read as it streams past, its facts kept (`pe_stream`); written out and read whole as before only
+    when its layout asks for more than a stream keeps."""
+    stream = PeStream(info.file_size)
+    name = info.filename
+    [file] = read_files(archive, path, [name], label=label, work=work, observe=lambda _: stream.feed)
+    if keep_streamed(stream, PackedPe(path, name, file.sha256), label=f"{label}!{name}", store=store, shipped=shipped):
+        return file
+    [file] = read_files(archive, path, [name], label=label, work=work, keep_files=True)
+    return file
 
 
 def _all_known(source: PackedPe, store: Path, *, shipped: bool) -> bool:

@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import json
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -18,7 +19,7 @@ from fixtures.wine import mingw_gcc  # noqa: F401  (fixture)
 from bundler.errors import BuildError, HashMismatchError, InputUnavailableError
 from bundler.hashing import file_sha256
 from bundler.readers import pe as pe_module
-from bundler.readers import pe_source
+from bundler.readers import pe_source, pe_stream
 from bundler.readers import wheel_binaries as wheel_binaries_module
 from bundler.readers.pe import PeInfo, inspect_pe, is_pe, runtime_dll_names
 from bundler.readers.pe_source import PackedPe
@@ -167,9 +168,34 @@ def test_wheel_binaries_are_read_where_they_lie_once_per_wheel_hash(ort_win_whee
 
 
 @pytest.mark.integration
-def test_a_wheel_binary_too_large_to_hold_is_written_out_once_and_checked_before_use(
+def test_a_wheel_binary_too_large_to_hold_is_read_as_it_streams_past_and_never_held_whole(
+        ort_win_wheel: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the 349 MB CUDA provider is (the limit lowered so that the 15 MB onnxruntime.dll stands for it): nothing
+    written out, its facts and evidence those of the file, and the index trusted only while they are kept."""
+    monkeypatch.setattr(wheel_binaries_module, "IN_MEMORY_MAX", 1 << 20)
+    sha, label = file_sha256(ort_win_wheel), "payload/wheels/ort.whl!onnxruntime/capi/onnxruntime.dll"
+    pe_source._INFLATED.clear()
+    first = wheel_binaries("payload/wheels/ort.whl", ort_win_wheel, sha, store=tmp_path)
+    dll = first[label]
+    assert isinstance(dll, PackedPe)
+    assert [p.name for p in (tmp_path / "wheel-binaries" / sha).iterdir()] == ["INDEX.json"], "nothing written out"
+    with zipfile.ZipFile(ort_win_wheel) as archive:
+        archive.extract("onnxruntime/capi/onnxruntime.dll", tmp_path / "zipfile")
+    whole = tmp_path / "zipfile" / "onnxruntime/capi/onnxruntime.dll"
+    pe_module._PARSED.clear()
+    assert inspect_pe(dll, label=label, store=tmp_path) == inspect_pe(whole, label=label)
+    assert signature_evidence(dll, label=label, store=tmp_path) == signature_evidence(whole, label=label)
+    assert dll.sha256 not in pe_source._INFLATED, "read from the kept facts, not inflated into memory"
+    shutil.rmtree(tmp_path / "signature-facts")  # as a newer bundler, whose evidence is kept elsewhere, finds it
+    assert wheel_binaries("payload/wheels/ort.whl", ort_win_wheel, sha, store=tmp_path) == first
+    assert (tmp_path / "signature-facts").is_dir(), "the wheel was read again and the evidence kept afresh"
+
+
+@pytest.mark.integration
+def test_a_wheel_binary_too_large_to_hold_and_to_stream_is_written_out_once_and_checked_before_use(
         ort_win_wheel: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(wheel_binaries_module, "IN_MEMORY_MAX", 1 << 20)  # onnxruntime.dll is 15 MB
+    monkeypatch.setattr(pe_stream, "KEPT_MAX", 1024)  # and its directory sections more than a stream keeps
     sha = file_sha256(ort_win_wheel)
     first = wheel_binaries("payload/wheels/ort.whl", ort_win_wheel, sha, store=tmp_path)
     dll = first["payload/wheels/ort.whl!onnxruntime/capi/onnxruntime.dll"]

@@ -10,6 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from fixtures.signing_pki import Pki
 
 from bundler.errors import BundleError
 from bundler.hashing import file_sha256
@@ -20,7 +21,6 @@ from bundler.readers.pe_members import read_pe_members
 from bundler.readers.pe_source import PackedPe
 from bundler.readers.scan_store import FOLDER
 from bundler.readers.signatures import known_evidence, signature_evidence
-from fixtures.signing_pki import Pki
 
 DLLS = ("onnxruntime/capi/onnxruntime.dll", "onnxruntime/capi/onnxruntime_providers_shared.dll")
 
@@ -83,16 +83,26 @@ def test_a_second_build_reads_none_of_the_members(tmp_path: Path, ort_win_wheel:
         read(wheel, tmp_path / "work3", None)
 
 
+@pytest.mark.parametrize(("limits", "read_whole"), [
+    ({"KEPT_MAX": 1024}, DLLS),
+    # providers_shared.dll is 11 KB: the headers' 64 KiB hold all of it, whatever else is kept
+    ({"NEAR": 0, "SMALL_SECTION": 0}, DLLS[:1]),
+], ids=["more than a stream keeps", "names beyond what is kept"])
 def test_a_layout_the_stream_cannot_keep_is_written_out_and_read_whole(cached_wheel: Path, tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """A DLL whose needed sections are larger than a stream keeps (the limit lowered to 1 KiB here) is read as
-    before: written out under the work folder, with the same facts."""
-    monkeypatch.setattr(pe_stream, "KEPT_MAX", 1024)
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       limits: dict[str, int],
+                                                                       read_whole: tuple[str, ...]) -> None:
+    """A DLL whose needed ranges are larger than a stream keeps, or whose import names lie beyond the kept ranges
+    (the limits lowered here), is read as before: written out under the work folder, with the same facts."""
+    for name, value in limits.items():
+        monkeypatch.setattr(pe_stream, name, value)
     first = read(cached_wheel, tmp_path / "work1", tmp_path / "derived", shipped=True)
-    assert written(tmp_path / "work1") == list(DLLS)
+    assert written(tmp_path / "work1") == list(read_whole)
+    with zipfile.ZipFile(cached_wheel) as zf:
+        zf.extractall(tmp_path / "zipfile", members=DLLS)
     for member, name in zip(first, DLLS):
-        assert member.file.extracted == tmp_path / "work1" / name
-        assert member.info == inspect_pe(member.file.extracted, label=name)
+        assert member.file.extracted == (tmp_path / "work1" / name if name in read_whole else None)
+        assert member.info == inspect_pe(tmp_path / "zipfile" / name, label=name)
 
 
 def test_a_sha1_signature_is_checked_on_the_whole_file(tmp_path: Path, ort_win_wheel: Path) -> None:
