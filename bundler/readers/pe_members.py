@@ -1,8 +1,9 @@
 """Large Windows binaries inside a pinned archive (a CUDA wheel's DLLs, the CUDA provider in the ORT wheel), read
 once per archive hash: the scan is kept by the archive's sha256 (`scan_store`), the PE facts and signature evidence
 by the content's. Before, each build wrote every selected DLL out to parse it, 2.5 GB for the CUDA 12 route
-(issue 37). A member whose facts are not all kept is written out under the build's work folder in the same pass
-that hashes it, as a first build does: a 700 MB cuDNN DLL is parsed from a mapped file, not held in memory.
+(issue 37). A member whose facts are not all kept is read as it streams past in its archive (`pe_stream`), nothing
+written out; only a layout a stream cannot keep enough of is written out under the build's work folder and parsed
+from a mapped file, as before: a 700 MB cuDNN DLL is never held in memory.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def read_pe_members(archive: SafeArchive, path: Path, names: Sequence[str], *, l
     if store is None or not all(info is not None and copyable(info) for info in infos):  # a tar is extracted
         read = {file.name: file for file in read_files(archive, path, unknown, label=label, work=work,
                                                         keep_files=True)}
-    else:  # one at a time: what a stream keeps (up to tens of MB of sections) is let go of before the next
+    else:  # one at a time: what a stream keeps (up to pe_stream.KEPT_MAX) is let go of before the next
         read = {info.filename: _read_one(archive, path, info, label=label, work=work, store=store, shipped=shipped)
                 for info in infos if info is not None}
     for file in read.values():

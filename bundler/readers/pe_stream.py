@@ -5,10 +5,9 @@ signature once, and so wrote 3.8 times the size of its zip (issue 37). What thos
 its headers, its import, delay-import and resource directories with what follows them in their sections (the
 names they point to), the certificate table, the Authenticode digest and the DLL names in its strings: about 1 MiB
 of a 490 MB cuDNN DLL. A `PeStream` keeps exactly that while the member inflates: the headers decide which ranges
-to keep, the digest and the name search run on every piece. The facts
-are then read from a `SparseImage` by the same code that reads a mapped file; a read outside the kept ranges
-raises `NotKept`, and the caller reads that DLL the old way (`pe_members`), so an unusual layout costs time,
-never a wrong fact.
+to keep, the digest and the name search run on every piece. The facts are then read from a `SparseImage` by the
+same code that reads a mapped file; a read outside the kept ranges raises `NotKept`, and the caller reads that DLL
+the old way (`pe_members`), so an unusual layout costs time, never a wrong fact.
 """
 
 from __future__ import annotations
@@ -101,7 +100,7 @@ class PeStream:
                         ranges.append((offset, min(end, offset + directory.Size + NEAR)))
         security = pe.OPTIONAL_HEADER.DATA_DIRECTORY[_SECURITY]
         self.signed = bool(security.VirtualAddress and security.Size)
-        if self.signed:
+        if self.signed and security.VirtualAddress < self.size:  # one past the end reads as empty, as in a file
             ranges.append((security.VirtualAddress, min(self.size, security.VirtualAddress + security.Size)))
         self._keep = _merged(ranges)
         if sum(end - start for start, end in self._keep) > KEPT_MAX:

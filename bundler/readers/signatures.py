@@ -145,7 +145,8 @@ def _evidence_code() -> str:
     return hashlib.sha256(f"{code_digest(('bundler.readers.signatures',))} {versions}".encode()).hexdigest()[:16]
 
 
-def _evidence(data: mmap.mmap | bytes | SparseImage, *, name: str, ahead: Future[bytes | None] | None = None) -> SignatureEvidence:
+def _evidence(data: mmap.mmap | bytes | SparseImage, *, name: str,
+              ahead: Future[bytes | None] | None = None) -> SignatureEvidence:
     try:
         pe = pefile.PE(data=data, fast_load=True)
     except pefile.PEFormatError as exc:

@@ -94,3 +94,16 @@ def test_a_file_that_is_not_a_pe_or_ends_early_gives_no_image(ort_dlls: dict[str
     short = PeStream(len(data) + 1)  # declared one byte longer than what arrives
     short.feed(data)
     assert short.image() is None
+
+
+def test_a_certificate_table_past_the_end_is_reported_as_the_whole_file_reports_it(ort_dlls: dict[str, bytes]) -> None:
+    """A crafted security directory pointing past the end of the file: the stream neither fails nor keeps a range
+    there, and the evidence is what reading the whole file gives (no PKCS#7 signature found)."""
+    data = bytearray(ort_dlls[DLLS[1]])
+    entry = pefile.PE(data=bytes(data), fast_load=True).OPTIONAL_HEADER.DATA_DIRECTORY[4].get_file_offset()
+    data[entry:entry + 8] = (len(data) + 4096).to_bytes(4, "little") + (64).to_bytes(4, "little")
+    stream = streamed(bytes(data), 4096)
+    image = stream.image()
+    assert image is not None, stream.failed
+    kept = signatures._evidence(image, name="x.dll", ahead=done(stream.authenticode_sha256()))
+    assert kept == signatures._evidence(bytes(data), name="x.dll") and kept.signed and not kept.verified
