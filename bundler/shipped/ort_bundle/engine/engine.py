@@ -318,8 +318,9 @@ def _run_logged(action: Callable[[Log], int], log: Log) -> int:
             log.error(str(exc))
         code = INSTALL_EXIT_CODES[exc.code]
         return INSTALL_EXIT_CODES["install"] if code > 255 and not WINDOWS else code
-    except OSError as exc:
-        log.error(f"{exc.filename or ''}: {exc.strerror or exc}; nothing was changed in the installation")
+    except OSError as exc:  # one that names no file (Wine's "Internal error" in a CI run) still says what it was
+        where = f"{exc.filename}" if exc.filename else "a file operation of the install failed"
+        log.error(f"{where}: {exc.strerror or exc}; nothing was changed in the installation")
         return INSTALL_EXIT_CODES["install"]
     except Exception as exc:  # a defect of this program must still end in a documented code, with its reason
         log.error(f"the install engine failed unexpectedly: {type(exc).__name__}: {exc}")
