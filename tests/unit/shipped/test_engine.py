@@ -269,7 +269,6 @@ def test_progress_and_warnings_go_to_stdout_and_only_the_error_to_stderr(capsys:
     assert line.endswith(" ERROR: installing payload/wheels/x.whl failed; nothing was changed")
 
 
-
 @pytest.mark.parametrize(("error", "said"), [
     (OSError(errno.EIO, "Internal error"), "a file operation of the install failed: Internal error"),
     (OSError(errno.ENOENT, "No such file or directory", "C:\\x\\y.pyd"), "C:\\x\\y.pyd: No such file or directory"),
@@ -283,6 +282,7 @@ def test_an_os_error_is_one_sentence_that_says_what_failed(capsys: pytest.Captur
     assert engine._run_logged(action, engine.Log(None)) == INSTALL_EXIT_CODES["install"]
     [line] = capsys.readouterr().err.splitlines()
     assert line.endswith(f" ERROR: {said}; nothing was changed in the installation")
+
 
 SECOND_INSTALL = """
 import shutil, sys
