@@ -10,6 +10,7 @@ scratch folder in the cache's tmp/, no hidden `.zip.*.tmp` beside the zip, no ha
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import shutil
 import signal
@@ -24,6 +25,8 @@ from fixtures.cli import MANIFESTS, run_cli
 from fixtures.hostile import Tmpfs, needs_mount, snapshot
 from fixtures.wheels import cache_root
 
+from bundler.assembly.modelgate import GATE_PREFIX
+
 pytestmark = pytest.mark.integration
 
 STEM = "quickstart-linux-1.0.0-linux_x86_64"
@@ -34,11 +37,14 @@ def private_cache(bundler_cache: Path, tmp_path_factory: pytest.TempPathFactory)
     """A cache of hard links to the fetched inputs, its isolated ORT environment and gate results; warmed once."""
     cache = tmp_path_factory.mktemp("hardening") / "cache"
     cache.mkdir()
-    for name in ("sha256", "ort-envs", "gate-results"):
+    for name in ("sha256", "gate-results"):
         if (bundler_cache / name).is_dir():
             subprocess.run(["cp", "-al", str(bundler_cache / name), str(cache / name)], check=True)
-    for stale in (cache / "ort-envs").glob("gate-*"):
-        shutil.rmtree(stale)
+    # Not the `gate-*` folders and locks: another worker's model gate makes and removes them in the shared ort-envs
+    # meanwhile (`cp -al` failed on one that vanished mid-copy), and this cache's builds make their own.
+    if (bundler_cache / "ort-envs").is_dir():
+        shutil.copytree(bundler_cache / "ort-envs", cache / "ort-envs", symlinks=True, copy_function=os.link,
+                        ignore=shutil.ignore_patterns(f"{GATE_PREFIX}*"))
     build(cache, cache.parent / "warm")
     return cache
 
