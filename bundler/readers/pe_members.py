@@ -16,11 +16,10 @@ from pathlib import Path
 from bundler.derived import known_sha256
 from bundler.readers.archives import SafeArchive
 from bundler.readers.member_scan import ArchiveFile, copyable, read_files
-from bundler.readers.pe import PeInfo, inspect_pe, known_pe_facts
+from bundler.readers.pe import PeInfo, inspect_pe
 from bundler.readers.pe_source import PackedPe
-from bundler.readers.pe_stream import PeStream, keep_streamed
+from bundler.readers.pe_stream import PeStream, all_kept, keep_streamed
 from bundler.readers.scan_store import Scanned, keep_scans, stored_scans
-from bundler.readers.signatures import known_evidence
 
 _MODULES = ("bundler.readers.pe_members",)
 
@@ -36,7 +35,7 @@ def read_pe_members(archive: SafeArchive, path: Path, names: Sequence[str], *, l
     """The members `names` of the archive at `path` and their PE facts, in order. `shipped`: the bundle ships
     them, so the signature policy reads them too and their evidence must be kept as well before they go unread."""
     known = {name: scan.file for name, scan in stored_scans(store, path, names, modules=_MODULES).items()
-             if store is not None and _all_known(PackedPe(path, name, scan.file.sha256), store, shipped=shipped)}
+             if store is not None and all_kept(PackedPe(path, name, scan.file.sha256), store, shipped=shipped)}
     unknown = [n for n in names if n not in known]
     infos = [archive.zip_info(name) for name in unknown]
     if store is None or not all(info is not None and copyable(info) for info in infos):  # a tar is extracted
@@ -68,7 +67,3 @@ def _read_one(archive: SafeArchive, path: Path, info: zipfile.ZipInfo, *, label:
         return file
     [file] = read_files(archive, path, [name], label=label, work=work, keep_files=True)
     return file
-
-
-def _all_known(source: PackedPe, store: Path, *, shipped: bool) -> bool:
-    return known_pe_facts(source, store) and (not shipped or known_evidence(source, store))

@@ -19,10 +19,10 @@ from pathlib import Path
 import pefile
 
 from bundler.readers.member_scan import scan_member
-from bundler.readers.pe import NameScan, keep_streamed_facts
+from bundler.readers.pe import NameScan, keep_streamed_facts, known_pe_facts
 from bundler.readers.pe_source import PackedPe
 from bundler.readers.pe_sparse import NotKept, SparseImage
-from bundler.readers.signatures import hashed_ranges, keep_streamed_evidence
+from bundler.readers.signatures import hashed_ranges, keep_streamed_evidence, known_evidence
 
 #: The headers (DOS, PE, optional header, section table) lie in the first SizeOfHeaders bytes: 1 KiB in every
 #: CUDA and ORT DLL; a file whose headers need more than this is read the old way.
@@ -138,6 +138,11 @@ def keep_streamed(stream: PeStream, source: PackedPe, *, label: str, store: Path
     except NotKept:
         return False
     return True
+
+
+def all_kept(source: PackedPe, store: Path, *, shipped: bool) -> bool:
+    """Whether what `keep_streamed` keeps of `source` is in the stores, so that no reader needs its bytes."""
+    return known_pe_facts(source, store) and (not shipped or known_evidence(source, store))
 
 
 def read_streamed(archive: Path, info: zipfile.ZipInfo, *, label: str, store: Path) -> str | None:

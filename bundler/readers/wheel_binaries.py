@@ -25,10 +25,8 @@ from bundler.derived import content_sha256
 from bundler.errors import BuildError
 from bundler.readers.archives import SafeArchive
 from bundler.readers.member_scan import copyable
-from bundler.readers.pe import known_pe_facts
 from bundler.readers.pe_source import IN_MEMORY_MAX, PackedPe, PeSource, inflate
-from bundler.readers.pe_stream import read_streamed
-from bundler.readers.signatures import known_evidence
+from bundler.readers.pe_stream import all_kept, read_streamed
 
 PE_SUFFIXES = (".dll", ".pyd")
 INDEX = "INDEX.json"  # {"members": {name: sha256 of its content}, "extracted": [written out], "streamed": [...]}
@@ -69,7 +67,7 @@ def _checked_index(folder: Path, wheel: Path, store: Path) -> WheelIndex | None:
             return None
     for member in index.streamed:  # kept facts that a newer bundler no longer finds: read the wheel again
         source = PackedPe(wheel, member, index.members.get(member, ""))
-        if member not in index.members or not (known_pe_facts(source, store) and known_evidence(source, store)):
+        if member not in index.members or not all_kept(source, store, shipped=True):
             shutil.rmtree(folder, ignore_errors=True)
             return None
     return index

@@ -319,7 +319,7 @@ def _run_logged(action: Callable[[Log], int], log: Log) -> int:
         code = INSTALL_EXIT_CODES[exc.code]
         return INSTALL_EXIT_CODES["install"] if code > 255 and not WINDOWS else code
     except OSError as exc:  # one that names no file (Wine's "Internal error" in a CI run) still says what it was
-        where = f"{exc.filename}" if exc.filename else "a file operation of the install failed"
+        where = str(exc.filename) if exc.filename else "a file operation of the install failed"
         log.error(f"{where}: {exc.strerror or exc}; nothing was changed in the installation")
         return INSTALL_EXIT_CODES["install"]
     except Exception as exc:  # a defect of this program must still end in a documented code, with its reason
